@@ -1,0 +1,189 @@
+"""Expert placement: which logical expert each physical slot holds, per MoE layer.
+
+Public and stable (the controller, the simulator and benchmarks call it):
+`Topology`, `PlacementPlan`, `solve_placement`, `imbalance_of`, `gpu_load_of`.
+Shapes: L = num_layers, E = num_experts, S = num_slots, G = num_gpus. Load is in tokens.
+Invariants of every plan: each expert has >= 1 replica, no GPU holds two replicas of one expert,
+and each expert's slot shares sum to 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from controlplane.solve.packing import pack, replicate
+
+
+@dataclass(frozen=True)
+class Topology:
+    """One EP group. GPU g owns slots g*slots_per_gpu .. (g+1)*slots_per_gpu-1; node n owns
+    GPUs n*gpus_per_node .. (n+1)*gpus_per_node-1. num_groups: router expert groups (experts
+    are split into num_groups consecutive blocks)."""
+
+    num_nodes: int
+    gpus_per_node: int
+    slots_per_gpu: int
+    num_groups: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("num_nodes", "gpus_per_node", "slots_per_gpu", "num_groups"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+                raise ValueError(f"Topology.{name} must be a positive int, got {value!r}")
+
+    @property
+    def num_gpus(self) -> int:
+        return self.num_nodes * self.gpus_per_node
+
+    @property
+    def num_slots(self) -> int:
+        return self.num_gpus * self.slots_per_gpu
+
+
+@dataclass(frozen=True)
+class PlacementPlan:
+    """A solved placement and what it is predicted to do.
+
+    slot_to_expert: [L, S] int64 logical expert held by each slot.
+    slot_share: [L, S] float64 fraction of its expert's tokens each slot takes (even split).
+    gpu_load: [L, G] float64 predicted tokens per GPU.
+    imbalance: mean over layers of max/mean GPU load (zero-load layers count 1.0).
+    num_moved_slots: slots whose expert differs from `current` (0 without a current table).
+    moved_slots: [M, 2] int64 (layer, slot) pairs that change, i.e. the weights to transfer.
+    """
+
+    slot_to_expert: np.ndarray
+    slot_share: np.ndarray
+    gpu_load: np.ndarray
+    imbalance: float
+    num_moved_slots: int
+    moved_slots: np.ndarray
+
+
+def replica_counts(slot_to_expert: np.ndarray, num_experts: int) -> np.ndarray:
+    """[L, S] table -> [L, E] int64 number of slots holding each expert."""
+    num_layers = slot_to_expert.shape[0]
+    offsets = np.arange(num_layers)[:, None] * num_experts
+    flat = np.bincount((slot_to_expert + offsets).ravel(), minlength=num_layers * num_experts)
+    return flat.reshape(num_layers, num_experts)
+
+
+def even_share(slot_to_expert: np.ndarray, num_experts: int) -> np.ndarray:
+    """[L, S] float64: 1/replicas of the slot's expert, the split the runtime does by default."""
+    counts = replica_counts(slot_to_expert, num_experts)
+    return 1.0 / np.take_along_axis(counts, slot_to_expert, axis=1)
+
+
+def gpu_load_of(slot_to_expert: np.ndarray, load: np.ndarray, topology: Topology,
+                slot_share: np.ndarray | None = None) -> np.ndarray:
+    """Predicted tokens per GPU, [L, G] float64, for table [L, S] and load [L, E] tokens."""
+    load = np.asarray(load, dtype=np.float64)
+    slot_to_expert = np.asarray(slot_to_expert, dtype=np.int64)
+    if slot_share is None:
+        slot_share = even_share(slot_to_expert, load.shape[1])
+    slot_load = np.take_along_axis(load, slot_to_expert, axis=1) * slot_share
+    return slot_load.reshape(load.shape[0], topology.num_gpus, topology.slots_per_gpu).sum(axis=2)
+
+
+def imbalance_from_gpu_load(gpu_load: np.ndarray) -> float:
+    """Mean over layers of max/mean GPU load; a layer with no load counts as perfectly balanced."""
+    mean = gpu_load.mean(axis=1)
+    peak = gpu_load.max(axis=1)
+    ratio = np.divide(peak, mean, out=np.ones_like(mean), where=mean > 0)
+    return float(ratio.mean())
+
+
+def imbalance_of(slot_to_expert: np.ndarray, load: np.ndarray, topology: Topology,
+                 slot_share: np.ndarray | None = None) -> float:
+    """Mean over layers of (max GPU load / mean GPU load) for any table; 1.0 is perfect."""
+    return imbalance_from_gpu_load(gpu_load_of(slot_to_expert, load, topology, slot_share))
+
+
+def _validate(load, topology: Topology, current, max_moved_slots) -> tuple[np.ndarray, np.ndarray | None]:
+    if not isinstance(topology, Topology):
+        raise ValueError(f"topology must be a Topology, got {type(topology).__name__}")
+    load = np.asarray(load)
+    if load.ndim != 2 or load.shape[0] < 1 or load.shape[1] < 1:
+        raise ValueError(f"load must be [num_layers, num_experts] with both >= 1, got shape {load.shape}")
+    if not np.issubdtype(load.dtype, np.number) or np.issubdtype(load.dtype, np.complexfloating):
+        raise ValueError(f"load must be real numbers, got dtype {load.dtype}")
+    load = load.astype(np.float64)
+    if not np.isfinite(load).all():
+        raise ValueError("load must be finite (no NaN or inf)")
+    if (load < 0).any():
+        raise ValueError("load must be non-negative tokens")
+    num_experts = load.shape[1]
+    if topology.num_slots < num_experts:
+        raise ValueError(f"{topology.num_slots} slots cannot hold {num_experts} experts "
+                         "(need slots >= experts)")
+    if topology.num_slots > num_experts * topology.num_gpus:
+        raise ValueError(f"{topology.num_slots} slots need more than one replica of an expert per GPU "
+                         f"({num_experts} experts x {topology.num_gpus} GPUs)")
+    if max_moved_slots is not None and (isinstance(max_moved_slots, bool) or int(max_moved_slots) < 0):
+        raise ValueError(f"max_moved_slots must be None or >= 0, got {max_moved_slots!r}")
+    if current is None:
+        return load, None
+    current = np.asarray(current)
+    if current.shape != (load.shape[0], topology.num_slots):
+        raise ValueError(f"current must be [num_layers, num_slots] = {(load.shape[0], topology.num_slots)}, "
+                         f"got {current.shape}")
+    if not np.issubdtype(current.dtype, np.integer):
+        raise ValueError(f"current must hold integer expert ids, got dtype {current.dtype}")
+    if current.size and (current.min() < 0 or current.max() >= num_experts):
+        raise ValueError(f"current expert ids must lie in 0..{num_experts - 1}")
+    return load, current.astype(np.int64)
+
+
+def solve_placement(load, topology: Topology, current=None, max_moved_slots: int | None = None, *,
+                    group_locality: bool = False) -> PlacementPlan:
+    """Plan slot -> expert for every layer.
+
+    load: [L, E] tokens expected per expert in the coming windows.
+    current: [L, S] int applied table, or None for a fresh start.
+    max_moved_slots: bound on slots (over all layers) whose expert may differ from `current`.
+    """
+    load, current = _validate(load, topology, current, max_moved_slots)
+    counts = replicate(load, topology.num_slots, topology.num_gpus)
+    table = pack(load, counts, topology.num_gpus, topology.slots_per_gpu)
+    if current is not None and max_moved_slots is not None:
+        table = _within_budget(table, current, load, topology, int(max_moved_slots))
+    return _plan(table, load, topology, current)
+
+
+def _within_budget(table, current, load, topology, max_moved_slots):
+    """Keep whole current layers when the budget runs out, taking the best gain per move first."""
+    gain = _layer_ratio(current, load, topology) - _layer_ratio(table, load, topology)
+    cost = (table != current).sum(axis=1)
+    # a current layer that breaks an invariant is replaced whatever the budget says
+    gain[~_is_valid_layer(current, load.shape[1], topology)] = np.inf
+    result = current.copy()
+    for layer in np.argsort(-gain / np.maximum(cost, 1), kind="stable"):
+        if (cost[layer] <= max_moved_slots and gain[layer] > 0) or gain[layer] == np.inf:
+            result[layer] = table[layer]
+            max_moved_slots -= cost[layer]
+    return result
+
+
+def _is_valid_layer(table, num_experts, topology) -> np.ndarray:
+    """[L] bool: every expert present and no GPU holding one expert twice."""
+    counts = replica_counts(table, num_experts)
+    per_gpu = np.sort(table.reshape(table.shape[0], topology.num_gpus, topology.slots_per_gpu), axis=2)
+    is_dup = (per_gpu[:, :, 1:] == per_gpu[:, :, :-1]).any(axis=(1, 2))
+    return (counts > 0).all(axis=1) & ~is_dup
+
+
+def _layer_ratio(table, load, topology) -> np.ndarray:
+    gpu_load = gpu_load_of(table, load, topology)
+    mean = gpu_load.mean(axis=1)
+    return np.divide(gpu_load.max(axis=1), mean, out=np.ones_like(mean), where=mean > 0)
+
+
+def _plan(table, load, topology, current) -> PlacementPlan:
+    share = even_share(table, load.shape[1])
+    gpu_load = gpu_load_of(table, load, topology, share)
+    moved = np.argwhere(table != current) if current is not None else np.empty((0, 2), dtype=np.int64)
+    return PlacementPlan(slot_to_expert=table, slot_share=share, gpu_load=gpu_load,
+                         imbalance=imbalance_from_gpu_load(gpu_load), num_moved_slots=len(moved),
+                         moved_slots=moved.astype(np.int64))

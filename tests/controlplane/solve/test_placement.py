@@ -1,0 +1,98 @@
+import numpy as np
+import pytest
+
+from controlplane.solve.placement import (
+    PlacementPlan,
+    Topology,
+    gpu_load_of,
+    imbalance_of,
+    replica_counts,
+    solve_placement,
+)
+
+
+def zipf_load(num_layers, num_experts, exponent, seed=0):
+    rng = np.random.default_rng(seed)
+    ranks = np.stack([rng.permutation(num_experts) + 1 for _ in range(num_layers)])
+    return 1e4 * ranks.astype(float) ** -exponent
+
+
+def assert_valid(plan: PlacementPlan, load, topology: Topology):
+    num_layers, num_experts = load.shape
+    table = plan.slot_to_expert
+    assert table.shape == (num_layers, topology.num_slots)
+    assert (replica_counts(table, num_experts) >= 1).all()
+    per_gpu = table.reshape(num_layers, topology.num_gpus, topology.slots_per_gpu)
+    for layer in range(num_layers):
+        for gpu in range(topology.num_gpus):
+            assert len(set(per_gpu[layer, gpu])) == topology.slots_per_gpu
+    shares = np.zeros((num_layers, num_experts))
+    np.add.at(shares, (np.arange(num_layers)[:, None], table), plan.slot_share)
+    np.testing.assert_allclose(shares, 1.0)
+    np.testing.assert_allclose(plan.gpu_load.sum(axis=1), load.sum(axis=1))
+    assert plan.imbalance == pytest.approx(imbalance_of(table, load, topology, plan.slot_share))
+
+
+def test_topology_counts_gpus_and_slots():
+    topology = Topology(num_nodes=4, gpus_per_node=8, slots_per_gpu=9, num_groups=8)
+    assert (topology.num_gpus, topology.num_slots) == (32, 288)
+    with pytest.raises(ValueError, match="gpus_per_node"):
+        Topology(num_nodes=1, gpus_per_node=0, slots_per_gpu=1, num_groups=1)
+
+
+def test_fresh_plan_is_valid_and_beats_the_identity_table():
+    topology = Topology(num_nodes=2, gpus_per_node=4, slots_per_gpu=5, num_groups=4)
+    load = zipf_load(6, 32, 1.0)
+    plan = solve_placement(load, topology)
+    assert_valid(plan, load, topology)
+    assert plan.num_moved_slots == 0
+    identity = np.tile(np.arange(topology.num_slots) % 32, (6, 1))
+    assert plan.imbalance < imbalance_of(identity, load, topology)
+
+
+def test_imbalance_is_max_over_mean_per_layer_averaged():
+    topology = Topology(num_nodes=1, gpus_per_node=2, slots_per_gpu=1)
+    table = np.array([[0, 1], [0, 1]])
+    load = np.array([[3.0, 1.0], [0.0, 0.0]])
+    np.testing.assert_allclose(gpu_load_of(table, load, topology), [[3.0, 1.0], [0.0, 0.0]])
+    assert imbalance_of(table, load, topology) == pytest.approx((3.0 / 2.0 + 1.0) / 2)
+
+
+def test_hot_expert_is_replicated_on_distinct_gpus():
+    topology = Topology(num_nodes=1, gpus_per_node=4, slots_per_gpu=2)
+    load = np.array([[100.0, 1, 1, 1, 1]])
+    plan = solve_placement(load, topology)
+    assert_valid(plan, load, topology)
+    assert replica_counts(plan.slot_to_expert, 5)[0, 0] == 4
+
+
+def test_budget_bounds_moved_slots():
+    topology = Topology(num_nodes=1, gpus_per_node=8, slots_per_gpu=3)
+    old = zipf_load(5, 20, 1.0, seed=1)
+    current = solve_placement(old, topology).slot_to_expert
+    new = zipf_load(5, 20, 1.0, seed=2)
+    for budget in (0, 3, 10):
+        plan = solve_placement(new, topology, current=current, max_moved_slots=budget)
+        assert plan.num_moved_slots <= budget
+        assert_valid(plan, new, topology)
+    assert solve_placement(new, topology, current=current, max_moved_slots=0).imbalance == pytest.approx(
+        imbalance_of(current, new, topology))
+
+
+@pytest.mark.parametrize("bad_load, message", [
+    (np.ones(4), "shape"),
+    (-np.ones((1, 4)), "non-negative"),
+    (np.array([[1.0, np.nan, 1.0, 1.0]]), "finite"),
+    (np.ones((1, 9)), "slots"),
+])
+def test_invalid_load_raises(bad_load, message):
+    with pytest.raises(ValueError, match=message):
+        solve_placement(bad_load, Topology(num_nodes=1, gpus_per_node=2, slots_per_gpu=4))
+
+
+def test_invalid_current_raises():
+    topology = Topology(num_nodes=1, gpus_per_node=2, slots_per_gpu=2)
+    with pytest.raises(ValueError, match="current"):
+        solve_placement(np.ones((1, 3)), topology, current=np.zeros((1, 3), dtype=int))
+    with pytest.raises(ValueError, match="current"):
+        solve_placement(np.ones((1, 3)), topology, current=np.full((1, 4), 7))
