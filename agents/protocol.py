@@ -1,0 +1,224 @@
+"""The wire contract between agents and the controller: the only module both sides import.
+
+An agent posts one `Snapshot` per window (one EP rank's view of that window) and gets a
+`DesiredState` back in the response, so one round trip both reports and reconciles.
+
+Arrays travel as `Array`: dtype, shape and the little-endian bytes, zlib-compressed and base64
+encoded. A [58, 256] int64 load matrix is ~120 kB raw and a few kB on the wire, where a JSON list
+of numbers would be ~400 kB and slow to parse. `PROTOCOL_VERSION` changes with any incompatible
+change; the controller rejects versions it does not speak.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import zlib
+from enum import StrEnum
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+PROTOCOL_VERSION = "moectl.v1"
+NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"  # DNS label: also a Kubernetes object name
+
+_DTYPES = {"int64": np.dtype("<i8"), "float32": np.dtype("<f4"), "float64": np.dtype("<f8")}
+MAX_ARRAY_ELEMENTS = 16_000_000  # 58 layers x 288 slots x 320 GPUs fits with room
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Array(_Frozen):
+    """A numeric array on the wire: `data` is base64(zlib(little-endian C-order bytes))."""
+
+    dtype: Literal["int64", "float32", "float64"]
+    shape: tuple[int, ...]
+    data: str
+
+    @classmethod
+    def from_numpy(cls, array: np.ndarray) -> Array:
+        array = np.asarray(array)
+        kind = "int64" if array.dtype.kind in "iub" else ("float32" if array.dtype == np.float32 else "float64")
+        raw = np.ascontiguousarray(array, dtype=_DTYPES[kind]).tobytes()
+        return cls(dtype=kind, shape=array.shape, data=base64.b64encode(zlib.compress(raw, 1)).decode())
+
+    @model_validator(mode="after")
+    def _check_size(self) -> Array:
+        if any(d < 0 for d in self.shape):
+            raise ValueError(f"array shape {list(self.shape)} has a negative dimension")
+        if int(np.prod(self.shape, dtype=np.int64)) > MAX_ARRAY_ELEMENTS:
+            raise ValueError(f"array shape {list(self.shape)} exceeds {MAX_ARRAY_ELEMENTS} elements")
+        return self
+
+    def to_numpy(self) -> np.ndarray:
+        """Decodes and checks that the bytes match dtype and shape; raises ValueError otherwise."""
+        dtype = _DTYPES[self.dtype]
+        expected = int(np.prod(self.shape, dtype=np.int64)) * dtype.itemsize
+        try:
+            # max_length bounds a zip bomb: never inflate past what the shape promises
+            inflater = zlib.decompressobj()
+            raw = inflater.decompress(base64.b64decode(self.data, validate=True), expected + 1)
+        except (binascii.Error, zlib.error) as exc:
+            raise ValueError(f"array data is not base64(zlib(bytes)): {exc}") from None
+        if len(raw) != expected:
+            raise ValueError(f"array data holds {len(raw)} bytes, shape {list(self.shape)} "
+                             f"of {self.dtype} needs {expected}")
+        return np.frombuffer(raw, dtype=dtype).reshape(self.shape)
+
+
+class Role(StrEnum):
+    prefill = "prefill"
+    decode = "decode"
+    unified = "unified"
+
+
+class ModelShape(_Frozen):
+    """The MoE shape the placement is about: counts per MoE layer, not per model."""
+
+    name: str = Field(min_length=1, max_length=128)
+    num_layers: int = Field(ge=1, le=1024, description="MoE layers")
+    num_experts: int = Field(ge=1, le=4096, description="routed logical experts per MoE layer")
+    num_groups: int = Field(ge=1, description="expert groups for group-limited routing")
+    top_k: int = Field(ge=1, description="routed experts per token")
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelShape:
+        if self.num_experts % self.num_groups:
+            raise ValueError(f"num_experts {self.num_experts} is not a multiple of num_groups {self.num_groups}")
+        if self.top_k > self.num_experts:
+            raise ValueError(f"top_k {self.top_k} exceeds num_experts {self.num_experts}")
+        return self
+
+
+class Identity(_Frozen):
+    """Who reports: one rank of one EP group (an instance) of a deployment's pool (its role)."""
+
+    deployment: str = Field(pattern=NAME_PATTERN)
+    instance: str = Field(min_length=1, max_length=128)
+    role: Role
+    rank: int = Field(ge=0)
+    ep_size: int = Field(ge=1, le=4096)
+    slots_per_rank: int = Field(ge=1, le=4096)
+    gpus_per_node: int = Field(default=8, ge=1)
+    node: str = ""
+    gpu_uuid: str = ""
+
+    @model_validator(mode="after")
+    def _check(self) -> Identity:
+        if self.rank >= self.ep_size:
+            raise ValueError(f"rank {self.rank} is outside an EP group of size {self.ep_size}")
+        return self
+
+
+class LatencySummary(_Frozen):
+    """A latency distribution over one window, in seconds."""
+
+    count: int = Field(default=0, ge=0)
+    sum: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    p50: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    p90: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    p99: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+
+
+_Count = Field(default=0, ge=0)
+_Seconds = Field(default=0.0, ge=0, allow_inf_nan=False)
+
+
+class Snapshot(_Frozen):
+    """One rank's counters over one window.
+
+    expert_tokens: [num_layers, num_experts] tokens this rank's router sent to each logical expert.
+    slot_tokens:   [num_layers, slots_per_rank] tokens this rank's expert slots processed.
+    """
+
+    protocol: Literal["moectl.v1"] = PROTOCOL_VERSION
+    identity: Identity
+    model: ModelShape
+    window_start: float = Field(gt=0, allow_inf_nan=False, description="unix seconds")
+    window_seconds: float = Field(gt=0, le=3600, allow_inf_nan=False)
+    placement_version: int = Field(ge=0, description="the placement this rank ran during the window")
+    num_steps: int = _Count
+    expert_tokens: Array
+    slot_tokens: Array
+    forward_seconds: float = _Seconds
+    dispatch_seconds: float = _Seconds
+    combine_seconds: float = _Seconds
+    prefix_query_tokens: int = _Count
+    prefix_hit_tokens: int = _Count
+    spec_drafts: int = _Count
+    spec_draft_tokens: int = _Count
+    spec_accepted_tokens: int = _Count
+    requests_running: int = _Count
+    requests_waiting: int = _Count
+    ttft: LatencySummary = LatencySummary()
+    itl: LatencySummary = LatencySummary()
+    routing_recall: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
+
+    @field_validator("protocol", mode="before")
+    @classmethod
+    def _known_protocol(cls, value: object) -> object:
+        if value != PROTOCOL_VERSION:
+            raise ValueError(f"protocol {value!r} is not spoken here; this controller speaks {PROTOCOL_VERSION!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _check(self) -> Snapshot:
+        m, ident = self.model, self.identity
+        _check_counts("expert_tokens", self.expert_tokens, (m.num_layers, m.num_experts))
+        _check_counts("slot_tokens", self.slot_tokens, (m.num_layers, ident.slots_per_rank))
+        if ident.ep_size * ident.slots_per_rank < m.num_experts:
+            raise ValueError(f"ep_size x slots_per_rank = {ident.ep_size * ident.slots_per_rank} slots "
+                             f"cannot hold {m.num_experts} experts")
+        if self.prefix_hit_tokens > self.prefix_query_tokens:
+            raise ValueError("prefix_hit_tokens exceeds prefix_query_tokens")
+        if self.spec_accepted_tokens > self.spec_draft_tokens:
+            raise ValueError("spec_accepted_tokens exceeds spec_draft_tokens")
+        return self
+
+
+def _check_counts(name: str, array: Array, shape: tuple[int, int]) -> None:
+    if tuple(array.shape) != shape:
+        raise ValueError(f"{name} has shape {list(array.shape)}, the model needs {list(shape)}")
+    values = array.to_numpy()
+    if not np.isfinite(values).all():
+        raise ValueError(f"{name} holds non-finite values")
+    if (values < 0).any():
+        raise ValueError(f"{name} holds negative counts")
+
+
+class RoutingLimits(_Frozen):
+    topk_group: int | None = Field(default=None, ge=1, description="max expert groups per token")
+    expert_capacity_factor: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+
+
+class DesiredState(_Frozen):
+    """What the controller wants a rank to run; rides the snapshot response.
+
+    slot_to_expert: [num_layers, ep_size * slots_per_rank] int64, the whole EP group's table; sent
+    only when the rank reported another placement_version. slot_share: same shape, the fraction of
+    its expert's tokens each slot takes (absent: even split across the expert's replicas).
+    """
+
+    protocol: Literal["moectl.v1"] = PROTOCOL_VERSION
+    placement_version: int = Field(ge=0)
+    slot_to_expert: Array | None = None
+    slot_share: Array | None = None
+    routing: RoutingLimits = RoutingLimits()
+    local_prefill_threshold: int | None = Field(default=None, ge=0, description="PD-aware threshold, tokens")
+    window_seconds: float | None = Field(default=None, gt=0, description="the window length the controller wants")
+
+
+def default_slot_to_expert(num_layers: int, num_experts: int, num_slots: int) -> np.ndarray:
+    """Placement version 0, before the controller decides: slot s holds expert s mod num_experts.
+
+    Returns [num_layers, num_slots] int64; the first num_experts slots hold one copy of each expert.
+    """
+    return np.tile(np.arange(num_slots, dtype=np.int64) % num_experts, (num_layers, 1))
+
+
+def is_valid_name(name: str) -> bool:
+    return re.fullmatch(NAME_PATTERN, name) is not None

@@ -1,0 +1,1 @@
+"""moectl control plane: collect, store, plan and actuate MoE serving knobs."""

@@ -1,0 +1,1 @@
+"""Actuate: turn decisions into the state agents (and later Kubernetes or local processes) receive."""

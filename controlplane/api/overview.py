@@ -1,0 +1,85 @@
+"""Builds the overview of a deployment from the store: the numbers people and `moectl status` read."""
+
+from __future__ import annotations
+
+import functools
+
+from sqlalchemy.orm import Session
+
+from controlplane.api.schemas import ActionOut, AgentsHealth, Latency, Overview, PoolOverview, Queue, WindowPoint
+from controlplane.collect.aggregate import merge_counters
+from controlplane.config import Settings
+from controlplane.observed import PoolState, Window
+from controlplane.store import actions, deployments, policies, pools
+from controlplane.store.tables import Action, Deployment, Pool
+from controlplane.store.timestamps import seconds
+
+MAX_HISTORY = 60
+
+
+def _point(window: Window, ep_size: int) -> WindowPoint:
+    c = window.counters
+    all2all = c.get("dispatch_seconds", 0.0) + c.get("combine_seconds", 0.0)
+    forward = c.get("forward_seconds", 0.0)
+    return WindowPoint(index=window.index, start=window.start, placement_version=window.placement_version,
+                       imbalance=window.imbalance(ep_size), all2all_share=all2all / forward if forward > 0 else None,
+                       prefix_hit_ratio=window.ratio("prefix_hit_tokens", "prefix_query_tokens"),
+                       mtp_acceptance=window.ratio("spec_accepted_tokens", "spec_draft_tokens"),
+                       tokens=int(window.expert_tokens[0].sum()) if len(window.expert_tokens) else 0)
+
+
+def _agents(session: Session, pool: Pool, state: PoolState) -> tuple[AgentsHealth, int | None]:
+    versions = {a.placement_version for a in deployments.gpu_agents(session, pool)}
+    applied = versions.pop() if len(versions) == 1 else None
+    return AgentsHealth(total=state.num_agents, fresh=state.num_fresh_agents,
+                        stale=state.num_agents - state.num_fresh_agents), applied
+
+
+def action_out(action: Action, role_of: dict[int, str]) -> ActionOut:
+    return ActionOut(id=action.id, role=role_of.get(action.pool_id), kind=action.kind, trigger=action.trigger,
+                     mode=action.mode, status=action.status, reason=action.reason, inputs=action.inputs,
+                     predicted=action.predicted, measured=action.measured,
+                     placement_version=action.placement_version, created_by=action.created_by,
+                     created_at=seconds(action.created_at), updated_at=seconds(action.updated_at))
+
+
+def build(session: Session, deployment: Deployment, settings: Settings, now: float,
+          num_actions: int = 10) -> Overview:
+    policy_version, policy = policies.active(session, deployment)
+    pool_views, last_windows, role_of = [], [], {}
+    for pool in deployments.pools_of(session, deployment):
+        role_of[pool.id] = pool.role
+        state = pools.read_state(session, deployment, pool, now=now, settings=settings, num_windows=MAX_HISTORY)
+        health, applied = _agents(session, pool, state)
+        history = [_point(w, pool.ep_size) for w in state.windows]
+        pool_views.append(PoolOverview(role=pool.role, ep_size=pool.ep_size, slots_per_rank=pool.slots_per_rank,
+                                       placement_version=state.placement_version,
+                                       applied_placement_version=applied,
+                                       imbalance=history[-1].imbalance if history else None,
+                                       agents=health, history=history))
+        if state.windows:
+            last_windows.append(state.windows[-1])
+    total = functools.reduce(merge_counters, (w.counters for w in last_windows), {})
+
+    def ratio(numerator: str, denominator: str) -> float | None:
+        return total[numerator] / total[denominator] if total.get(denominator, 0) > 0 else None
+
+    imbalances = [p.imbalance for p in pool_views if p.imbalance is not None]
+    return Overview(
+        deployment=deployment.name, model=deployments.model_of(deployment), mode=policy.mode.value,
+        policy_version=policy_version, imbalance=max(imbalances) if imbalances else None,
+        all2all_share=(total.get("dispatch_seconds", 0) + total.get("combine_seconds", 0)) / total["forward_seconds"]
+        if total.get("forward_seconds", 0) > 0 else None,
+        prefix_hit_ratio=ratio("prefix_hit_tokens", "prefix_query_tokens"),
+        mtp_acceptance=ratio("spec_accepted_tokens", "spec_draft_tokens"),
+        queue=Queue(running=int(total.get("requests_running", 0)), waiting=int(total.get("requests_waiting", 0))),
+        ttft_seconds=Latency(mean=ratio("ttft_sum", "ttft_count"), p99=total.get("ttft_p99") or None),
+        itl_seconds=Latency(mean=ratio("itl_sum", "itl_count"), p99=total.get("itl_p99") or None),
+        placement_version={p.role: p.applied_placement_version for p in pool_views},
+        agents=AgentsHealth(total=sum(p.agents.total for p in pool_views),
+                            fresh=sum(p.agents.fresh for p in pool_views),
+                            stale=sum(p.agents.stale for p in pool_views)),
+        pools=pool_views,
+        last_actions=[action_out(a, role_of) for a in actions.recent(session, deployment, limit=num_actions)],
+        updated_at=now)
+

@@ -1,0 +1,59 @@
+"""Agents post one snapshot per window and get the desired state back."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException
+from sqlalchemy.exc import IntegrityError
+
+from agents.protocol import DesiredState, RoutingLimits, Snapshot
+from controlplane.actuate.agents import desired_state
+from controlplane.api.deps import AgentDep, NowDep, SessionDep, SettingsDep
+from controlplane.collect.aggregate import to_report
+from controlplane.collect.validate import PoolShape, SnapshotRejected, check_snapshot
+from controlplane.store import deployments, placements, windows
+
+router = APIRouter(prefix="/v1/agents", tags=["agents"])
+
+
+@router.post("/snapshot", response_model=DesiredState, response_model_exclude_none=True)
+def post_snapshot(snapshot: Snapshot, session: SessionDep, settings: SettingsDep, now: NowDep,
+                  _: AgentDep) -> DesiredState:
+    """Stores one rank's window and answers with what the rank should run next."""
+    for attempt in range(2):
+        try:
+            with session.begin():
+                return _ingest(snapshot, session, settings, now)
+        except IntegrityError:
+            # two ranks created the same pool or window row at once: the retry finds it
+            if attempt == 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _ingest(snapshot: Snapshot, session, settings, now: float) -> DesiredState:
+    ident = snapshot.identity
+    deployment = deployments.get(session, ident.deployment)
+    if deployment is None:
+        raise HTTPException(404, f"deployment {ident.deployment!r} is not registered; create it with "
+                                 f"PUT /v1/deployments/{ident.deployment} (or `moectl deploy`)")
+    pool = deployments.get_pool(session, deployment, ident.role.value)
+    latest = placements.latest(session, pool) if pool else None
+    try:
+        check_snapshot(snapshot, deployments.model_of(deployment),
+                       PoolShape(pool.ep_size, pool.slots_per_rank) if pool else None,
+                       latest.version if latest else 0, now, settings.max_snapshot_age_seconds)
+    except SnapshotRejected as exc:
+        raise HTTPException(exc.status, str(exc)) from None
+    if pool is None:
+        pool = deployments.create_pool(session, deployment=deployment, identity=ident, now=now)
+        latest = placements.latest(session, pool)
+    report = to_report(snapshot, settings.window_seconds)
+    is_new = deployments.record_agent(session, pool=pool, identity=ident, window_index=report.window_index,
+                                      placement_version=snapshot.placement_version, now=now)
+    if is_new:
+        windows.add_report(session, pool=pool, report=report, report_version=snapshot.placement_version,
+                           current_version=latest.version, grid_seconds=settings.window_seconds,
+                           empty=deployments.zeros_for(deployment, pool))
+    return desired_state(placement_version=latest.version, slot_to_expert=latest.slot_to_expert,
+                         slot_share=latest.slot_share, reported_version=snapshot.placement_version,
+                         routing=RoutingLimits(), window_seconds=settings.window_seconds)

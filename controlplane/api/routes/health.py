@@ -1,0 +1,43 @@
+"""Liveness, the controller's /metrics, and the status page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import APIRouter, HTTPException, Request, Response
+from fastapi.responses import FileResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import text
+
+from controlplane.api.deps import SessionDep
+
+router = APIRouter(tags=["health"])
+WEB_DIR = Path(__file__).resolve().parents[3] / "dashboards" / "web"
+
+
+@router.get("/healthz")
+def healthz(session: SessionDep) -> dict:
+    session.execute(text("SELECT 1"))
+    return {"status": "ok"}
+
+
+@router.get("/metrics")
+def metrics(request: Request) -> Response:
+    return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get("/", include_in_schema=False)
+def status_page() -> FileResponse:
+    return _static("index.html")
+
+
+@router.get("/web/{name}", include_in_schema=False)
+def static_file(name: str) -> FileResponse:
+    return _static(name)
+
+
+def _static(name: str) -> FileResponse:
+    path = (WEB_DIR / name).resolve()
+    if path.parent != WEB_DIR or not path.is_file():
+        raise HTTPException(404, f"no such page: {name}")
+    return FileResponse(path)

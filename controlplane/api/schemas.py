@@ -1,0 +1,95 @@
+"""Request and response bodies of the read and policy API. Field names are a contract: extend, don't rename."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from agents.protocol import ModelShape
+from controlplane.desired import Policy
+
+
+class DeploymentIn(BaseModel):
+    model: ModelShape
+    policy: Policy = Field(default_factory=Policy)
+
+
+class AgentsHealth(BaseModel):
+    total: int
+    fresh: int
+    stale: int
+
+
+class Queue(BaseModel):
+    running: int
+    waiting: int
+
+
+class Latency(BaseModel):
+    mean: float | None
+    p99: float | None
+
+
+class WindowPoint(BaseModel):
+    index: int
+    start: float
+    placement_version: int
+    imbalance: float | None
+    all2all_share: float | None
+    prefix_hit_ratio: float | None
+    mtp_acceptance: float | None
+    tokens: int
+
+
+class PoolOverview(BaseModel):
+    role: str
+    ep_size: int
+    slots_per_rank: int
+    placement_version: int = Field(description="the version the controller last issued")
+    applied_placement_version: int | None = Field(description="the version every fresh agent runs; null if mixed")
+    imbalance: float | None
+    agents: AgentsHealth
+    history: list[WindowPoint]
+
+
+class ActionOut(BaseModel):
+    id: int
+    role: str | None
+    kind: str
+    trigger: str
+    mode: str
+    status: str
+    reason: str
+    inputs: dict
+    predicted: dict
+    measured: dict
+    placement_version: int | None
+    created_by: str
+    created_at: float
+    updated_at: float
+
+
+class Overview(BaseModel):
+    deployment: str
+    model: ModelShape
+    mode: str
+    policy_version: int
+    imbalance: float | None = Field(description="max/mean GPU load, mean over MoE layers, worst pool, last window")
+    all2all_share: float | None = Field(description="all-to-all seconds / forward seconds, last window")
+    prefix_hit_ratio: float | None
+    mtp_acceptance: float | None
+    queue: Queue
+    ttft_seconds: Latency
+    itl_seconds: Latency
+    placement_version: dict[str, int | None] = Field(description="role -> applied placement version")
+    agents: AgentsHealth
+    pools: list[PoolOverview]
+    last_actions: list[ActionOut]
+    updated_at: float
+
+
+class DeploymentSummary(BaseModel):
+    name: str
+    model: ModelShape
+    mode: str
+    imbalance: float | None
+    agents: AgentsHealth

@@ -1,0 +1,154 @@
+"""`moectl`: one entry point, a subcommand per process. Settings are built here and passed down."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import secrets
+import subprocess
+import sys
+import time
+
+# agent-side commands run as their own processes: the controller never imports agent code
+AGENT_COMMANDS = {"train": "agents.runtime.train"}
+
+
+def _settings(args: argparse.Namespace):
+    from controlplane.config import Settings
+
+    overrides = {k: v for k, v in {"database_url": getattr(args, "database_url", None),
+                                   "host": getattr(args, "host", None), "port": getattr(args, "port", None),
+                                   "window_seconds": getattr(args, "window_seconds", None)}.items() if v is not None}
+    settings = Settings(**overrides)
+    tokens = {}
+    if not settings.api_token:
+        tokens["api_token"] = secrets.token_urlsafe(24)
+    if not settings.agent_token:
+        tokens["agent_token"] = secrets.token_urlsafe(24)
+    return settings.model_copy(update=tokens)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from controlplane.serve import serve
+
+    settings = _settings(args)
+    return serve(settings, run_loop=not args.no_loop, announce=True)
+
+
+def cmd_sim(args: argparse.Namespace) -> int:
+    from controlplane.sim.run import run_sim
+
+    return run_sim(url=args.url, api_token=args.api_token or os.environ.get("MOECTL_API_TOKEN", ""),
+                   agent_token=args.agent_token or os.environ.get("MOECTL_AGENT_TOKEN", ""),
+                   num_deployments=args.deployments, ep_size=args.ep_size, slots_per_rank=args.slots_per_rank,
+                   window_seconds=args.window_seconds, mode=args.mode, num_windows=args.windows)
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from controlplane.up import up
+
+    os.makedirs(".moectl", exist_ok=True)
+    if args.database_url is None:
+        path = ".moectl/up.db"
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(path + suffix):
+                os.remove(path + suffix)
+        args.database_url = f"sqlite:///{path}"
+    return up(_settings(args), num_deployments=args.deployments, ep_size=args.ep_size)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from controlplane.status import print_status
+
+    return print_status(args.url, watch=args.watch)
+
+
+def cmd_reconcile(args: argparse.Namespace) -> int:
+    from controlplane.serve import reconcile_command
+
+    return reconcile_command(_settings(args), once=args.once, dry_run=args.dry_run)
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from controlplane.store.db import downgrade, upgrade
+
+    settings = _settings(args)
+    (upgrade if args.direction == "up" else downgrade)(settings.database_url, args.revision)
+    print(f"migrated {args.direction} to {args.revision}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="moectl", description="Control plane for Mixture-of-Experts serving.")
+    p.add_argument("-v", "--verbose", action="store_true", help="log debug detail")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def db_args(q: argparse.ArgumentParser) -> None:
+        q.add_argument("--database-url", help="SQLAlchemy URL (default: MOECTL_DATABASE_URL or sqlite:///moectl.db)")
+
+    q = sub.add_parser("serve", help="run the controller (API + reconcile loop)")
+    db_args(q)
+    q.add_argument("--host"), q.add_argument("--port", type=int)
+    q.add_argument("--window-seconds", type=float)
+    q.add_argument("--no-loop", action="store_true", help="serve the API only, no reconcile loop")
+    q.set_defaults(func=cmd_serve)
+
+    q = sub.add_parser("sim", help="run a simulated fleet against a controller")
+    q.add_argument("--url", default="http://127.0.0.1:8600", help="controller URL")
+    q.add_argument("--api-token", help="operator token, to register deployments (or MOECTL_API_TOKEN)")
+    q.add_argument("--agent-token", help="agent token, to post snapshots (or MOECTL_AGENT_TOKEN)")
+    q.add_argument("--deployments", type=int, default=2)
+    q.add_argument("--ep-size", type=int, default=8)
+    q.add_argument("--slots-per-rank", type=int, default=10)
+    q.add_argument("--window-seconds", type=float, default=2.0)
+    q.add_argument("--mode", choices=["off", "observe", "approve", "auto"], default="auto",
+                   help="policy mode the simulated deployments are registered with")
+    q.add_argument("--windows", type=int, default=0, help="stop after this many windows (0: run until Ctrl-C)")
+    q.set_defaults(func=cmd_sim)
+
+    q = sub.add_parser("up", help="the whole system on this machine: controller + simulated fleet + status page")
+    db_args(q)
+    q.add_argument("--host"), q.add_argument("--port", type=int)
+    q.add_argument("--window-seconds", type=float, default=2.0)
+    q.add_argument("--deployments", type=int, default=2)
+    q.add_argument("--ep-size", type=int, default=8)
+    q.set_defaults(func=cmd_up)
+
+    q = sub.add_parser("status", help="print each deployment's numbers")
+    q.add_argument("--url", default=os.environ.get("MOECTL_URL", "http://127.0.0.1:8600"))
+    q.add_argument("--watch", type=float, default=0, help="refresh every N seconds")
+    q.set_defaults(func=cmd_status)
+
+    q = sub.add_parser("reconcile", help="run reconcile passes against the database (no API)")
+    db_args(q)
+    q.add_argument("--once", action="store_true", help="one pass, then exit")
+    q.add_argument("--dry-run", action="store_true", help="plan and log, write nothing")
+    q.set_defaults(func=cmd_reconcile)
+
+    q = sub.add_parser("migrate", help="apply or revert schema migrations")
+    db_args(q)
+    q.add_argument("direction", choices=["up", "down"])
+    q.add_argument("revision", nargs="?", default=None, help="default: head for up, base for down")
+    q.set_defaults(func=cmd_migrate)
+
+    for name, module in AGENT_COMMANDS.items():
+        q = sub.add_parser(name, help=f"run {module} (agent side; --help for its options)", add_help=False)
+        q.set_defaults(func=None, module=module)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in AGENT_COMMANDS:
+        return subprocess.call([sys.executable, "-m", AGENT_COMMANDS[argv[0]], *argv[1:]])
+    args = parser().parse_args(argv)
+    if getattr(args, "revision", "unset") is None:
+        args.revision = "head" if args.direction == "up" else "base"
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.Formatter.converter = time.gmtime
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,24 @@
+"""Settings, read once from the environment (`MOECTL_*`) at the entry point and passed down."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="MOECTL_", frozen=True)
+
+    database_url: str = Field(default="sqlite:///moectl.db",
+                              description="SQLAlchemy URL: sqlite:///path.db or postgresql+psycopg://...")
+    host: str = "127.0.0.1"
+    port: int = 8600
+    api_token: str = Field(default="", description="bearer token for operators; empty: generated at start")
+    agent_token: str = Field(default="", description="bearer token agents post snapshots with")
+    window_seconds: float = Field(default=5.0, gt=0, description="the window agents aggregate over")
+    reconcile_seconds: float = Field(default=5.0, gt=0, description="time between reconcile passes")
+    stale_after_windows: float = Field(default=3.0, gt=0, description="an agent silent this long is stale")
+    max_snapshot_age_seconds: float = Field(default=300.0, gt=0, description="older windows are refused")
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
+    history_windows: int = Field(default=120, ge=1, description="windows kept per pool for planning and views")
+    otlp_endpoint: str = Field(default="", description="OTLP/HTTP traces endpoint; empty: no export")

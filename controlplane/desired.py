@@ -1,0 +1,77 @@
+"""What should be: the operator's policy and the plans the loop derives from it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class Mode(StrEnum):
+    off = "off"  # the loop ignores the deployment
+    observe = "observe"  # plans are recorded, nothing is applied
+    approve = "approve"  # plans wait for a person
+    auto = "auto"  # plans are applied
+
+
+class Policy(BaseModel):
+    """Per-deployment policy; defaults are what a new deployment gets."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    mode: Mode = Mode.observe
+    imbalance_threshold: float = Field(default=1.15, ge=1.0, le=100,
+                                       description="rebalance when max/mean GPU load stays above this")
+    sustained_windows: int = Field(default=2, ge=1, le=100, description="...for this many complete windows")
+    min_gain: float = Field(default=0.05, ge=0, description="minimum predicted drop in max/mean load")
+    max_moved_slots_fraction: float = Field(default=0.25, gt=0, le=1,
+                                            description="share of all slots one change may move")
+    max_moved_slots_per_hour_fraction: float = Field(default=2.0, gt=0,
+                                                     description="moved slots per hour, as a share of all slots")
+    cooldown_seconds: float = Field(default=30.0, ge=0, description="minimum time between placement changes")
+    min_fresh_agents_fraction: float = Field(default=0.5, gt=0, le=1,
+                                             description="act only when this share of agents is fresh")
+    verify_windows: int = Field(default=2, ge=1, le=100, description="windows measured before verifying")
+    rollback_tolerance: float = Field(default=0.05, ge=0,
+                                      description="roll back when measured imbalance exceeds the prior by this")
+
+    @model_validator(mode="after")
+    def _check(self) -> Policy:
+        if self.max_moved_slots_per_hour_fraction < self.max_moved_slots_fraction:
+            raise ValueError("max_moved_slots_per_hour_fraction must be >= max_moved_slots_fraction")
+        return self
+
+
+class Decision(StrEnum):
+    keep = "keep"  # healthy, nothing to do
+    hold = "hold"  # data not good enough to decide (stale, missing, cooling down)
+    rebalance = "rebalance"
+
+
+@dataclass(frozen=True)
+class PlacementChange:
+    """slot_to_expert, slot_share: [num_layers, num_slots]."""
+
+    slot_to_expert: np.ndarray
+    slot_share: np.ndarray | None
+    current_imbalance: float
+    predicted_imbalance: float
+    num_moved_slots: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    deployment: str
+    role: str
+    decision: Decision
+    reason: str
+    inputs: dict = field(default_factory=dict)
+    change: PlacementChange | None = None
+
+
+class VerifyOutcome(StrEnum):
+    wait = "wait"
+    verified = "verified"
+    rolled_back = "rolled_back"

@@ -1,0 +1,89 @@
+"""What is: frozen views of a pool's recent windows and applied state, read from the store.
+
+The planner takes these and nothing else, so it can be tested with plain arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Window:
+    """One pool's aggregated window (all ranks of all instances).
+
+    expert_tokens: [num_layers, num_experts] tokens routed to each logical expert.
+    slot_tokens: [num_layers, num_slots] tokens each slot processed, from reports that ran
+    `placement_version` only; `num_slot_reports` of them.
+    counters: summed scalar counters (see collect.aggregate.COUNTERS).
+    """
+
+    index: int
+    start: float
+    seconds: float
+    placement_version: int
+    num_reports: int
+    num_slot_reports: int
+    expert_tokens: np.ndarray
+    slot_tokens: np.ndarray
+    counters: dict[str, float] = field(default_factory=dict)
+
+    def gpu_load(self, ep_size: int) -> np.ndarray:
+        """[num_layers, ep_size] tokens per GPU (rank) under the window's placement."""
+        num_layers, num_slots = self.slot_tokens.shape
+        return self.slot_tokens.reshape(num_layers, ep_size, num_slots // ep_size).sum(axis=2)
+
+    def imbalance(self, ep_size: int) -> float | None:
+        """Mean over MoE layers of max/mean GPU load: the straggler factor of each layer's step."""
+        if self.num_slot_reports == 0:
+            return None
+        return imbalance_from_gpu_load(self.gpu_load(ep_size))
+
+    def ratio(self, numerator: str, denominator: str) -> float | None:
+        den = self.counters.get(denominator, 0.0)
+        return self.counters.get(numerator, 0.0) / den if den > 0 else None
+
+
+def imbalance_from_gpu_load(gpu_load: np.ndarray) -> float | None:
+    """gpu_load: [num_layers, num_gpus] tokens -> mean over loaded layers of max/mean; None if no load."""
+    means = gpu_load.mean(axis=1)
+    loaded = means > 0
+    if not loaded.any():
+        return None
+    return float((gpu_load[loaded].max(axis=1) / means[loaded]).mean())
+
+
+@dataclass(frozen=True)
+class PoolState:
+    """A pool (one role of a deployment) as the loop sees it at `now`.
+
+    slot_to_expert: [num_layers, num_slots] the placement the controller last issued (its version
+    is `placement_version`); windows: complete windows, oldest first.
+    """
+
+    deployment: str
+    role: str
+    num_layers: int
+    num_experts: int
+    num_groups: int
+    ep_size: int
+    slots_per_rank: int
+    gpus_per_node: int
+    num_agents: int
+    num_fresh_agents: int
+    placement_version: int
+    slot_to_expert: np.ndarray
+    windows: tuple[Window, ...]
+    last_change_at: float | None = None
+    moved_slots_last_hour: int = 0
+
+    @property
+    def num_slots(self) -> int:
+        return self.ep_size * self.slots_per_rank
+
+    def current_windows(self) -> tuple[Window, ...]:
+        """Complete windows measured entirely under the issued placement, oldest first."""
+        return tuple(w for w in self.windows
+                     if w.placement_version == self.placement_version and w.num_slot_reports == w.num_reports)

@@ -1,0 +1,88 @@
+"""The planner: pure. (policy, observed pool, now) -> Plan, and the verdict on an applied change.
+
+Hysteresis lives here: a change needs a sustained imbalance, fresh data from a quorum of agents,
+a cooldown since the last change, room in the moves budget, and a predicted gain worth the moves.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from controlplane.desired import Decision, Mode, PlacementChange, Plan, Policy, VerifyOutcome
+from controlplane.learn.forecast import forecast_load
+from controlplane.observed import PoolState
+from controlplane.solve.placement import Topology, imbalance_of, solve_placement
+
+HOUR = 3600.0
+MAX_FORECAST_WINDOWS = 16
+
+
+def pool_topology(pool: PoolState) -> Topology:
+    """Nodes own consecutive ranks; an EP group smaller than a node is one node."""
+    gpus_per_node = pool.gpus_per_node if pool.ep_size % pool.gpus_per_node == 0 else pool.ep_size
+    return Topology(num_nodes=pool.ep_size // gpus_per_node, gpus_per_node=gpus_per_node,
+                    slots_per_gpu=pool.slots_per_rank, num_groups=pool.num_groups)
+
+
+def plan_pool(policy: Policy, pool: PoolState, now: float) -> Plan:
+    def plan(decision: Decision, reason: str, change: PlacementChange | None = None, **inputs) -> Plan:
+        return Plan(pool.deployment, pool.role, decision, reason, inputs, change)
+
+    if policy.mode == Mode.off:
+        return plan(Decision.keep, "policy mode is off")
+    if pool.num_agents == 0 or pool.num_fresh_agents < policy.min_fresh_agents_fraction * pool.num_agents:
+        return plan(Decision.hold, f"only {pool.num_fresh_agents}/{pool.num_agents} agents are fresh")
+    windows = pool.current_windows()[-policy.sustained_windows:]
+    if len(windows) < policy.sustained_windows:
+        return plan(Decision.hold, f"{len(windows)} complete windows under placement v{pool.placement_version},"
+                                   f" need {policy.sustained_windows}")
+    measured = [w.imbalance(pool.ep_size) for w in windows]
+    if any(m is None for m in measured):
+        return plan(Decision.hold, "a recent window carries no expert load")
+    inputs = {"measured_imbalance": [round(m, 4) for m in measured], "windows": [w.index for w in windows],
+              "placement_version": pool.placement_version}
+    if min(measured) <= policy.imbalance_threshold:
+        return plan(Decision.keep, f"imbalance {measured[-1]:.3f} within threshold "
+                                   f"{policy.imbalance_threshold}", **inputs)
+    if pool.last_change_at is not None and now - pool.last_change_at < policy.cooldown_seconds:
+        return plan(Decision.hold, f"cooling down: last change {now - pool.last_change_at:.0f}s ago, "
+                                   f"cooldown {policy.cooldown_seconds:.0f}s", **inputs)
+    max_moved = min(int(policy.max_moved_slots_fraction * pool.num_slots),
+                    int(policy.max_moved_slots_per_hour_fraction * pool.num_slots) - pool.moved_slots_last_hour)
+    if max_moved <= 0:
+        return plan(Decision.hold, f"hourly moves budget spent ({pool.moved_slots_last_hour} slots moved)",
+                    **inputs)
+
+    history = np.stack([w.expert_tokens for w in pool.windows[-MAX_FORECAST_WINDOWS:]]).astype(np.float64)
+    load = forecast_load(history)
+    topology = pool_topology(pool)
+    current = imbalance_of(pool.slot_to_expert, load, topology)
+    solved = solve_placement(load, topology, current=pool.slot_to_expert, max_moved_slots=max_moved)
+    gain = current - solved.imbalance
+    inputs |= {"forecast_imbalance_current": round(current, 4), "max_moved_slots": max_moved}
+    if gain < policy.min_gain or solved.num_moved_slots == 0:
+        return plan(Decision.keep, f"best plan gains {gain:.3f} < min_gain {policy.min_gain}", **inputs)
+    change = PlacementChange(solved.slot_to_expert, getattr(solved, "slot_share", None), current,
+                             solved.imbalance, solved.num_moved_slots)
+    return plan(Decision.rebalance, f"imbalance {measured[-1]:.3f} > {policy.imbalance_threshold} for "
+                                    f"{len(measured)} windows; plan moves {solved.num_moved_slots} slots to "
+                                    f"reach {solved.imbalance:.3f}", change, **inputs)
+
+
+def verify_change(policy: Policy, pool: PoolState, version: int, prior_imbalance: float
+                  ) -> tuple[VerifyOutcome, float | None]:
+    """Judges an applied placement once `verify_windows` complete windows ran under it.
+
+    Returns the outcome and the measured imbalance (mean over those windows).
+    """
+    windows = [w for w in pool.windows if w.placement_version == version and w.num_slot_reports == w.num_reports]
+    if len(windows) < policy.verify_windows:
+        return VerifyOutcome.wait, None
+    values = [w.imbalance(pool.ep_size) for w in windows[: policy.verify_windows]]
+    values = [v for v in values if v is not None]
+    if not values:
+        return VerifyOutcome.wait, None
+    measured = float(np.mean(values))
+    if measured > prior_imbalance + policy.rollback_tolerance:
+        return VerifyOutcome.rolled_back, measured
+    return VerifyOutcome.verified, measured

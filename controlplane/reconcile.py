@@ -1,0 +1,107 @@
+"""The loop: for each pool, observe -> plan -> actuate -> verify, level-triggered.
+
+Each pass recomputes what should be from stored windows and the active policy, and makes at most
+one bounded change per pool. A pool's failure is logged and retried next pass; it never stops the
+others. `dry_run` plans and logs but writes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from controlplane.config import Settings
+from controlplane.desired import Decision, Mode, Plan, VerifyOutcome
+from controlplane.plan import plan_pool, verify_change
+from controlplane.store import actions, deployments, placements, policies, pools, windows
+from controlplane.store.tables import Deployment, Pool
+
+log = logging.getLogger("moectl.reconcile")
+
+
+@dataclass(frozen=True)
+class PassResult:
+    plans: list[Plan]
+    num_errors: int
+    seconds: float
+
+
+def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: float,
+                   dry_run: bool = False) -> PassResult:
+    started = time.perf_counter()
+    plans, num_errors = [], 0
+    with sessions() as session:
+        targets = [(d.id, p.id) for d in deployments.list_all(session) for p in deployments.pools_of(session, d)]
+    for deployment_id, pool_id in targets:
+        try:
+            with sessions() as session, session.begin():
+                deployment, pool = session.get(Deployment, deployment_id), session.get(Pool, pool_id)
+                plans.append(_reconcile_pool(session, deployment, pool, settings, now=now, dry_run=dry_run))
+        except Exception:
+            num_errors += 1
+            log.exception("reconcile failed for pool %s; retrying next pass", pool_id)
+    return PassResult(plans, num_errors, time.perf_counter() - started)
+
+
+def _reconcile_pool(session: Session, deployment: Deployment, pool: Pool, settings: Settings, *, now: float,
+                    dry_run: bool) -> Plan:
+    _, policy = policies.active(session, deployment)
+    state = pools.read_state(session, deployment, pool, now=now, settings=settings)
+    if not dry_run:
+        _verify(session, deployment, pool, state, policy, now)
+        state = pools.read_state(session, deployment, pool, now=now, settings=settings)
+    plan = plan_pool(policy, state, now)
+    log.info("%s/%s: %s (%s)", deployment.name, pool.role, plan.decision.value, plan.reason)
+    if dry_run or plan.decision != Decision.rebalance:
+        return plan
+    change = plan.change
+    is_applied = policy.mode == Mode.auto
+    if not is_applied and actions.has_recent_plan(session, pool, since=now - policy.cooldown_seconds):
+        return plan  # the same unapplied plan again: one record per cooldown, not one per pass
+    predicted = {"imbalance_before": round(change.current_imbalance, 4),
+                 "imbalance_after": round(change.predicted_imbalance, 4), "moved_slots": change.num_moved_slots}
+    action = actions.record(session, deployment=deployment, pool=pool, kind="placement", trigger="loop",
+                            mode=policy.mode.value, status=actions.APPLIED if is_applied else actions.PLANNED,
+                            reason=plan.reason, inputs=plan.inputs, predicted=predicted, created_by="loop",
+                            now=now)
+    if is_applied:
+        action.placement_version = state.placement_version + 1
+        placements.add(session, pool=pool, version=action.placement_version, slot_to_expert=change.slot_to_expert,
+                       slot_share=change.slot_share, action_id=action.id, now=now)
+    if state.windows:
+        windows.prune(session, pool, keep_from_index=state.windows[-1].index - settings.history_windows)
+    return plan
+
+
+def _verify(session: Session, deployment: Deployment, pool: Pool, state, policy, now: float) -> None:
+    """Settles applied changes; rolls one back (re-issuing the previous table) when it made things worse."""
+    for action in actions.awaiting_verification(session, pool):
+        prior = (action.inputs.get("measured_imbalance") or [None])[-1]
+        if prior is None or action.placement_version is None:
+            actions.settle(action, status=actions.VERIFIED, measured={}, now=now)
+            continue
+        outcome, measured = verify_change(policy, state, action.placement_version, prior)
+        if outcome == VerifyOutcome.wait:
+            continue
+        result = {"imbalance_after": round(measured, 4), "imbalance_before": prior}
+        if outcome == VerifyOutcome.rolled_back and action.placement_version == state.placement_version:
+            previous = placements.get(session, pool, action.placement_version - 1)
+            placements.add(session, pool=pool, version=state.placement_version + 1,
+                           slot_to_expert=previous.slot_to_expert, slot_share=previous.slot_share,
+                           action_id=action.id, now=now)
+            result["restored_version"] = state.placement_version + 1
+        actions.settle(action, status=outcome.value, measured=result, now=now)
+
+
+def run_forever(sessions: sessionmaker[Session], settings: Settings, *, stop: threading.Event,
+                clock: Callable[[], float] = time.time, on_pass: Callable[[PassResult], None] | None = None) -> None:
+    while not stop.is_set():
+        result = reconcile_once(sessions, settings, now=clock())
+        if on_pass is not None:
+            on_pass(result)
+        stop.wait(settings.reconcile_seconds)

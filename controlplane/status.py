@@ -1,0 +1,43 @@
+"""`moectl status`: the overview numbers in the terminal."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+
+
+def _fmt(value: float | None, spec: str = ".2f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def render(overviews: list[dict]) -> str:
+    lines = [f"{'deployment':<16} {'mode':<8} {'imbalance':>9} {'a2a':>6} {'prefix':>6} {'mtp':>6} "
+             f"{'run/wait':>9} {'placement':>10} {'agents':>9}  last action"]
+    for o in overviews:
+        versions = ",".join(f"{r}:{_fmt(v, 'd') if v is not None else 'mixed'}"
+                            for r, v in o["placement_version"].items())
+        action = o["last_actions"][0] if o["last_actions"] else None
+        last = f"#{action['id']} {action['status']} {action['reason'][:50]}" if action else "-"
+        lines.append(f"{o['deployment']:<16} {o['mode']:<8} {_fmt(o['imbalance']):>9} "
+                     f"{_fmt(o['all2all_share'], '.0%'):>6} {_fmt(o['prefix_hit_ratio'], '.0%'):>6} "
+                     f"{_fmt(o['mtp_acceptance'], '.0%'):>6} "
+                     f"{o['queue']['running']:>4}/{o['queue']['waiting']:<4} {versions:>10} "
+                     f"{o['agents']['fresh']:>3}/{o['agents']['total']:<3} fresh  {last}")
+    return "\n".join(lines)
+
+
+def print_status(url: str, *, watch: float = 0) -> int:
+    with httpx.Client(base_url=url, timeout=10) as client:
+        while True:
+            try:
+                names = [d["name"] for d in client.get("/v1/deployments").raise_for_status().json()]
+                overviews = [client.get(f"/v1/deployments/{n}/overview").raise_for_status().json() for n in names]
+            except httpx.HTTPError as exc:
+                print(f"error: cannot read {url} ({exc}); is the controller running? start it with `moectl up`")
+                return 1
+            print(render(overviews) if overviews else "no deployments registered yet", flush=True)
+            if not watch:
+                return 0
+            time.sleep(watch)
+            print()

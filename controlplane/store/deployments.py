@@ -1,0 +1,93 @@
+"""Deployments, their pools (one per role) and the agents that report for them."""
+
+from __future__ import annotations
+
+import numpy as np
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from agents.protocol import Identity, ModelShape, default_slot_to_expert
+from controlplane.desired import Policy
+from controlplane.store import placements, policies
+from controlplane.store.tables import Agent, Deployment, Pool
+from controlplane.store.timestamps import utc
+
+
+def get(session: Session, name: str) -> Deployment | None:
+    return session.scalar(select(Deployment).where(Deployment.name == name))
+
+
+def list_all(session: Session) -> list[Deployment]:
+    return list(session.scalars(select(Deployment).order_by(Deployment.name)))
+
+
+def create(session: Session, *, name: str, model: ModelShape, policy: Policy, created_by: str,
+           now: float) -> Deployment:
+    deployment = Deployment(name=name, model=model.model_dump(), created_at=utc(now))
+    session.add(deployment)
+    session.flush()
+    policies.put(session, deployment=deployment, policy=policy, created_by=created_by, now=now)
+    return deployment
+
+
+def model_of(deployment: Deployment) -> ModelShape:
+    return ModelShape.model_validate(deployment.model)
+
+
+def pools_of(session: Session, deployment: Deployment) -> list[Pool]:
+    return list(session.scalars(select(Pool).where(Pool.deployment_id == deployment.id).order_by(Pool.role)))
+
+
+def get_pool(session: Session, deployment: Deployment, role: str) -> Pool | None:
+    return session.scalar(select(Pool).where(Pool.deployment_id == deployment.id, Pool.role == role))
+
+
+def create_pool(session: Session, *, deployment: Deployment, identity: Identity, now: float) -> Pool:
+    """A pool appears with its first agent, holding placement version 0 (the agents' default)."""
+    pool = Pool(deployment_id=deployment.id, role=identity.role.value, ep_size=identity.ep_size,
+                slots_per_rank=identity.slots_per_rank, gpus_per_node=identity.gpus_per_node,
+                created_at=utc(now))
+    session.add(pool)
+    session.flush()
+    model = model_of(deployment)
+    table = default_slot_to_expert(model.num_layers, model.num_experts, identity.ep_size * identity.slots_per_rank)
+    placements.add(session, pool=pool, version=0, slot_to_expert=table, slot_share=None, action_id=None, now=now)
+    return pool
+
+
+def record_agent(session: Session, *, pool: Pool, identity: Identity, window_index: int, placement_version: int,
+                 now: float) -> bool:
+    """Notes that an agent reported; False when it already reported this window (a retry: not counted twice)."""
+    agent = session.scalar(select(Agent).where(Agent.pool_id == pool.id, Agent.instance == identity.instance,
+                                               Agent.rank == identity.rank).with_for_update())
+    if agent is None:
+        agent = Agent(pool_id=pool.id, instance=identity.instance, rank=identity.rank, first_seen=now,
+                      last_window_index=window_index - 1, num_windows=0)
+        session.add(agent)
+    agent.last_seen = now
+    agent.node, agent.gpu_uuid, agent.placement_version = identity.node, identity.gpu_uuid, placement_version
+    if window_index <= agent.last_window_index:
+        return False
+    agent.last_window_index = window_index
+    agent.num_windows += 1
+    return True
+
+
+def agent_counts(session: Session, pool: Pool, *, now: float, stale_after_seconds: float) -> tuple[int, int]:
+    """(number of agents, number seen within stale_after_seconds)."""
+    total = session.scalar(select(func.count()).where(Agent.pool_id == pool.id)) or 0
+    fresh = session.scalar(select(func.count()).where(Agent.pool_id == pool.id,
+                                                      Agent.last_seen >= now - stale_after_seconds)) or 0
+    return total, fresh
+
+
+def gpu_agents(session: Session, pool: Pool) -> list[Agent]:
+    return list(session.scalars(select(Agent).where(Agent.pool_id == pool.id)
+                                .order_by(Agent.instance, Agent.rank)))
+
+
+def zeros_for(deployment: Deployment, pool: Pool) -> tuple[np.ndarray, np.ndarray]:
+    """Empty window arrays: expert_tokens [num_layers, num_experts], slot_tokens [num_layers, num_slots]."""
+    model = model_of(deployment)
+    return (np.zeros((model.num_layers, model.num_experts), np.int64),
+            np.zeros((model.num_layers, pool.ep_size * pool.slots_per_rank), np.int64))

@@ -1,0 +1,39 @@
+"""Reads a pool's observed state for the planner, in one place."""
+
+from __future__ import annotations
+
+import math
+
+from sqlalchemy.orm import Session
+
+from controlplane.config import Settings
+from controlplane.observed import PoolState
+from controlplane.store import deployments, placements, windows
+from controlplane.store.tables import Deployment, Pool
+
+HOUR = 3600.0
+
+
+def read_state(session: Session, deployment: Deployment, pool: Pool, *, now: float, settings: Settings,
+               num_windows: int | None = None) -> PoolState:
+    model = deployments.model_of(deployment)
+    num_agents, num_fresh = deployments.agent_counts(
+        session, pool, now=now, stale_after_seconds=settings.stale_after_windows * settings.window_seconds)
+    applied = placements.latest(session, pool)
+    last_hour = placements.recent(session, pool, since=now - HOUR)
+    moved = 0
+    previous = placements.get(session, pool, last_hour[0].version - 1) if last_hour else None
+    for placement in last_hour:
+        if previous is not None:
+            moved += int((placement.slot_to_expert != previous.slot_to_expert).sum())
+        previous = placement
+    # a window is read once it ended half a window ago: late ranks have had time to post it
+    current_index = math.floor((now - settings.window_seconds / 2) / settings.window_seconds)
+    recent = windows.recent(session, pool, before_index=current_index,
+                            limit=num_windows or settings.history_windows)
+    return PoolState(
+        deployment=deployment.name, role=pool.role, num_layers=model.num_layers, num_experts=model.num_experts,
+        num_groups=model.num_groups, ep_size=pool.ep_size, slots_per_rank=pool.slots_per_rank,
+        gpus_per_node=pool.gpus_per_node, num_agents=num_agents, num_fresh_agents=num_fresh,
+        placement_version=applied.version, slot_to_expert=applied.slot_to_expert, windows=tuple(recent),
+        last_change_at=applied.created_at if applied.version > 0 else None, moved_slots_last_hour=moved)

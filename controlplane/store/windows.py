@@ -1,0 +1,54 @@
+"""Load windows: every report of a pool for one window summed into one row."""
+
+from __future__ import annotations
+
+import numpy as np
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from controlplane.collect.aggregate import Report, merge_counters
+from controlplane.observed import Window
+from controlplane.store.arrays import pack, unpack
+from controlplane.store.tables import LoadWindow, Pool
+
+
+def add_report(session: Session, *, pool: Pool, report: Report, report_version: int, current_version: int,
+               grid_seconds: float, empty: tuple[np.ndarray, np.ndarray]) -> None:
+    """Adds one rank's report. Slot load counts only when the rank ran the current placement,
+    so a window's per-GPU load never mixes two placements."""
+    row = session.scalar(select(LoadWindow).where(LoadWindow.pool_id == pool.id,
+                                                  LoadWindow.window_index == report.window_index)
+                         .with_for_update())
+    if row is None:
+        row = LoadWindow(pool_id=pool.id, window_index=report.window_index,
+                         window_start=report.window_index * grid_seconds, window_seconds=grid_seconds,
+                         placement_version=current_version, num_reports=0, num_slot_reports=0,
+                         expert_tokens=pack(empty[0]), slot_tokens=pack(empty[1]), counters={})
+        session.add(row)
+    expert_tokens = unpack(row.expert_tokens) + report.expert_tokens
+    row.expert_tokens = pack(expert_tokens)
+    row.num_reports += 1
+    row.counters = merge_counters(row.counters, report.counters)
+    if report_version == row.placement_version:
+        slot_tokens = unpack(row.slot_tokens).copy()
+        width = report.slot_tokens.shape[1]
+        slot_tokens[:, report.slot_offset:report.slot_offset + width] += report.slot_tokens
+        row.slot_tokens = pack(slot_tokens)
+        row.num_slot_reports += 1
+    session.flush()
+
+
+def recent(session: Session, pool: Pool, *, before_index: int, limit: int) -> list[Window]:
+    """Up to `limit` windows with index < before_index (i.e. complete), oldest first."""
+    rows = list(session.scalars(select(LoadWindow).where(LoadWindow.pool_id == pool.id,
+                                                         LoadWindow.window_index < before_index)
+                                .order_by(LoadWindow.window_index.desc()).limit(limit)))
+    return [Window(index=r.window_index, start=r.window_start, seconds=r.window_seconds,
+                   placement_version=r.placement_version, num_reports=r.num_reports,
+                   num_slot_reports=r.num_slot_reports, expert_tokens=unpack(r.expert_tokens),
+                   slot_tokens=unpack(r.slot_tokens), counters=dict(r.counters)) for r in reversed(rows)]
+
+
+def prune(session: Session, pool: Pool, *, keep_from_index: int) -> None:
+    session.execute(delete(LoadWindow).where(LoadWindow.pool_id == pool.id,
+                                             LoadWindow.window_index < keep_from_index))

@@ -1,0 +1,32 @@
+"""The controller's own metrics, on a registry the entry point creates and passes in."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from controlplane.desired import Plan
+
+
+class ControllerMetrics:
+    def __init__(self, registry: CollectorRegistry):
+        self.registry = registry
+        self.snapshots = Counter("moectl_controller_snapshots_total", "Snapshots received, by HTTP status",
+                                 ["status"], registry=registry)
+        self.decisions = Counter("moectl_controller_decisions_total", "Loop decisions per pool",
+                                 ["deployment", "role", "decision"], registry=registry)
+        self.imbalance = Gauge("moectl_controller_imbalance_ratio",
+                               "Measured max/mean GPU expert load of the last window (mean over MoE layers)",
+                               ["deployment", "role"], registry=registry)
+        self.pass_seconds = Histogram("moectl_controller_reconcile_seconds", "Duration of one reconcile pass",
+                                      registry=registry)
+        self.pass_errors = Counter("moectl_controller_reconcile_errors_total", "Pools whose reconcile failed",
+                                   registry=registry)
+
+    def observe_pass(self, plans: list[Plan], num_errors: int, seconds: float) -> None:
+        self.pass_seconds.observe(seconds)
+        self.pass_errors.inc(num_errors)
+        for plan in plans:
+            self.decisions.labels(plan.deployment, plan.role, plan.decision.value).inc()
+            measured = plan.inputs.get("measured_imbalance")
+            if measured:
+                self.imbalance.labels(plan.deployment, plan.role).set(measured[-1])

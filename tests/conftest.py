@@ -1,0 +1,62 @@
+"""Shared fixtures: a migrated database (SQLite by default, PostgreSQL for tests marked so), an app
+with an injected clock and registry, and an HTTP client to it."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+from prometheus_client import CollectorRegistry
+
+from controlplane.api.app import create_app
+from controlplane.config import Settings
+from controlplane.store.db import make_engine, make_sessions, upgrade
+
+API_TOKEN, AGENT_TOKEN = "test-operator-token", "test-agent-token"
+
+
+class Clock:
+    """Time the test moves by hand."""
+
+    def __init__(self, now: float = 1_800_000_000.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def database_url(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'moectl.db'}"
+
+
+@pytest.fixture
+def settings(database_url) -> Settings:
+    return Settings(database_url=database_url, api_token=API_TOKEN, agent_token=AGENT_TOKEN, window_seconds=10.0)
+
+
+@pytest.fixture
+def sessions(settings):
+    upgrade(settings.database_url)
+    engine = make_engine(settings.database_url)
+    yield make_sessions(engine)
+    engine.dispose()
+
+
+@pytest.fixture
+def client(settings, sessions, clock):
+    app = create_app(settings, sessions, clock=clock, registry=CollectorRegistry())
+    with TestClient(app) as test_client:
+        yield test_client
+
+
+def operator() -> dict:
+    return {"Authorization": f"Bearer {API_TOKEN}"}
+
+
+def agent() -> dict:
+    return {"Authorization": f"Bearer {AGENT_TOKEN}"}
