@@ -1,0 +1,86 @@
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+CHECKPOINT_DIR = Path(__file__).parent / "checkpoint"
+
+
+@dataclass(slots=True)
+class ModelConfig:
+    vocab_size: int = 256
+    dim: int = 128
+    num_layers: int = 4
+    num_dense_layers: int = 1
+    num_heads: int = 4
+    dense_inter: int = 384
+    shared_inter: int = 128
+    moe_inter: int = 32
+    num_experts: int = 32
+    num_groups: int = 4
+    topk: int = 4
+    topk_group: int = 2
+    route_scale: float = 1.0
+    num_mtp_layers: int = 1
+    max_seq_len: int = 1024
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-6
+
+    def __post_init__(self):
+        if self.dim % self.num_heads:
+            raise ValueError("dim must be divisible by num_heads")
+        if self.num_experts % self.num_groups:
+            raise ValueError("num_experts must be divisible by num_groups")
+        if not 1 <= self.topk_group <= self.num_groups:
+            raise ValueError("topk_group must be in [1, num_groups]")
+        if self.topk > self.topk_group * self.num_experts // self.num_groups:
+            raise ValueError("topk exceeds the experts in topk_group groups")
+        if not 0 <= self.num_dense_layers <= self.num_layers:
+            raise ValueError("num_dense_layers must be in [0, num_layers]")
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.num_heads
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_layers - self.num_dense_layers + self.num_mtp_layers
+
+    @property
+    def experts_per_group(self) -> int:
+        return self.num_experts // self.num_groups
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ModelConfig":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    @classmethod
+    def load(cls, path: str | Path) -> "ModelConfig":
+        return cls.from_dict(json.loads(Path(path).read_text())["model"])
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    checkpoint: str = str(CHECKPOINT_DIR)
+    device: str = "cpu"
+    block_size: int = 16
+    num_kv_blocks: int = 512
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 4096
+    num_speculative_tokens: int = 0
+    ep_size: int = 1
+    ep_rank: int = 0
+    num_slots_per_rank: int = 0
+    overlap_shared_expert: bool = True
+    seed: int = 0
+
+    def __post_init__(self):
+        if not 0 <= self.ep_rank < self.ep_size:
+            raise ValueError("ep_rank must be in [0, ep_size)")
+        if self.block_size < 1 or self.num_kv_blocks < 1:
+            raise ValueError("block_size and num_kv_blocks must be positive")
+        if self.num_speculative_tokens < 0:
+            raise ValueError("num_speculative_tokens must be >= 0")

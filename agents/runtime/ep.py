@@ -1,0 +1,136 @@
+import time
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from agents.runtime import moe_ops
+from agents.runtime.config import ModelConfig
+from agents.runtime.placement import Placement, RoutingLimits
+from agents.runtime.stats import MoECounters
+
+
+class EPGroup:
+    """The ranks of one instance; ep_size 1 runs in-process without torch.distributed."""
+
+    def __init__(self, rank: int, size: int, group=None):
+        self.rank, self.size, self.group = rank, size, group
+
+    def all_to_all(
+        self, out: Tensor, inp: Tensor, out_splits: list[int], in_splits: list[int], async_op=False
+    ):
+        if self.size == 1:
+            out.copy_(inp)
+            return None
+        return dist.all_to_all_single(out, inp, out_splits, in_splits, group=self.group, async_op=async_op)
+
+    def agree_max(self, values: list[int]) -> list[int]:
+        if self.size == 1:
+            return list(values)
+        t = torch.tensor(values, dtype=torch.int64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
+        return t.tolist()
+
+
+def init_ep_group(rank: int, size: int, port: int, backend: str = "gloo") -> EPGroup:
+    if size > 1 and not dist.is_initialized():
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size)
+    return EPGroup(rank, size)
+
+
+class ExpertParallel:
+    """Dispatch, grouped expert compute and combine for every MoE layer of one rank."""
+
+    def __init__(
+        self, cfg: ModelConfig, group: EPGroup, num_slots_per_rank: int, device, overlap: bool = True
+    ):
+        self.cfg, self.group, self.device, self.overlap = cfg, group, device, overlap
+        self.num_slots_per_rank = num_slots_per_rank
+        self.num_slots = num_slots_per_rank * group.size
+        self.limits = RoutingLimits()
+        self.placement: Placement | None = None
+        self.counters = self.new_counters()
+
+    def new_counters(self) -> MoECounters:
+        return MoECounters.zeros(
+            self.cfg.num_moe_layers, self.cfg.num_experts, self.num_slots_per_rank, self.device
+        )
+
+    def apply_placement(self, placement: Placement, moes: list) -> None:
+        placement.validate(self.cfg.num_moe_layers, self.cfg.num_experts, self.num_slots)
+        expert_to_slots, cum_share = placement.routing_tables(self.cfg.num_experts)  # [L, E, R]
+        self.expert_to_slots, self.cum_share = expert_to_slots.to(self.device), cum_share.to(self.device)
+        start = self.group.rank * self.num_slots_per_rank
+        local = placement.slot_to_expert[:, start : start + self.num_slots_per_rank]  # [L, S_local]
+        self.w13 = [
+            moe.w13.detach().cpu()[local[i]].to(self.device) for i, moe in enumerate(moes)
+        ]  # host copy
+        self.w2 = [moe.w2.detach().cpu()[local[i]].to(self.device) for i, moe in enumerate(moes)]
+        self.placement = placement
+
+    def forward(self, moe, x: Tensor, scores: Tensor) -> Tensor:
+        cfg, layer, c = self.cfg, moe.moe_index, self.counters
+        topk_group = self.limits.topk_group or cfg.topk_group
+        weights, topk_ids = moe_ops.grouped_topk(
+            scores, moe.bias, cfg.num_groups, topk_group, cfg.topk, cfg.route_scale
+        )
+        c.recall_kept[layer] += moe_ops.routing_recall(scores, moe.bias, topk_ids)
+        c.recall_total[layer] += topk_ids.numel()
+        if self.limits.max_tokens_per_expert is not None:
+            weights, topk_ids = moe_ops.limit_capacity(
+                weights, topk_ids, cfg.num_experts, self.limits.max_tokens_per_expert
+            )
+            c.dropped_tokens[layer] += (topk_ids < 0).sum()
+        c.expert_tokens[layer] += moe_ops.histogram(topk_ids, cfg.num_experts)
+        slot_ids = moe_ops.select_slots(
+            topk_ids, self.expert_to_slots[layer], self.cum_share[layer]
+        )  # [T, K]
+        order, counts = moe_ops.permute(slot_ids, self.num_slots)  # counts: [S]
+        send_counts = counts.view(self.group.size, self.num_slots_per_rank)  # [W, S_local]
+
+        in_splits = send_counts.sum(1).tolist()
+        send = x[order[: sum(in_splits)] // cfg.topk]  # [n_send, D] grouped by destination rank, then slot
+        t0 = time.perf_counter()
+        recv_counts = torch.empty_like(send_counts)  # [W, S_local] rows from each source for each local slot
+        splits = [self.num_slots_per_rank] * self.group.size
+        self.group.all_to_all(recv_counts, send_counts, splits, splits)
+        out_splits = recv_counts.sum(1).tolist()
+        recv = x.new_empty(sum(out_splits), x.shape[1])
+        if self.overlap and self.group.size > 1:
+            done = []
+            t_launch = time.perf_counter()
+            work = self.group.all_to_all(recv, send, out_splits, in_splits, async_op=True)
+            work.get_future().then(lambda _: done.append(time.perf_counter()))
+            shared = moe.shared(x)  # single-batch overlap: the shared expert runs while tokens fly
+            t1 = time.perf_counter()
+            work.wait()
+            t2 = time.perf_counter()
+            c.dispatch_seconds += min(done[0] if done else t2, t2) - t0
+            c.dispatch_exposed_seconds += (t_launch - t0) + (t2 - t1)
+        else:
+            self.group.all_to_all(recv, send, out_splits, in_splits)
+            t2 = time.perf_counter()
+            c.dispatch_seconds += t2 - t0
+            c.dispatch_exposed_seconds += t2 - t0
+            shared = moe.shared(x)
+
+        slot_of_row = torch.arange(self.num_slots_per_rank, device=x.device).repeat(self.group.size)
+        slot_of_row = slot_of_row.repeat_interleave(
+            recv_counts.flatten()
+        )  # [M] local slot of each received row
+        by_slot = torch.argsort(slot_of_row, stable=True)  # [M]
+        slot_counts = recv_counts.sum(0)  # [S_local]
+        c.slot_tokens[layer] += slot_counts
+        y = moe_ops.grouped_swiglu(recv[by_slot], slot_counts, self.w13[layer], self.w2[layer])  # [M, D]
+        y = moe_ops.unpermute(y, by_slot, y.shape[0])  # back to arrival order
+
+        t3 = time.perf_counter()
+        back = x.new_empty(send.shape)
+        self.group.all_to_all(back, y, in_splits, out_splits)
+        t4 = time.perf_counter()
+        c.combine_seconds += t4 - t3
+        c.combine_exposed_seconds += t4 - t3
+        routed = moe_ops.combine(
+            moe_ops.unpermute(back, order, topk_ids.numel()), weights.to(x.dtype)
+        )  # [T, D]
+        return shared + routed

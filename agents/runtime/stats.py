@@ -1,0 +1,78 @@
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+
+@dataclass(slots=True)
+class MoECounters:
+    """Per-step MoE counters; tensors live on the engine's device and are filled without host syncs."""
+
+    expert_tokens: Tensor  # [num_moe_layers, num_experts] (token, expert) assignments routed by this rank
+    slot_tokens: Tensor  # [num_moe_layers, num_local_slots] rows processed by this rank's slots
+    recall_kept: Tensor  # [num_moe_layers] unconstrained top-k assignments the limited router kept
+    recall_total: Tensor  # [num_moe_layers] unconstrained top-k assignments
+    dropped_tokens: Tensor  # [num_moe_layers] assignments dropped by a capacity limit
+    dispatch_seconds: float = 0.0
+    dispatch_exposed_seconds: float = 0.0
+    combine_seconds: float = 0.0
+    combine_exposed_seconds: float = 0.0
+
+    @classmethod
+    def zeros(cls, num_layers: int, num_experts: int, num_local_slots: int, device) -> "MoECounters":
+        def z(*shape):
+            return torch.zeros(*shape, dtype=torch.int64, device=device)
+
+        return cls(
+            z(num_layers, num_experts),
+            z(num_layers, num_local_slots),
+            z(num_layers),
+            z(num_layers),
+            z(num_layers),
+        )
+
+
+@dataclass(slots=True)
+class RequestOutput:
+    request_id: str
+    new_token_ids: list[int]
+    is_finished: bool
+    finish_reason: str | None
+    num_prompt_tokens: int
+    num_cached_tokens: int
+    num_output_tokens: int
+    arrival_time: float
+    first_scheduled_time: float | None
+    first_token_time: float | None
+
+
+@dataclass(slots=True)
+class StepStats:
+    step: int
+    timestamp: float  # time.monotonic() at the end of the step; the clock of all *_time fields
+    is_prefill: bool
+    num_scheduled_tokens: int
+    num_running: int
+    num_waiting: int
+    num_preempted: int
+    kv_cache_usage: float
+    forward_seconds: float
+    step_seconds: float
+    moe: MoECounters
+    prefix_query_tokens: int = 0
+    prefix_hit_tokens: int = 0
+    spec_num_drafts: int = 0
+    spec_draft_tokens: int = 0
+    spec_accepted_tokens: int = 0
+    spec_accepted_by_position: list[int] = field(default_factory=list)
+    placement_version: int = 0
+    routing_version: int = 0
+    outputs: list[RequestOutput] = field(default_factory=list)
+
+    @property
+    def all2all_seconds(self) -> float:
+        return self.moe.dispatch_seconds + self.moe.combine_seconds
+
+    @property
+    def all2all_exposed_seconds(self) -> float:
+        return self.moe.dispatch_exposed_seconds + self.moe.combine_exposed_seconds
