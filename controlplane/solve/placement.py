@@ -13,7 +13,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from controlplane.solve.local_search import improve
+from controlplane.solve.locality import (
+    balance_groups,
+    expert_node_of,
+    group_to_node_of,
+    is_feasible,
+    mean_nodes_per_group,
+    solve_local,
+)
 from controlplane.solve.packing import pack, replicate
+from controlplane.solve.repair import invalid_layers, repair_layer
 
 
 @dataclass(frozen=True)
@@ -52,6 +62,9 @@ class PlacementPlan:
     imbalance: mean over layers of max/mean GPU load (zero-load layers count 1.0).
     num_moved_slots: slots whose expert differs from `current` (0 without a current table).
     moved_slots: [M, 2] int64 (layer, slot) pairs that change, i.e. the weights to transfer.
+    is_group_local: every layer keeps each group's replicas on one node (asked for and achieved).
+    mean_nodes_per_group: nodes a group's replicas span, mean over layers and groups; what
+        locality bounds (1.0 = local) and the cross-node traffic the plan risks under group routing.
     """
 
     slot_to_expert: np.ndarray
@@ -60,6 +73,8 @@ class PlacementPlan:
     imbalance: float
     num_moved_slots: int
     moved_slots: np.ndarray
+    is_group_local: bool = False
+    mean_nodes_per_group: float = 1.0
 
 
 def replica_counts(slot_to_expert: np.ndarray, num_experts: int) -> np.ndarray:
@@ -137,53 +152,77 @@ def _validate(load, topology: Topology, current, max_moved_slots) -> tuple[np.nd
 
 
 def solve_placement(load, topology: Topology, current=None, max_moved_slots: int | None = None, *,
-                    group_locality: bool = False) -> PlacementPlan:
+                    group_locality: bool = False, tolerance: float | None = None,
+                    min_gain_per_move: float = 0.002) -> PlacementPlan:
     """Plan slot -> expert for every layer.
 
     load: [L, E] tokens expected per expert in the coming windows.
-    current: [L, S] int applied table, or None for a fresh start.
-    max_moved_slots: bound on slots (over all layers) whose expert may differ from `current`.
+    current: [L, S] int applied table, or None for a fresh start. With it, the solver starts from
+        `current` and moves only what pays, so a small drift costs few moves.
+    max_moved_slots: bound on slots (over all layers) whose expert may differ from `current`;
+        exceeded only to repair a `current` that breaks an invariant (missing expert, duplicate).
+    group_locality: keep each group's replicas on one node (needs E % G == 0, G % N == 0 and a
+        node's slots to fit its experts; otherwise solved globally, as EPLB does, and the plan
+        says so). With `current`, a layer not yet local is relocated only if the budget allows.
+    tolerance: a layer within this of perfect max/mean is left alone; default 0.001 fresh, 0.01
+        with `current` (moving weights stalls serving; 1% is not worth it).
+    min_gain_per_move: with `current`, each moved slot must lower its layer's max GPU load by at
+        least this fraction of the layer's mean.
     """
     load, current = _validate(load, topology, current, max_moved_slots)
-    counts = replicate(load, topology.num_slots, topology.num_gpus)
-    table = pack(load, counts, topology.num_gpus, topology.slots_per_gpu)
-    if current is not None and max_moved_slots is not None:
-        table = _within_budget(table, current, load, topology, int(max_moved_slots))
-    return _plan(table, load, topology, current)
+    num_experts, k, gpn = load.shape[1], topology.slots_per_gpu, topology.gpus_per_node
+    is_local = group_locality and is_feasible(num_experts, topology.num_slots, topology.num_groups,
+                                              topology.num_nodes, gpn)
+    if tolerance is None:
+        tolerance = 0.001 if current is None else 0.01
+    group_to_node = None
+    if current is None:
+        if is_local:
+            group_to_node = balance_groups(load, topology.num_groups, topology.num_nodes)
+            table = solve_local(load, group_to_node, topology.num_nodes, gpn, k)
+        else:
+            table = pack(load, replicate(load, topology.num_slots, topology.num_gpus), topology.num_gpus, k)
+        min_gain_per_move = 1e-9
+    else:
+        table = current.copy()
+        home = None
+        if is_local:
+            home = expert_node_of(group_to_node_of(current, num_experts, topology.num_groups,
+                                                   topology.num_nodes), num_experts)
+        for layer in np.flatnonzero(invalid_layers(current, num_experts, k)):
+            table[layer] = repair_layer(current[layer], load[layer], k, gpn,
+                                        None if home is None else home[layer])
+        if is_local:
+            group_to_node = _relocate(table, current, load, topology, max_moved_slots)
+    expert_node = None if group_to_node is None else expert_node_of(group_to_node, num_experts)
+    table = improve(table, load, replica_counts(table, num_experts), k, current=current,
+                    max_moved_slots=max_moved_slots, expert_node=expert_node, gpus_per_node=gpn,
+                    min_gain=min_gain_per_move, tolerance=tolerance)
+    return _plan(table, load, topology, current, is_local and bool((group_to_node >= 0).all()))
 
 
-def _within_budget(table, current, load, topology, max_moved_slots):
-    """Keep whole current layers when the budget runs out, taking the best gain per move first."""
-    gain = _layer_ratio(current, load, topology) - _layer_ratio(table, load, topology)
-    cost = (table != current).sum(axis=1)
-    # a current layer that breaks an invariant is replaced whatever the budget says
-    gain[~_is_valid_layer(current, load.shape[1], topology)] = np.inf
-    result = current.copy()
-    for layer in np.argsort(-gain / np.maximum(cost, 1), kind="stable"):
-        if (cost[layer] <= max_moved_slots and gain[layer] > 0) or gain[layer] == np.inf:
-            result[layer] = table[layer]
-            max_moved_slots -= cost[layer]
-    return result
+def _relocate(table, current, load, topology, max_moved_slots) -> np.ndarray:
+    """Make spread layers group-local while the budget lasts (mutates table); -> group_to_node [L, G]."""
+    groups, nodes = topology.num_groups, topology.num_nodes
+    group_to_node = group_to_node_of(table, load.shape[1], groups, nodes)
+    budget = np.inf if max_moved_slots is None else max_moved_slots - int((table != current).sum())
+    for layer in np.flatnonzero((group_to_node < 0).any(axis=1)):
+        fresh_map = balance_groups(load[layer:layer + 1], groups, nodes)
+        fresh = solve_local(load[layer:layer + 1], fresh_map, nodes, topology.gpus_per_node,
+                            topology.slots_per_gpu)[0]
+        cost = int((fresh != current[layer]).sum()) - int((table[layer] != current[layer]).sum())
+        if cost <= budget:
+            table[layer], group_to_node[layer] = fresh, fresh_map[0]
+            budget -= cost
+    return group_to_node
 
 
-def _is_valid_layer(table, num_experts, topology) -> np.ndarray:
-    """[L] bool: every expert present and no GPU holding one expert twice."""
-    counts = replica_counts(table, num_experts)
-    per_gpu = np.sort(table.reshape(table.shape[0], topology.num_gpus, topology.slots_per_gpu), axis=2)
-    is_dup = (per_gpu[:, :, 1:] == per_gpu[:, :, :-1]).any(axis=(1, 2))
-    return (counts > 0).all(axis=1) & ~is_dup
-
-
-def _layer_ratio(table, load, topology) -> np.ndarray:
-    gpu_load = gpu_load_of(table, load, topology)
-    mean = gpu_load.mean(axis=1)
-    return np.divide(gpu_load.max(axis=1), mean, out=np.ones_like(mean), where=mean > 0)
-
-
-def _plan(table, load, topology, current) -> PlacementPlan:
+def _plan(table, load, topology, current, is_group_local) -> PlacementPlan:
     share = even_share(table, load.shape[1])
     gpu_load = gpu_load_of(table, load, topology, share)
     moved = np.argwhere(table != current) if current is not None else np.empty((0, 2), dtype=np.int64)
     return PlacementPlan(slot_to_expert=table, slot_share=share, gpu_load=gpu_load,
                          imbalance=imbalance_from_gpu_load(gpu_load), num_moved_slots=len(moved),
-                         moved_slots=moved.astype(np.int64))
+                         moved_slots=moved.astype(np.int64), is_group_local=is_group_local,
+                         mean_nodes_per_group=mean_nodes_per_group(table, load.shape[1], topology.num_groups,
+                                                                   topology.num_nodes))
