@@ -33,7 +33,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from controlplane.serve import serve
 
     settings = _settings(args)
-    return serve(settings, run_loop=not args.no_loop, announce=True)
+    return serve(settings, run_loop=not args.no_loop)
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
@@ -148,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.Formatter.converter = time.gmtime
+    for noisy in ("httpx", "alembic"):  # one line per request or migration step drowns the loop's own log
+        logging.getLogger(noisy).setLevel(logging.DEBUG if args.verbose else logging.WARNING)
     try:
         return args.func(args)
     except KeyboardInterrupt:

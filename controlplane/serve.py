@@ -1,56 +1,77 @@
-"""Runs the controller: migrate the database, build the app, serve it with uvicorn."""
+"""Runs the controller: migrate the database, then the API (uvicorn) and the reconcile loop (a thread)."""
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 
 import uvicorn
+from prometheus_client import CollectorRegistry
 
 from controlplane.api.app import create_app
 from controlplane.config import Settings
-from controlplane.reconcile import reconcile_once
+from controlplane.reconcile import reconcile_once, run_forever
 from controlplane.store.db import make_engine, make_sessions, upgrade
-
-log = logging.getLogger("moectl")
-
-
-def prepare(settings: Settings):
-    """Brings the schema to head and returns a session factory."""
-    upgrade(settings.database_url)
-    return make_sessions(make_engine(settings.database_url))
+from controlplane.telemetry import ControllerMetrics
 
 
-def make_server(settings: Settings, *, run_loop: bool) -> uvicorn.Server:
-    app = create_app(settings, prepare(settings), run_loop=run_loop)
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning")
-    return uvicorn.Server(config)
+class Controller:
+    """The API server and, unless disabled, the reconcile loop, started and stopped together."""
+
+    def __init__(self, settings: Settings, *, run_loop: bool = True):
+        upgrade(settings.database_url)
+        self.settings = settings
+        self.sessions = make_sessions(make_engine(settings.database_url))
+        self.metrics = ControllerMetrics(CollectorRegistry())
+        app = create_app(settings, self.sessions, metrics=self.metrics)
+        self.server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning"))
+        self.stop_loop = threading.Event()
+        self.loop = threading.Thread(target=run_forever, name="reconcile", daemon=True, kwargs=dict(
+            sessions=self.sessions, settings=settings, stop=self.stop_loop,
+            on_pass=lambda r: self.metrics.observe_pass(r.plans, r.num_errors, r.seconds))) if run_loop else None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.settings.host}:{self.settings.port}"
+
+    def start(self, timeout: float = 30.0) -> threading.Thread:
+        """Serves in a background thread; returns once the port accepts connections."""
+        thread = threading.Thread(target=self.run, name="controller", daemon=True)
+        thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"controller did not start on {self.url}; is the port in use? "
+                                   f"pass --port or set MOECTL_PORT")
+            time.sleep(0.05)
+        return thread
+
+    def run(self) -> None:
+        """Serves in this thread until stopped (Ctrl-C, or `stop()` from another thread)."""
+        if self.loop is not None:
+            self.loop.start()
+        try:
+            self.server.run()
+        finally:
+            self.stop_loop.set()
+            if self.loop is not None:
+                self.loop.join(timeout=10)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
 
 
-def start_in_thread(server: uvicorn.Server, timeout: float = 30.0) -> threading.Thread:
-    thread = threading.Thread(target=server.run, name="controller", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + timeout
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError(f"controller did not start on {server.config.host}:{server.config.port}; "
-                               f"is the port in use? pass --port or set MOECTL_PORT")
-        time.sleep(0.05)
-    return thread
-
-
-def serve(settings: Settings, *, run_loop: bool, announce: bool) -> int:
-    server = make_server(settings, run_loop=run_loop)
-    if announce:
-        print(f"controller: http://{settings.host}:{settings.port}", flush=True)
-        print(f"api token: {settings.api_token}\nagent token: {settings.agent_token}", flush=True)
-    server.run()
+def serve(settings: Settings, *, run_loop: bool) -> int:
+    controller = Controller(settings, run_loop=run_loop)
+    print(f"controller: {controller.url}", flush=True)
+    print(f"api token: {settings.api_token}\nagent token: {settings.agent_token}", flush=True)
+    controller.run()
     return 0
 
 
 def reconcile_command(settings: Settings, *, once: bool, dry_run: bool) -> int:
-    sessions = prepare(settings)
+    upgrade(settings.database_url)
+    sessions = make_sessions(make_engine(settings.database_url))
     while True:
         result = reconcile_once(sessions, settings, now=time.time(), dry_run=dry_run)
         for plan in result.plans:

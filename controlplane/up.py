@@ -8,14 +8,14 @@ from __future__ import annotations
 import threading
 
 from controlplane.config import Settings
-from controlplane.serve import make_server, start_in_thread
+from controlplane.serve import Controller
 from controlplane.sim.run import run_sim
 
 
 def up(settings: Settings, *, num_deployments: int, ep_size: int) -> int:
-    server = make_server(settings.model_copy(update={"reconcile_seconds": settings.window_seconds}), run_loop=True)
-    controller = start_in_thread(server)
-    url = f"http://{settings.host}:{settings.port}"
+    controller = Controller(settings.model_copy(update={"reconcile_seconds": settings.window_seconds}))
+    thread = controller.start()
+    url = controller.url
     print(f"controller: {url}", flush=True)
     print(f"status page: {url}/", flush=True)
     print(f"api token: {settings.api_token}", flush=True)
@@ -28,14 +28,14 @@ def up(settings: Settings, *, num_deployments: int, ep_size: int) -> int:
     print(f"sim: {num_deployments} deployments x {ep_size} ranks, {settings.window_seconds:g}s windows", flush=True)
     print("press Ctrl-C to stop", flush=True)
     try:
-        while controller.is_alive() and sim.is_alive():
-            controller.join(timeout=0.5)
+        while thread.is_alive() and sim.is_alive():
+            thread.join(timeout=0.5)
     except KeyboardInterrupt:
         pass
     finally:
         stop.set()
         sim.join(timeout=10)
-        server.should_exit = True
-        controller.join(timeout=10)
+        controller.stop()
+        thread.join(timeout=10)
         print("stopped", flush=True)
     return 0

@@ -3,13 +3,17 @@ with an injected clock and registry, and an HTTP client to it."""
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
+from support import servers
 
 from controlplane.api.app import create_app
 from controlplane.config import Settings
 from controlplane.store.db import make_engine, make_sessions, upgrade
+from controlplane.telemetry import ControllerMetrics
 
 API_TOKEN, AGENT_TOKEN = "test-operator-token", "test-agent-token"
 
@@ -29,9 +33,19 @@ def clock() -> Clock:
     return Clock()
 
 
-@pytest.fixture
-def database_url(tmp_path) -> str:
-    return f"sqlite:///{tmp_path / 'moectl.db'}"
+@pytest.fixture(scope="session")
+def postgres_server():
+    with servers.postgres() as server:
+        yield server
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_url(request, tmp_path) -> str:
+    """Every test that touches the database runs on SQLite and on a real PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'moectl.db'}"
+    socket_dir, port = request.getfixturevalue("postgres_server")
+    return servers.create_database(socket_dir, port, f"t{uuid.uuid4().hex[:12]}")
 
 
 @pytest.fixture
@@ -49,7 +63,7 @@ def sessions(settings):
 
 @pytest.fixture
 def client(settings, sessions, clock):
-    app = create_app(settings, sessions, clock=clock, registry=CollectorRegistry())
+    app = create_app(settings, sessions, clock=clock, metrics=ControllerMetrics(CollectorRegistry()))
     with TestClient(app) as test_client:
         yield test_client
 

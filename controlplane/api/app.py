@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
-from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -13,7 +11,6 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry
 from sqlalchemy.orm import Session, sessionmaker
 
-from controlplane import reconcile
 from controlplane.api.body_limit import BodyLimit
 from controlplane.api.routes import agents, deployments, health
 from controlplane.config import Settings
@@ -21,26 +18,9 @@ from controlplane.telemetry import ControllerMetrics
 
 
 def create_app(settings: Settings, sessions: sessionmaker[Session], *, clock: Callable[[], float] = time.time,
-               registry: CollectorRegistry | None = None, run_loop: bool = False) -> FastAPI:
-    """run_loop: also run the reconcile loop in a background thread for the app's lifetime."""
-    metrics = ControllerMetrics(registry or CollectorRegistry())
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI):
-        stop = threading.Event()
-        thread = None
-        if run_loop:
-            thread = threading.Thread(
-                target=reconcile.run_forever, name="reconcile", daemon=True,
-                kwargs=dict(sessions=sessions, settings=settings, stop=stop, clock=clock,
-                            on_pass=lambda r: metrics.observe_pass(r.plans, r.num_errors, r.seconds)))
-            thread.start()
-        yield
-        stop.set()
-        if thread is not None:
-            thread.join(timeout=10)
-
-    app = FastAPI(title="moectl controller", version="0.1.0", lifespan=lifespan,
+               metrics: ControllerMetrics | None = None) -> FastAPI:
+    metrics = metrics or ControllerMetrics(CollectorRegistry())
+    app = FastAPI(title="moectl controller", version="0.1.0",
                   description="Observability and autotuning control plane for MoE serving")
     app.state.settings, app.state.sessions, app.state.clock, app.state.metrics = settings, sessions, clock, metrics
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)

@@ -12,7 +12,7 @@ import numpy as np
 
 EXPERT_SECONDS_PER_TOKEN = 2.0e-6  # routed-expert GEMMs per token-slot on one GPU
 DENSE_SECONDS_PER_TOKEN = 6.0e-6  # attention + shared expert, data parallel across ranks
-ALL2ALL_SECONDS_PER_TOKEN = 1.5e-6  # per token-expert pair received, dispatch and combine each
+ALL2ALL_SECONDS_PER_TOKEN = 0.4e-6  # per token-expert pair received, dispatch and combine each
 
 
 @dataclass(frozen=True)

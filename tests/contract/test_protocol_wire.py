@@ -1,0 +1,85 @@
+"""The wire contract: what an agent sends is what the controller reads, in a pinned, compact format."""
+
+from __future__ import annotations
+
+import base64
+import json
+import zlib
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from agents.protocol import PROTOCOL_VERSION, Array, DesiredState, Identity, ModelShape, RoutingLimits, Snapshot
+
+MODEL = ModelShape(name="dsv3", num_layers=58, num_experts=256, num_groups=8, top_k=8)
+
+
+def snapshot(**overrides) -> Snapshot:
+    rng = np.random.default_rng(0)
+    fields = dict(
+        identity=Identity(deployment="dsv3", instance="decode-0", role="decode", rank=3, ep_size=32,
+                          slots_per_rank=9),
+        model=MODEL, window_start=1_800_000_000.0, window_seconds=10.0, placement_version=4, num_steps=200,
+        expert_tokens=Array.from_numpy(rng.poisson(50, (58, 256))),
+        slot_tokens=Array.from_numpy(rng.poisson(400, (58, 9))),
+        forward_seconds=9.1, dispatch_seconds=1.2, combine_seconds=1.1, prefix_query_tokens=1000,
+        prefix_hit_tokens=600, spec_drafts=100, spec_draft_tokens=100, spec_accepted_tokens=81)
+    return Snapshot(**(fields | overrides))
+
+
+def test_snapshot_round_trips_through_json():
+    sent = snapshot()
+    received = Snapshot.model_validate_json(sent.model_dump_json())
+    assert received == sent
+    np.testing.assert_array_equal(received.expert_tokens.to_numpy(), sent.expert_tokens.to_numpy())
+    assert received.expert_tokens.to_numpy().dtype == np.int64
+
+
+def test_array_format_is_pinned():
+    """base64(zlib(little-endian C-order bytes)) with dtype and shape beside: other implementations
+    (a Go or Rust agent) decode it from this description alone."""
+    expected = np.array([[1, 2, 3], [4, 5, 6]], dtype=np.int64)
+    data = base64.b64encode(zlib.compress(expected.astype("<i8").tobytes())).decode()
+    wire = json.loads(json.dumps({"dtype": "int64", "shape": [2, 3], "data": data}))
+    np.testing.assert_array_equal(Array.model_validate(wire).to_numpy(), expected)
+    floats = np.array([0.5, -1.25], dtype=np.float32)
+    wire = {"dtype": "float32", "shape": [2], "data": base64.b64encode(zlib.compress(floats.astype("<f4").tobytes()))}
+    np.testing.assert_array_equal(Array.model_validate(wire).to_numpy(), floats)
+
+
+def test_a_full_size_snapshot_is_compact():
+    as_lists = len(json.dumps(snapshot().expert_tokens.to_numpy().tolist()))
+    assert len(snapshot().model_dump_json()) < as_lists / 2
+
+
+@pytest.mark.parametrize("array, message", [
+    (Array(dtype="int64", shape=(2, 2), data=base64.b64encode(zlib.compress(b"\0" * 8)).decode()), "needs 32"),
+    (Array(dtype="int64", shape=(1,), data="not base64!"), "base64"),
+])
+def test_corrupt_arrays_are_named(array, message):
+    with pytest.raises(ValueError, match=message):
+        array.to_numpy()
+
+
+def test_an_inflating_body_stops_at_the_promised_size():
+    bomb = base64.b64encode(zlib.compress(b"\0" * 50_000_000)).decode()
+    with pytest.raises(ValueError, match="needs 8"):
+        Array(dtype="int64", shape=(1,), data=bomb).to_numpy()
+
+
+def test_unknown_protocol_version_is_refused():
+    body = json.loads(snapshot().model_dump_json()) | {"protocol": "moectl.v0"}
+    with pytest.raises(ValidationError, match="moectl.v1"):
+        Snapshot.model_validate(body)
+
+
+def test_desired_state_round_trips_and_omits_unchanged_tables():
+    table = np.arange(58 * 288).reshape(58, 288) % 256
+    sent = DesiredState(placement_version=5, slot_to_expert=Array.from_numpy(table),
+                        routing=RoutingLimits(topk_group=4))
+    received = DesiredState.model_validate_json(sent.model_dump_json())
+    np.testing.assert_array_equal(received.slot_to_expert.to_numpy(), table)
+    assert received.routing.topk_group == 4 and received.protocol == PROTOCOL_VERSION
+    small = DesiredState(placement_version=5)
+    assert "slot_to_expert" not in small.model_dump_json(exclude_none=True)

@@ -1,0 +1,54 @@
+"""Registering deployments, reading them, and changing their policy."""
+
+from __future__ import annotations
+
+from conftest import operator
+
+MODEL = {"name": "tiny", "num_layers": 2, "num_experts": 8, "num_groups": 2, "top_k": 2}
+
+
+def test_register_is_idempotent_and_the_shape_cannot_change(client):
+    assert client.put("/v1/deployments/tiny", json={"model": MODEL}, headers=operator()).json()["created"]
+    assert not client.put("/v1/deployments/tiny", json={"model": MODEL}, headers=operator()).json()["created"]
+    other = client.put("/v1/deployments/tiny", json={"model": MODEL | {"num_experts": 16}}, headers=operator())
+    assert other.status_code == 409 and "another model shape" in other.json()["detail"]
+    assert client.get("/v1/deployments/tiny/overview").json()["model"]["num_experts"] == 8
+
+
+def test_changes_need_an_operator_token(client):
+    assert client.put("/v1/deployments/tiny", json={"model": MODEL}).status_code == 401
+    assert client.put("/v1/deployments/tiny", json={"model": MODEL},
+                      headers={"Authorization": "Bearer test-agent-token"}).status_code == 403
+    assert client.get("/v1/deployments").json() == []
+
+
+def test_invalid_input_names_the_field(client):
+    bad_name = client.put("/v1/deployments/Bad_Name", json={"model": MODEL}, headers=operator())
+    assert bad_name.status_code == 422 and "DNS label" in bad_name.json()["detail"]
+    bad_model = client.put("/v1/deployments/tiny", json={"model": MODEL | {"num_groups": 3}}, headers=operator())
+    assert bad_model.status_code == 422 and "not a multiple of num_groups" in bad_model.json()["detail"]
+    client.put("/v1/deployments/tiny", json={"model": MODEL}, headers=operator())
+    bad_policy = client.put("/v1/deployments/tiny/policy", json={"mode": "auto", "imbalance_threshold": 0.5},
+                            headers=operator())
+    assert bad_policy.status_code == 422 and "imbalance_threshold" in bad_policy.json()["detail"]
+    unknown = client.put("/v1/deployments/tiny/policy", json={"mode": "sometimes"}, headers=operator())
+    assert unknown.status_code == 422 and "mode" in unknown.json()["detail"]
+    assert client.get("/v1/deployments/tiny/policy").json()["version"] == 1
+
+
+def test_policy_changes_are_versioned(client):
+    client.put("/v1/deployments/tiny", json={"model": MODEL}, headers=operator())
+    assert client.get("/v1/deployments/tiny/policy").json()["policy"]["mode"] == "observe"
+    changed = client.put("/v1/deployments/tiny/policy", json={"mode": "auto"}, headers=operator()).json()
+    assert changed["version"] == 2
+    current = client.get("/v1/deployments/tiny/policy").json()
+    assert current["version"] == 2 and current["policy"]["mode"] == "auto"
+    assert client.get("/v1/deployments/tiny/overview").json()["mode"] == "auto"
+
+
+def test_overview_of_a_quiet_deployment_says_unknown_not_zero(client):
+    client.put("/v1/deployments/tiny", json={"model": MODEL}, headers=operator())
+    overview = client.get("/v1/deployments/tiny/overview").json()
+    assert overview["imbalance"] is None and overview["mtp_acceptance"] is None
+    assert overview["agents"] == {"total": 0, "fresh": 0, "stale": 0}
+    assert client.get("/v1/deployments/nope/overview").status_code == 404
