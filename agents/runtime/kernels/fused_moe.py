@@ -24,10 +24,12 @@ reference = refs.fused_moe
 
 def make_inputs(
     seed: int, num_tokens=20, topk=4, num_slots=8, dim=32, inter=16, drop_fraction=0.1, dtype=torch.float32,
-    device="cpu",
+    one_slot=None, device="cpu",
 ):
     g = torch.Generator().manual_seed(seed)
     ids = torch.rand(num_tokens, num_slots, generator=g).argsort(-1)[:, :topk]  # distinct slots per token
+    if one_slot is not None:
+        ids[:, 0] = one_slot  # every token uses one slot (with topk 1: all tokens on one expert)
     weights = torch.rand(num_tokens, topk, generator=g)
     dropped = torch.rand(num_tokens, topk, generator=g) < drop_fraction
     ids, weights = ids.masked_fill(dropped, -1), weights.masked_fill(dropped, 0.0)

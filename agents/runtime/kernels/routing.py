@@ -165,9 +165,12 @@ def make_inputs(
     route_scale=2.5,
     dtype=torch.float32,
     return_recall=True,
+    hot_expert=None,
     device="cpu",
 ):
     g = torch.Generator().manual_seed(seed)
     scores = torch.sigmoid(torch.randn(num_tokens, num_experts, generator=g)).to(dtype)
     bias = 0.1 * torch.randn(num_experts, generator=g)  # fp32, like the e_score_correction_bias buffer
+    if hot_expert is not None:
+        bias[hot_expert] = 10.0  # every token picks it
     return (scores.to(device), bias.to(device), num_groups, topk_group, topk, route_scale, return_recall)
