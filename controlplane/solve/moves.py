@@ -1,0 +1,187 @@
+"""Candidate moves that relieve a layer's most loaded ("hot") GPU, scored for every active layer at once.
+
+Three kinds, each rewriting at most two slots and keeping every expert present with no duplicate on a GPU:
+- swap: exchange a replica on the hot GPU with a lighter replica on another GPU;
+- retarget: turn a spare replica of expert a (a has >= 2) into one more replica of hot expert h;
+- chain: the compound move a retarget needs when every spare sits on a GPU that already holds h.
+  Slot x on light GPU t holds b; spare slot y of expert a sits on GPU u. Then y <- b and x <- h:
+  b relocates into the freed spare, h gains a replica on t. Without it the search stalls as soon as
+  all spares share GPUs with the hot experts (the agents' default table does exactly that).
+Values are the largest load among the GPUs a move touches (conservative where exactness is costly);
+gain is the hot GPU's load minus that value. Shapes: n active layers, k slots per GPU, G GPUs,
+E experts, S slots, c swap/retarget candidates, H hot experts, C light slots, P spare slots.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+NUM_KINDS = 3
+SWAP, RETARGET, CHAIN = range(NUM_KINDS)
+
+
+def best_moves(layers, table, load, counts, slot_load, gpu_load, is_on_gpu, slots_per_gpu, num_partners,
+               num_spares, expert_node, gpus_per_node, current) -> dict[str, np.ndarray]:
+    """One best move per active layer: kind, up to two (slot, new expert) writes, gain and cost.
+
+    Slots not written are -1. Cost is the change in slots differing from `current` (0 without it).
+    """
+    n, k = len(layers), slots_per_gpu
+    rows = np.arange(n)[:, None]
+    tbl, sl, gl, cnt, w, on = (table[layers], slot_load[layers], gpu_load[layers], counts[layers],
+                               load[layers], is_on_gpu[layers])
+    cur = None if current is None else current[layers]
+    node_of = None if expert_node is None else expert_node[layers]
+    num_slots = tbl.shape[1]
+    hot = gl.argmax(axis=1)
+    hot_load = gl[np.arange(n), hot]
+    hot_slots = hot[:, None] * k + np.arange(k)                          # [n, k]
+    partner_gpu = np.argsort(gl, axis=1, kind="stable")[:, :num_partners]
+    on_light = (partner_gpu[:, :, None] * k + np.arange(k)).reshape(n, -1)  # [n, C]
+    slot_count = np.take_along_axis(cnt, tbl, axis=1)
+    slot_gpu_load = gl[:, np.arange(num_slots) // k]
+    # spares that are cheapest to give up: low load after losing one replica, on a light GPU
+    with np.errstate(divide="ignore", invalid="ignore"):
+        spare_cost = np.where(slot_count >= 2, np.take_along_axis(w, tbl, axis=1) / (slot_count - 1)
+                              + slot_gpu_load, np.inf)
+    cheap_spare = np.argsort(spare_cost, axis=1, kind="stable")[:, :num_spares]  # [n, P]
+    ctx = dict(n=n, k=k, rows=rows, tbl=tbl, sl=sl, gl=gl, cnt=cnt, w=w, on=on, cur=cur, node_of=node_of,
+               hot=hot, hot_load=hot_load, gpus_per_node=gpus_per_node)
+    candidates = [_swap_and_retarget(ctx, hot_slots, np.concatenate([on_light, cheap_spare], axis=1)),
+                  _chain(ctx, hot_slots, on_light, cheap_spare)]
+    gain = np.concatenate([c["gain"] for c in candidates], axis=1)
+    cost = np.concatenate([c["cost"] for c in candidates], axis=1)
+    # best gain per moved slot; without a current table every move is free, so the best gain
+    score = np.where(gain > 0, gain / np.maximum(cost, 0.5), -np.inf)
+    best = score.argmax(axis=1)
+    r = np.arange(n)
+    fields = ("kind", "slot1", "expert1", "slot2", "expert2")
+    move = {f: np.concatenate([c[f] for c in candidates], axis=1)[r, best] for f in fields}
+    move["gain"] = np.maximum(gain[r, best], 0.0)
+    move["cost"] = cost[r, best]
+    return move
+
+
+def _swap_and_retarget(ctx, hot_slots, cand) -> dict[str, np.ndarray]:
+    """Swap hot slot i with candidate slot j, or retarget j to hot expert i. Arrays [n, 2*k*c]."""
+    n, k, rows, tbl, sl, gl, cnt, w, on = (ctx[f] for f in ("n", "k", "rows", "tbl", "sl", "gl", "cnt", "w", "on"))
+    hot, hot_load = ctx["hot"], ctx["hot_load"]
+    hot_expert, hot_replica = tbl[rows, hot_slots], sl[rows, hot_slots]  # [n, k]
+    cand_gpu = cand // k
+    cand_expert, cand_replica = tbl[rows, cand], sl[rows, cand]          # [n, c]
+    cand_gpu_load = gl[rows, cand_gpu]
+    hot_has_cand = np.take_along_axis(on[np.arange(n), hot], cand_expert, axis=1)  # [n, c]
+    cand_has_hot = on[rows[:, :, None], cand_gpu[:, None, :], hot_expert[:, :, None]]  # [n, k, c]
+    is_hot_local = np.ones((n, k, cand.shape[1]), dtype=bool)
+    is_cand_local = np.ones((n, 1, cand.shape[1]), dtype=bool)
+    if ctx["node_of"] is not None:
+        node_of, gpn = ctx["node_of"], ctx["gpus_per_node"]
+        hot_home, cand_home = node_of[rows, hot_expert][:, :, None], node_of[rows, cand_expert]
+        is_hot_local = (hot_home < 0) | (hot_home == (cand_gpu // gpn)[:, None, :])
+        is_cand_local = ((cand_home < 0) | (cand_home == (hot // gpn)[:, None]))[:, None, :]
+
+    delta = hot_replica[:, :, None] - cand_replica[:, None, :]
+    swap_value = np.maximum(hot_load[:, None, None] - delta, cand_gpu_load[:, None, :] + delta)
+    is_blocked = cand_has_hot | hot_has_cand[:, None, :] | ~is_hot_local | ~is_cand_local
+    swap_value[(delta <= 0) | is_blocked] = np.inf
+
+    hot_total, hot_count = w[rows, hot_expert], cnt[rows, hot_expert]
+    new_hot_replica = hot_total / (hot_count + 1)
+    cand_total, cand_count = w[rows, cand_expert], cnt[rows, cand_expert]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        spare_rise = np.where(cand_count >= 2, cand_total / np.maximum(cand_count - 1, 1) - cand_replica, np.inf)
+    max_load_holding = np.full(w.shape, -np.inf)  # [n, E] load of the busiest GPU holding each expert
+    slot_gpu_load = gl[:, np.arange(tbl.shape[1]) // k]
+    np.maximum.at(max_load_holding, (np.broadcast_to(rows, tbl.shape), tbl), slot_gpu_load)
+    cand_expert_peak = np.take_along_axis(max_load_holding, cand_expert, axis=1) + spare_rise
+    retarget_value = np.maximum.reduce([
+        np.broadcast_to(cand_expert_peak[:, None, :], delta.shape),
+        cand_gpu_load[:, None, :] - cand_replica[:, None, :] + new_hot_replica[:, :, None],
+        np.broadcast_to((hot_load[:, None] - hot_replica + new_hot_replica)[:, :, None], delta.shape),
+    ])
+    retarget_value[cand_has_hot | (cand_count[:, None, :] < 2) | ~is_hot_local] = np.inf
+
+    shape = delta.shape
+    cost = np.zeros((n, 2) + shape[1:])
+    if ctx["cur"] is not None:
+        cur = ctx["cur"]
+        cur_hot, cur_cand = cur[rows, hot_slots], cur[rows, cand]
+        hot_was, cand_was = (hot_expert != cur_hot)[:, :, None], (cand_expert != cur_cand)[:, None, :]
+        hot_now = cand_expert[:, None, :] != cur_hot[:, :, None]
+        cand_now = hot_expert[:, :, None] != cur_cand[:, None, :]
+        cost[:, 0] = hot_now.astype(int) + cand_now - hot_was - cand_was
+        cost[:, 1] = cand_now.astype(int) - cand_was
+    b = lambda a: np.broadcast_to(a, shape)  # noqa: E731
+    return {
+        "gain": (hot_load[:, None, None, None] - np.stack([swap_value, retarget_value], axis=1)).reshape(n, -1),
+        "cost": cost.reshape(n, -1),
+        "kind": np.stack([b(SWAP), b(RETARGET)], axis=1).reshape(n, -1),
+        "slot1": np.stack([b(cand[:, None, :])] * 2, axis=1).reshape(n, -1),
+        "expert1": np.stack([b(hot_expert[:, :, None])] * 2, axis=1).reshape(n, -1),
+        "slot2": np.stack([b(hot_slots[:, :, None]), b(-1)], axis=1).reshape(n, -1),
+        "expert2": np.stack([b(cand_expert[:, None, :]), b(-1)], axis=1).reshape(n, -1),
+    }
+
+
+def _chain(ctx, hot_slots, light, spare, num_hot: int = 2) -> dict[str, np.ndarray]:
+    """Chain moves y <- b, x <- h over the hottest experts h on the hot GPU. Arrays [n, H*C*P]."""
+    n, k, rows, tbl, sl, gl, cnt, w, on = (ctx[f] for f in ("n", "k", "rows", "tbl", "sl", "gl", "cnt", "w", "on"))
+    hot, hot_load = ctx["hot"], ctx["hot_load"]
+    num_hot = min(num_hot, k)
+    r3 = rows[:, :, None]
+    # the hot GPU's experts with the largest per-replica load gain most from one more replica
+    top = np.argsort(-sl[rows, hot_slots], axis=1, kind="stable")[:, :num_hot]
+    h = tbl[rows, np.take_along_axis(hot_slots, top, axis=1)]         # [n, H]
+    hr = sl[rows, np.take_along_axis(hot_slots, top, axis=1)]
+    nh = w[rows, h] / (cnt[rows, h] + 1)
+    b, bl, t = tbl[rows, light], sl[rows, light], light // k          # [n, C]
+    a, sa, u = tbl[rows, spare], sl[rows, spare], spare // k          # [n, P]
+    ca = cnt[rows, a]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # a spare-less a is blocked below; 0 keeps the arithmetic finite meanwhile
+        ra = np.where(ca >= 2, w[rows, a] / np.maximum(ca - 1, 1) - sa, 0.0)
+    u_is_hot = u == hot[:, None]
+    hot_has_a = on[rows, hot[:, None], a] & ~u_is_hot                 # [n, P]
+    t_has_a = on[r3, t[:, :, None], a[:, None, :]]                    # [n, C, P]
+    t_has_h = on[r3, t[:, None, :], h[:, :, None]]                    # [n, H, C]
+    u_has_b = on[r3, u[:, None, :], b[:, :, None]]                    # [n, C, P]
+    u_has_h = on[r3, u[:, None, :], h[:, :, None]]                    # [n, H, P]
+    # busiest other holder of a: top two holders, excluding u and the hot GPU (both handled exactly)
+    holders = np.swapaxes(on, 1, 2)[rows, a]                          # [n, P, G]
+    holders[np.arange(n)[:, None], np.arange(a.shape[1]), u] = False
+    holders[np.arange(n), :, hot] = False
+    holder_load = np.where(holders, gl[:, None, :], -np.inf)
+    first = holder_load.argmax(axis=2)
+    top1 = np.take_along_axis(holder_load, first[:, :, None], axis=2)[:, :, 0]
+    np.put_along_axis(holder_load, first[:, :, None], -np.inf, axis=2)
+    top2 = holder_load.max(axis=2)
+    a_peak = np.where(first[:, None, :] == t[:, :, None], top2[:, None, :], top1[:, None, :]) + ra[:, None, :]
+
+    hot_new = (hot_load[:, None, None, None] - (hr - nh)[:, :, None, None]
+               + np.where(u_is_hot[:, None, :], bl[:, :, None] - sa[:, None, :], 0)[:, None]
+               + np.where(hot_has_a, ra, 0)[:, None, None, :])
+    t_new = (gl[rows, t] - bl)[:, None, :, None] + nh[:, :, None, None] + np.where(t_has_a, ra[:, None, :], 0)[:, None]
+    u_new = (gl[rows, u] - sa)[:, None, None, :] + bl[:, None, :, None] \
+        - np.where(u_has_h, (hr - nh)[:, :, None], 0)[:, :, None, :]
+    u_new = np.where(u_is_hot[:, None, None, :], -np.inf, u_new)
+    value = np.maximum(np.maximum(hot_new, t_new), np.maximum(u_new, a_peak[:, None]))
+    is_blocked = (t_has_h[:, :, :, None] | u_has_b[:, None] | (a[:, None, None, :] == h[:, :, None, None])
+                  | (a[:, None, :] == b[:, :, None])[:, None] | (ca < 2)[:, None, None, :])
+    if ctx["node_of"] is not None:
+        node_of, gpn = ctx["node_of"], ctx["gpus_per_node"]
+        h_home, b_home = node_of[rows, h], node_of[rows, b]
+        is_h_far = (h_home[:, :, None] >= 0) & (h_home[:, :, None] != (t // gpn)[:, None, :])    # [n, H, C]
+        is_b_far = (b_home[:, :, None] >= 0) & (b_home[:, :, None] != (u // gpn)[:, None, :])    # [n, C, P]
+        is_blocked = is_blocked | is_h_far[:, :, :, None] | is_b_far[:, None]
+    value[is_blocked] = np.inf
+    shape = value.shape
+    cost = np.zeros(shape)
+    if ctx["cur"] is not None:
+        cur = ctx["cur"]
+        cur_x, cur_y = cur[rows, light], cur[rows, spare]                # [n, C], [n, P]
+        cost = ((h[:, :, None] != cur_x[:, None, :]).astype(int) - (b != cur_x)[:, None, :])[:, :, :, None] \
+            + ((b[:, :, None] != cur_y[:, None, :]).astype(int) - (a != cur_y)[:, None, :])[:, None]
+    full = lambda x: np.broadcast_to(x, shape).reshape(n, -1)  # noqa: E731
+    return {"gain": (hot_load[:, None, None, None] - value).reshape(n, -1), "cost": full(cost).astype(float),
+            "kind": full(CHAIN), "slot1": full(light[:, None, :, None]), "expert1": full(h[:, :, None, None]),
+            "slot2": full(spare[:, None, None, :]), "expert2": full(b[:, None, :, None])}
