@@ -59,7 +59,7 @@ def improve(table: np.ndarray, load: np.ndarray, counts: np.ndarray, slots_per_g
         if len(layers) == 0 or num_partners < 1:
             break
         move = best_moves(layers, table, load, counts, slot_load, gpu_load, is_on_gpu, slots_per_gpu,
-                          num_partners, min(num_spares, num_slots), expert_node, gpus_per_node, current)
+                          num_partners, min(num_spares, num_slots), expert_node, gpus_per_node, current, threshold)
         is_good = (move["gain"] > threshold[layers] * np.maximum(move["cost"], 1)) \
             & (gpu_load[layers].max(axis=1) > ceiling[layers])
         is_active[layers[~is_good]] = False

@@ -21,10 +21,11 @@ SWAP, RETARGET, CHAIN = range(NUM_KINDS)
 
 
 def best_moves(layers, table, load, counts, slot_load, gpu_load, is_on_gpu, slots_per_gpu, num_partners,
-               num_spares, expert_node, gpus_per_node, current) -> dict[str, np.ndarray]:
+               num_spares, expert_node, gpus_per_node, current, min_gain) -> dict[str, np.ndarray]:
     """One best move per active layer: kind, up to two (slot, new expert) writes, gain and cost.
 
     Slots not written are -1. Cost is the change in slots differing from `current` (0 without it).
+    min_gain: [L] smallest useful gain per moved slot, in tokens; chains are tried only below it.
     """
     n, k = len(layers), slots_per_gpu
     rows = np.arange(n)[:, None]
@@ -47,18 +48,28 @@ def best_moves(layers, table, load, counts, slot_load, gpu_load, is_on_gpu, slot
     cheap_spare = np.argsort(spare_cost, axis=1, kind="stable")[:, :num_spares]  # [n, P]
     ctx = dict(n=n, k=k, rows=rows, tbl=tbl, sl=sl, gl=gl, cnt=cnt, w=w, on=on, cur=cur, node_of=node_of,
                hot=hot, hot_load=hot_load, gpus_per_node=gpus_per_node)
-    candidates = [_swap_and_retarget(ctx, hot_slots, np.concatenate([on_light, cheap_spare], axis=1)),
-                  _chain(ctx, hot_slots, on_light, cheap_spare)]
-    gain = np.concatenate([c["gain"] for c in candidates], axis=1)
-    cost = np.concatenate([c["cost"] for c in candidates], axis=1)
-    # best gain per moved slot; without a current table every move is free, so the best gain
+    move = _pick(_swap_and_retarget(ctx, hot_slots, np.concatenate([on_light, cheap_spare], axis=1)))
+    # chains cost a 4-D candidate array, so only layers that simple moves cannot help pay for them
+    is_stuck = move["gain"] <= min_gain[layers] * np.maximum(move["cost"], 1)
+    if is_stuck.any():
+        sub = {f: (v[is_stuck] if isinstance(v, np.ndarray) and v.shape[:1] == (n,) else v) for f, v in ctx.items()}
+        sub["n"], sub["rows"] = int(is_stuck.sum()), np.arange(int(is_stuck.sum()))[:, None]
+        chain = _pick(_chain(sub, hot_slots[is_stuck], on_light[is_stuck], cheap_spare[is_stuck]))
+        is_better = chain["gain"] / np.maximum(chain["cost"], 0.5) > \
+            move["gain"][is_stuck] / np.maximum(move["cost"][is_stuck], 0.5)
+        for field, values in move.items():
+            values[np.flatnonzero(is_stuck)[is_better]] = chain[field][is_better]
+    return move
+
+
+def _pick(candidates: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """[n, m] candidate arrays -> [n] best move per layer by gain per moved slot (best gain when free)."""
+    gain, cost = candidates["gain"], candidates["cost"]
     score = np.where(gain > 0, gain / np.maximum(cost, 0.5), -np.inf)
     best = score.argmax(axis=1)
-    r = np.arange(n)
-    fields = ("kind", "slot1", "expert1", "slot2", "expert2")
-    move = {f: np.concatenate([c[f] for c in candidates], axis=1)[r, best] for f in fields}
+    r = np.arange(len(best))
+    move = {f: candidates[f][r, best].copy() for f in ("kind", "slot1", "expert1", "slot2", "expert2", "cost")}
     move["gain"] = np.maximum(gain[r, best], 0.0)
-    move["cost"] = cost[r, best]
     return move
 
 
