@@ -17,6 +17,4 @@ def check_dtype(*tensors: torch.Tensor) -> None:
     for t in tensors:
         if INTERPRET and t.dtype == torch.bfloat16:
             # upstream triton#11584: interpreter bf16 dot and elementwise math are wrong, bf16 atomics raise
-            raise NotImplementedError(
-                "Triton's interpreter cannot run bf16 kernels; use fp16/fp32 or the torch path"
-            )
+            raise NotImplementedError("Triton's interpreter cannot run bf16 kernels; use fp16/fp32 or the torch path")

@@ -24,10 +24,20 @@ BLOCK_C = 16  # chunk rows the offsets kernel scans per step
 
 @triton.jit
 def _offsets_kernel(
-    chunk_counts_ptr, chunk_offsets_ptr, starts_ptr, counts_ptr, num_post_pad_ptr, block_bins_ptr,
-    num_chunks, num_bins, num_blocks,
-    BLOCK_M: tl.constexpr, KEEP_DROPPED: tl.constexpr,
-    BLOCK_BINS: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_B: tl.constexpr,
+    chunk_counts_ptr,
+    chunk_offsets_ptr,
+    starts_ptr,
+    counts_ptr,
+    num_post_pad_ptr,
+    block_bins_ptr,
+    num_chunks,
+    num_bins,
+    num_blocks,
+    BLOCK_M: tl.constexpr,
+    KEEP_DROPPED: tl.constexpr,
+    BLOCK_BINS: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    BLOCK_B: tl.constexpr,
 ):
     b = tl.arange(0, BLOCK_BINS)
     bmask = b <= num_bins  # real bins plus the overflow (dropped) bin
@@ -57,8 +67,14 @@ def _offsets_kernel(
 
 @triton.jit
 def _scatter_kernel(
-    ids_ptr, chunk_offsets_ptr, starts_ptr, sorted_ptr, num_ids, num_bins,
-    KEEP_DROPPED: tl.constexpr, CHUNK: tl.constexpr,
+    ids_ptr,
+    chunk_offsets_ptr,
+    starts_ptr,
+    sorted_ptr,
+    num_ids,
+    num_bins,
+    KEEP_DROPPED: tl.constexpr,
+    CHUNK: tl.constexpr,
 ):
     pid = tl.program_id(0)
     j = tl.arange(0, CHUNK)
@@ -93,9 +109,19 @@ def sort_by_bin(ids: Tensor, num_bins: int, block_m: int, keep_dropped: bool, ou
     chunk_offsets = torch.empty_like(chunk_counts)
     block_bins_pad = next_pow2(num_bins + 1)
     _offsets_kernel[(1,)](
-        chunk_counts, chunk_offsets, starts, counts, num_post_pad, block_bins,
-        chunk_counts.shape[0], num_bins, num_blocks,
-        BLOCK_M=block_m, KEEP_DROPPED=keep_dropped, BLOCK_BINS=block_bins_pad, BLOCK_C=BLOCK_C,
+        chunk_counts,
+        chunk_offsets,
+        starts,
+        counts,
+        num_post_pad,
+        block_bins,
+        chunk_counts.shape[0],
+        num_bins,
+        num_blocks,
+        BLOCK_M=block_m,
+        KEEP_DROPPED=keep_dropped,
+        BLOCK_BINS=block_bins_pad,
+        BLOCK_C=BLOCK_C,
         BLOCK_B=max(16, min(256, 16384 // block_bins_pad)),
     )
     if num_ids:
@@ -115,7 +141,9 @@ def triton_impl(ids: Tensor, num_bins: int, block_m: int) -> tuple[Tensor, Tenso
 reference = refs.align_block_size
 
 
-def make_inputs(seed: int, num_tokens=40, topk=4, num_bins=16, block_m=16, drop_fraction=0.1, one_bin=None, device="cpu"):
+def make_inputs(
+    seed: int, num_tokens=40, topk=4, num_bins=16, block_m=16, drop_fraction=0.1, one_bin=None, device="cpu"
+):
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, num_bins, (num_tokens, topk), generator=g)
     if one_bin is not None:

@@ -14,8 +14,17 @@ from agents.runtime.kernels._common import check_dtype, next_pow2
 
 @triton.jit
 def _combine_kernel(
-    y_ptr, w_ptr, out_ptr, num_tokens, dim, stride_y, stride_out,
-    TOPK: tl.constexpr, HAS_WEIGHTS: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
+    y_ptr,
+    w_ptr,
+    out_ptr,
+    num_tokens,
+    dim,
+    stride_y,
+    stride_out,
+    TOPK: tl.constexpr,
+    HAS_WEIGHTS: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_D: tl.constexpr,
 ):
     tok = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -42,8 +51,17 @@ def _launch(y: Tensor, weights: Tensor | None, num_tokens: int, topk: int) -> Te
         grid = (triton.cdiv(num_tokens, block_t), triton.cdiv(dim, block_d))
         w = weights.contiguous() if weights is not None else y  # unused pointer when HAS_WEIGHTS is off
         _combine_kernel[grid](
-            y, w, out, num_tokens, dim, y.stride(0), out.stride(0),
-            TOPK=topk, HAS_WEIGHTS=weights is not None, BLOCK_T=block_t, BLOCK_D=block_d,
+            y,
+            w,
+            out,
+            num_tokens,
+            dim,
+            y.stride(0),
+            out.stride(0),
+            TOPK=topk,
+            HAS_WEIGHTS=weights is not None,
+            BLOCK_T=block_t,
+            BLOCK_D=block_d,
         )
     return out
 

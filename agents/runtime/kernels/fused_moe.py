@@ -23,8 +23,16 @@ reference = refs.fused_moe
 
 
 def make_inputs(
-    seed: int, num_tokens=20, topk=4, num_slots=8, dim=32, inter=16, drop_fraction=0.1, dtype=torch.float32,
-    one_slot=None, device="cpu",
+    seed: int,
+    num_tokens=20,
+    topk=4,
+    num_slots=8,
+    dim=32,
+    inter=16,
+    drop_fraction=0.1,
+    dtype=torch.float32,
+    one_slot=None,
+    device="cpu",
 ):
     g = torch.Generator().manual_seed(seed)
     ids = torch.rand(num_tokens, num_slots, generator=g).argsort(-1)[:, :topk]  # distinct slots per token

@@ -21,11 +21,32 @@ from agents.runtime.kernels.align import sort_by_bin
 
 @triton.jit
 def _moe_gemm_kernel(
-    a_ptr, b_ptr, c_ptr, w_ptr, sorted_ids_ptr, block_bins_ptr, num_post_pad_ptr,
-    num_valid, num_pid_m, N, K,
-    stride_am, stride_ak, stride_be, stride_bn, stride_bk, stride_cm, stride_cn,
-    TOP_K: tl.constexpr, SWIGLU: tl.constexpr, MUL_W: tl.constexpr, PRECISION: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    w_ptr,
+    sorted_ids_ptr,
+    block_bins_ptr,
+    num_post_pad_ptr,
+    num_valid,
+    num_pid_m,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_be,
+    stride_bn,
+    stride_bk,
+    stride_cm,
+    stride_cn,
+    TOP_K: tl.constexpr,
+    SWIGLU: tl.constexpr,
+    MUL_W: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
 ):
     # grouped launch order: GROUP_M row blocks share each weight tile while it is in L2
     pid = tl.program_id(0)
@@ -70,8 +91,9 @@ def pick_config(num_assignments: int, num_experts: int, n: int, k: int) -> dict:
     """Block sizes by tokens per expert. The interpreter wants few, large programs; the GPU table follows
     vLLM's H200 bf16 tuned files (small M: narrow BLOCK_M, long BLOCK_K; large M: 64-128 square-ish tiles)."""
     if INTERPRET:
-        return dict(BLOCK_M=16, BLOCK_N=max(16, min(next_pow2(n), 128)), BLOCK_K=max(16, min(next_pow2(k), 128)),
-                    GROUP_M=1)
+        return dict(
+            BLOCK_M=16, BLOCK_N=max(16, min(next_pow2(n), 128)), BLOCK_K=max(16, min(next_pow2(k), 128)), GROUP_M=1
+        )
     per_expert = num_assignments / max(num_experts, 1)
     if per_expert <= 16:
         return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, num_warps=4, num_stages=4)
@@ -93,10 +115,29 @@ def gemm(a, b, c, weights, sorted_ids, block_bins, num_post_pad, num_valid, top_
         return
     precision = "ieee" if a.dtype == torch.float32 else "tf32"  # fp32 matches torch (no TF32); ignored for 16-bit
     _moe_gemm_kernel[grid](
-        a, b, c, weights if weights is not None else a, sorted_ids, block_bins, num_post_pad,
-        num_valid, num_pid_m, n, kdim,
-        a.stride(0), a.stride(1), b.stride(0), b.stride(1), b.stride(2), c.stride(0), c.stride(1),
-        TOP_K=top_k, SWIGLU=swiglu, MUL_W=weights is not None, PRECISION=precision, **config,
+        a,
+        b,
+        c,
+        weights if weights is not None else a,
+        sorted_ids,
+        block_bins,
+        num_post_pad,
+        num_valid,
+        num_pid_m,
+        n,
+        kdim,
+        a.stride(0),
+        a.stride(1),
+        b.stride(0),
+        b.stride(1),
+        b.stride(2),
+        c.stride(0),
+        c.stride(1),
+        TOP_K=top_k,
+        SWIGLU=swiglu,
+        MUL_W=weights is not None,
+        PRECISION=precision,
+        **config,
     )
 
 
@@ -130,9 +171,7 @@ def triton_impl(x: Tensor, counts: Tensor, w13: Tensor, w2: Tensor) -> Tensor:
 reference = moe_ops.grouped_swiglu
 
 
-def make_inputs(
-    seed: int, num_rows=40, num_slots=4, dim=32, inter=16, drop_rows=3, dtype=torch.float32, device="cpu"
-):
+def make_inputs(seed: int, num_rows=40, num_slots=4, dim=32, inter=16, drop_rows=3, dtype=torch.float32, device="cpu"):
     g = torch.Generator().manual_seed(seed)
     kept = num_rows - drop_rows
     cut = torch.sort(torch.randint(0, kept + 1, (num_slots - 1,), generator=g)).values

@@ -19,8 +19,14 @@ MAX_TILE = 65536  # BLOCK * BLOCK_BINS elements per program
 
 @triton.jit
 def _count_kernel(
-    ids_ptr, counts_ptr, num_ids, num_bins, stride_chunk,
-    PER_CHUNK: tl.constexpr, BLOCK: tl.constexpr, BLOCK_BINS: tl.constexpr,
+    ids_ptr,
+    counts_ptr,
+    num_ids,
+    num_bins,
+    stride_chunk,
+    PER_CHUNK: tl.constexpr,
+    BLOCK: tl.constexpr,
+    BLOCK_BINS: tl.constexpr,
 ):
     pid = tl.program_id(0)
     offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -54,8 +60,14 @@ def count(ids: Tensor, num_bins: int, per_chunk_block: int | None = None) -> Ten
         counts = torch.zeros(num_bins + 1, dtype=torch.int32, device=ids.device)
     if num_ids:
         _count_kernel[(num_chunks,)](
-            flat, counts, num_ids, num_bins, num_bins + 1,
-            PER_CHUNK=bool(per_chunk_block), BLOCK=block, BLOCK_BINS=next_pow2(num_bins + 1),
+            flat,
+            counts,
+            num_ids,
+            num_bins,
+            num_bins + 1,
+            PER_CHUNK=bool(per_chunk_block),
+            BLOCK=block,
+            BLOCK_BINS=next_pow2(num_bins + 1),
         )
     return counts
 

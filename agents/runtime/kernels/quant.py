@@ -20,8 +20,16 @@ from agents.runtime.kernels._common import check_dtype, next_pow2
 
 @triton.jit
 def _quant_kernel(
-    x_ptr, q_ptr, scale_ptr, num_rows, group_size, num_groups, stride_x, stride_q,
-    BLOCK_R: tl.constexpr, BLOCK_G: tl.constexpr,
+    x_ptr,
+    q_ptr,
+    scale_ptr,
+    num_rows,
+    group_size,
+    num_groups,
+    stride_x,
+    stride_q,
+    BLOCK_R: tl.constexpr,
+    BLOCK_G: tl.constexpr,
 ):
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R).to(tl.int64)
     group = tl.program_id(1)
@@ -39,8 +47,16 @@ def _quant_kernel(
 
 @triton.jit
 def _dequant_kernel(
-    q_ptr, scale_ptr, out_ptr, num_rows, group_size, num_groups, stride_q, stride_out,
-    BLOCK_R: tl.constexpr, BLOCK_G: tl.constexpr,
+    q_ptr,
+    scale_ptr,
+    out_ptr,
+    num_rows,
+    group_size,
+    num_groups,
+    stride_q,
+    stride_out,
+    BLOCK_R: tl.constexpr,
+    BLOCK_G: tl.constexpr,
 ):
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R).to(tl.int64)
     group = tl.program_id(1)
@@ -49,8 +65,9 @@ def _dequant_kernel(
     m = rmask[:, None] & (tl.arange(0, BLOCK_G) < group_size)[None, :]
     q = tl.load(q_ptr + rows[:, None] * stride_q + cols[None, :], mask=m, other=0).to(tl.float32)
     scale = tl.load(scale_ptr + rows * num_groups + group, mask=rmask, other=0.0)
-    tl.store(out_ptr + rows[:, None] * stride_out + cols[None, :], (q * scale[:, None]).to(out_ptr.dtype.element_ty),
-             mask=m)
+    tl.store(
+        out_ptr + rows[:, None] * stride_out + cols[None, :], (q * scale[:, None]).to(out_ptr.dtype.element_ty), mask=m
+    )
 
 
 def _grid(num_rows: int, group_size: int, num_groups: int) -> tuple[tuple[int, int], int, int]:
@@ -89,8 +106,16 @@ def dequantize_triton(q: Tensor, scale: Tensor, dtype: torch.dtype = torch.float
     if num_rows:
         grid, block_r, block_g = _grid(num_rows, dim // num_groups, num_groups)
         _dequant_kernel[grid](
-            q, scale, out, num_rows, dim // num_groups, num_groups, q.stride(0), out.stride(0),
-            BLOCK_R=block_r, BLOCK_G=block_g,
+            q,
+            scale,
+            out,
+            num_rows,
+            dim // num_groups,
+            num_groups,
+            q.stride(0),
+            out.stride(0),
+            BLOCK_R=block_r,
+            BLOCK_G=block_g,
         )
     return out
 

@@ -40,9 +40,7 @@ def align_block_size(ids: Tensor, num_bins: int, block_m: int) -> tuple[Tensor, 
     flat = ids.flatten().long()  # [N]
     n = flat.numel()
     bins = torch.where(flat < 0, num_bins, flat)  # dropped land in an overflow bin that is never laid out
-    counts = torch.zeros(num_bins + 1, dtype=torch.long, device=ids.device).scatter_add_(
-        0, bins, torch.ones_like(bins)
-    )
+    counts = torch.zeros(num_bins + 1, dtype=torch.long, device=ids.device).scatter_add_(0, bins, torch.ones_like(bins))
     counts = counts[:num_bins]
     padded = (counts + block_m - 1) // block_m * block_m  # [B]
     cum_pad = padded.cumsum(0)
@@ -52,9 +50,7 @@ def align_block_size(ids: Tensor, num_bins: int, block_m: int) -> tuple[Tensor, 
     first = torch.cat([first, counts.sum(0, keepdim=True)])
     rank = torch.arange(n, device=ids.device) - first[bins[order]]  # rank of each assignment inside its bin
     max_len = n + num_bins * (block_m - 1)
-    sorted_ids = torch.full(
-        (max_len + 1,), n, dtype=torch.int32, device=ids.device
-    )  # +1: a trash row for drops
+    sorted_ids = torch.full((max_len + 1,), n, dtype=torch.int32, device=ids.device)  # +1: a trash row for drops
     pos = torch.where(bins[order] < num_bins, starts[bins[order]] + rank, max_len)
     sorted_ids[pos] = order.int()
     sorted_ids = sorted_ids[:max_len]
@@ -73,9 +69,7 @@ def fused_moe(x: Tensor, weights: Tensor, topk_ids: Tensor, w13: Tensor, w2: Ten
 
 
 def default_group_size(dim: int) -> int:
-    return (
-        128 if dim % 128 == 0 else dim
-    )  # DeepEP's 128-channel groups when they fit, else one group per token
+    return 128 if dim % 128 == 0 else dim  # DeepEP's 128-channel groups when they fit, else one group per token
 
 
 def quantize(x: Tensor, group_size: int | None = None) -> tuple[Tensor, Tensor]:
@@ -92,9 +86,7 @@ def quantize(x: Tensor, group_size: int | None = None) -> tuple[Tensor, Tensor]:
     amax = g.abs().amax(-1)  # [M, G]
     inv = torch.where(amax > 0, MAX_INT8 / amax, torch.zeros_like(amax))
     v = g * inv[..., None]
-    q = (torch.sign(v) * torch.floor(v.abs() + 0.5)).clamp(
-        -MAX_INT8, MAX_INT8
-    )  # half away from zero, as in Triton
+    q = (torch.sign(v) * torch.floor(v.abs() + 0.5)).clamp(-MAX_INT8, MAX_INT8)  # half away from zero, as in Triton
     return q.to(torch.int8).view_as(x), amax / MAX_INT8
 
 
