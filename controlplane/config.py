@@ -13,8 +13,11 @@ class Settings(BaseSettings):
                               description="SQLAlchemy URL: sqlite:///path.db or postgresql+psycopg://...")
     host: str = "127.0.0.1"
     port: int = 8600
-    api_token: str = Field(default="", description="bearer token for operators; empty: generated at start")
-    agent_token: str = Field(default="", description="bearer token agents post snapshots with")
+    api_token: str = Field(default="", description="bootstrap admin token; empty: generated at start")
+    agent_token: str = Field(default="", description="bootstrap agent token (post snapshots only)")
+    alerts_token: str = Field(default="", description="bootstrap token for the Alertmanager webhook")
+    anonymous_read: bool = Field(default=True, description="let anyone read overviews (false: viewer token)")
+    alert_deployment_label: str = Field(default="deployment", description="alert label naming the deployment")
     window_seconds: float = Field(default=5.0, gt=0, description="the window agents aggregate over")
     reconcile_seconds: float = Field(default=5.0, gt=0, description="time between reconcile passes")
     stale_after_windows: float = Field(default=3.0, gt=0, description="an agent silent this long is stale")

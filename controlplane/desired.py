@@ -16,21 +16,48 @@ class Mode(StrEnum):
     auto = "auto"  # plans are applied
 
 
+class ReplicaBounds(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    min: int = Field(default=1, ge=0)
+    max: int = Field(default=8, ge=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> ReplicaBounds:
+        if self.min > self.max:
+            raise ValueError(f"min {self.min} exceeds max {self.max}")
+        return self
+
+
 class Policy(BaseModel):
-    """Per-deployment policy; defaults are what a new deployment gets."""
+    """Per-deployment policy; defaults are what a new deployment gets. Ratios are in 0..1."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     mode: Mode = Mode.observe
+    # triggers
     imbalance_threshold: float = Field(default=1.15, ge=1.0, le=100,
                                        description="rebalance when max/mean GPU load stays above this")
     sustained_windows: int = Field(default=2, ge=1, le=100, description="...for this many complete windows")
+    all2all_share_target: float | None = Field(default=0.3, gt=0, le=1,
+                                               description="all-to-all share of step time to stay under")
+    mtp_acceptance_floor: float | None = Field(default=None, gt=0, le=1,
+                                               description="below it for the sustained windows: rebalance")
+    prefix_hit_floor: float | None = Field(default=None, gt=0, le=1, description="prefix hit ratio floor")
     min_gain: float = Field(default=0.05, ge=0, description="minimum predicted drop in max/mean load")
+    # bounds
     max_moved_slots_fraction: float = Field(default=0.25, gt=0, le=1,
                                             description="share of all slots one change may move")
     max_moved_slots_per_hour_fraction: float = Field(default=2.0, gt=0,
                                                      description="moved slots per hour, as a share of all slots")
+    topk_group_min: int | None = Field(default=None, ge=1, description="routing limit range, groups per token")
+    topk_group_max: int | None = Field(default=None, ge=1)
+    replicas: dict[str, ReplicaBounds] = Field(default_factory=dict,
+                                               description="pool role -> instance count bounds")
+    gpu_budget: int | None = Field(default=None, ge=1, description="GPUs all pools together may use")
+    # timing and safety
     cooldown_seconds: float = Field(default=30.0, ge=0, description="minimum time between placement changes")
+    max_actions_per_hour: int = Field(default=60, ge=1)
     min_fresh_agents_fraction: float = Field(default=0.5, gt=0, le=1,
                                              description="act only when this share of agents is fresh")
     verify_windows: int = Field(default=2, ge=1, le=100, description="windows measured before verifying")
@@ -41,6 +68,15 @@ class Policy(BaseModel):
     def _check(self) -> Policy:
         if self.max_moved_slots_per_hour_fraction < self.max_moved_slots_fraction:
             raise ValueError("max_moved_slots_per_hour_fraction must be >= max_moved_slots_fraction")
+        if self.topk_group_min and self.topk_group_max and self.topk_group_min > self.topk_group_max:
+            raise ValueError(f"topk_group_min {self.topk_group_min} exceeds topk_group_max {self.topk_group_max}")
+        unknown = set(self.replicas) - {"prefill", "decode", "unified"}
+        if unknown:
+            raise ValueError(f"replicas: unknown pool role(s) {sorted(unknown)}; use prefill, decode or unified")
+        if self.gpu_budget is not None:
+            floor = sum(b.min for b in self.replicas.values())
+            if floor > self.gpu_budget:
+                raise ValueError(f"gpu_budget {self.gpu_budget} is below the pools' minimum replicas ({floor})")
         return self
 
 

@@ -78,6 +78,7 @@ class PoolState:
     windows: tuple[Window, ...]
     last_change_at: float | None = None
     moved_slots_last_hour: int = 0
+    num_actions_last_hour: int = 0
 
     @property
     def num_slots(self) -> int:

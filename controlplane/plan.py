@@ -24,7 +24,10 @@ def pool_topology(pool: PoolState) -> Topology:
                     slots_per_gpu=pool.slots_per_rank, num_groups=pool.num_groups)
 
 
-def plan_pool(policy: Policy, pool: PoolState, now: float) -> Plan:
+def plan_pool(policy: Policy, pool: PoolState, now: float, *, is_forced: bool = False) -> Plan:
+    """is_forced: a person or an alert asked for a rebalance; the trigger thresholds are skipped,
+    the data hygiene, cooldown, budgets and the minimum gain still hold."""
+
     def plan(decision: Decision, reason: str, change: PlacementChange | None = None, **inputs) -> Plan:
         return Plan(pool.deployment, pool.role, decision, reason, inputs, change)
 
@@ -32,18 +35,28 @@ def plan_pool(policy: Policy, pool: PoolState, now: float) -> Plan:
         return plan(Decision.keep, "policy mode is off")
     if pool.num_agents == 0 or pool.num_fresh_agents < policy.min_fresh_agents_fraction * pool.num_agents:
         return plan(Decision.hold, f"only {pool.num_fresh_agents}/{pool.num_agents} agents are fresh")
+    num_needed = 1 if is_forced else policy.sustained_windows
     windows = pool.current_windows()[-policy.sustained_windows:]
-    if len(windows) < policy.sustained_windows:
+    if len(windows) < num_needed:
         return plan(Decision.hold, f"{len(windows)} complete windows under placement v{pool.placement_version},"
-                                   f" need {policy.sustained_windows}")
+                                   f" need {num_needed}")
     measured = [w.imbalance(pool.ep_size) for w in windows]
     if any(m is None for m in measured):
         return plan(Decision.hold, "a recent window carries no expert load")
+    acceptance = [w.ratio("spec_accepted_tokens", "spec_draft_tokens") for w in windows]
     inputs = {"measured_imbalance": [round(m, 4) for m in measured], "windows": [w.index for w in windows],
               "placement_version": pool.placement_version}
-    if min(measured) <= policy.imbalance_threshold:
+    # the seeds' loop: acceptance persistently under its floor is read as a symptom of load skew
+    is_acceptance_low = (policy.mtp_acceptance_floor is not None and len(windows) >= policy.sustained_windows
+                         and all(a is not None and a < policy.mtp_acceptance_floor for a in acceptance))
+    if is_acceptance_low:
+        inputs["mtp_acceptance"] = [round(a, 4) for a in acceptance]
+    if not is_forced and not is_acceptance_low and min(measured) <= policy.imbalance_threshold:
         return plan(Decision.keep, f"imbalance {measured[-1]:.3f} within threshold "
                                    f"{policy.imbalance_threshold}", **inputs)
+    if pool.num_actions_last_hour >= policy.max_actions_per_hour:
+        return plan(Decision.hold, f"{pool.num_actions_last_hour} actions in the last hour, the policy allows "
+                                   f"{policy.max_actions_per_hour}", **inputs)
     if pool.last_change_at is not None and now - pool.last_change_at < policy.cooldown_seconds:
         return plan(Decision.hold, f"cooling down: last change {now - pool.last_change_at:.0f}s ago, "
                                    f"cooldown {policy.cooldown_seconds:.0f}s", **inputs)
@@ -64,9 +77,14 @@ def plan_pool(policy: Policy, pool: PoolState, now: float) -> Plan:
         return plan(Decision.keep, f"best plan gains {gain:.3f} < min_gain {policy.min_gain}", **inputs)
     change = PlacementChange(solved.slot_to_expert, getattr(solved, "slot_share", None), current,
                              solved.imbalance, solved.num_moved_slots)
-    return plan(Decision.rebalance, f"imbalance {measured[-1]:.3f} > {policy.imbalance_threshold} for "
-                                    f"{len(measured)} windows; plan moves {solved.num_moved_slots} slots to "
-                                    f"reach {solved.imbalance:.3f}", change, **inputs)
+    if is_forced:
+        why = f"requested at imbalance {measured[-1]:.3f}"
+    elif is_acceptance_low:
+        why = f"MTP acceptance under {policy.mtp_acceptance_floor} for {len(windows)} windows"
+    else:
+        why = f"imbalance {measured[-1]:.3f} > {policy.imbalance_threshold} for {len(measured)} windows"
+    return plan(Decision.rebalance, f"{why}; plan moves {solved.num_moved_slots} slots to reach "
+                                    f"{solved.imbalance:.3f}", change, **inputs)
 
 
 def verify_change(policy: Policy, pool: PoolState, version: int, prior_imbalance: float

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from controlplane import decisions
 from controlplane.config import Settings
-from controlplane.desired import Decision, Mode, Plan, VerifyOutcome
+from controlplane.desired import Decision, Plan, VerifyOutcome
 from controlplane.plan import plan_pool, verify_change
 from controlplane.store import actions, deployments, placements, policies, pools, windows
 from controlplane.store.tables import Deployment, Pool
@@ -59,20 +60,10 @@ def _reconcile_pool(session: Session, deployment: Deployment, pool: Pool, settin
     log.info("%s/%s: %s (%s)", deployment.name, pool.role, plan.decision.value, plan.reason)
     if dry_run or plan.decision != Decision.rebalance:
         return plan
-    change = plan.change
-    is_applied = policy.mode == Mode.auto
-    if not is_applied and actions.has_recent_plan(session, pool, since=now - policy.cooldown_seconds):
-        return plan  # the same unapplied plan again: one record per cooldown, not one per pass
-    predicted = {"imbalance_before": round(change.current_imbalance, 4),
-                 "imbalance_after": round(change.predicted_imbalance, 4), "moved_slots": change.num_moved_slots}
-    action = actions.record(session, deployment=deployment, pool=pool, kind="placement", trigger="loop",
-                            mode=policy.mode.value, status=actions.APPLIED if is_applied else actions.PLANNED,
-                            reason=plan.reason, inputs=plan.inputs, predicted=predicted, created_by="loop",
-                            now=now)
-    if is_applied:
-        action.placement_version = state.placement_version + 1
-        placements.add(session, pool=pool, version=action.placement_version, slot_to_expert=change.slot_to_expert,
-                       slot_share=change.slot_share, action_id=action.id, now=now)
+    # one unapplied proposal at a time: the same plan again each pass would only be noise
+    if actions.open_for(session, pool, since=now - max(policy.cooldown_seconds, settings.window_seconds)) is None:
+        decisions.record_plan(session, deployment=deployment, pool=pool, state=state, policy=policy, plan=plan,
+                              trigger="loop", created_by="loop", now=now)
     if state.windows:
         windows.prune(session, pool, keep_from_index=state.windows[-1].index - settings.history_windows)
     return plan

@@ -1,15 +1,26 @@
-"""Request dependencies: the database session, the clock, and who is calling."""
+"""Request dependencies: the database session, the clock, and who is calling with what role."""
 
 from __future__ import annotations
 
 import hmac
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Header, HTTPException, Request
 from sqlalchemy.orm import Session
 
 from controlplane.config import Settings
+from controlplane.store import tokens
+
+# people's roles are ranked; agent and alerts tokens each do one thing only
+RANK = {"viewer": 1, "operator": 2, "admin": 3}
+
+
+@dataclass(frozen=True)
+class Caller:
+    name: str  # recorded in the audit trail
+    role: str
 
 
 def get_session(request: Request) -> Iterator[Session]:
@@ -25,34 +36,54 @@ def get_now(request: Request) -> float:
     return request.app.state.clock()
 
 
-def _bearer(authorization: str | None) -> str:
-    if not authorization or not authorization.lower().startswith("bearer "):
-        raise HTTPException(401, "missing bearer token: send 'Authorization: Bearer <token>' "
-                                 "(the token `moectl serve` or `moectl up` printed, or MOECTL_API_TOKEN)",
+def _caller(request: Request, authorization: str | None) -> Caller | None:
+    if not authorization:
+        return None
+    if not authorization.lower().startswith("bearer "):
+        raise HTTPException(401, "the Authorization header must be 'Bearer <token>'",
                             headers={"WWW-Authenticate": "Bearer"})
-    return authorization[7:].strip()
+    secret = authorization[7:].strip()
+    settings: Settings = request.app.state.settings
+    # bootstrap tokens from the environment, so a fresh install can create the first real tokens
+    for expected, name, role in ((settings.api_token, "bootstrap-admin", "admin"),
+                                 (settings.agent_token, "bootstrap-agent", "agent"),
+                                 (settings.alerts_token, "bootstrap-alerts", "alerts")):
+        if expected and hmac.compare_digest(secret.encode(), expected.encode()):
+            return Caller(name, role)
+    with request.app.state.sessions() as session:
+        token = tokens.lookup(session, secret)
+        if token is None:
+            raise HTTPException(401, "unknown or revoked token; create one with `moectl token create`",
+                                headers={"WWW-Authenticate": "Bearer"})
+        return Caller(token.name, token.role)
 
 
-def _matches(token: str, *expected: str) -> bool:
-    return any(e and hmac.compare_digest(token.encode(), e.encode()) for e in expected)
+def require(*roles: str):
+    """A dependency admitting the given roles; a people's role admits every higher one too."""
+    minimum = min((RANK[r] for r in roles if r in RANK), default=None)
 
+    def dependency(request: Request, authorization: Annotated[str | None, Header()] = None) -> Caller:
+        caller = _caller(request, authorization)
+        if caller is None:
+            if "anonymous" in roles and request.app.state.settings.anonymous_read:
+                return Caller("anonymous", "viewer")
+            raise HTTPException(401, "missing bearer token: send 'Authorization: Bearer <token>' (create one "
+                                     "with `moectl token create --role ...`, or use the token `moectl up` printed)",
+                                headers={"WWW-Authenticate": "Bearer"})
+        is_allowed = caller.role in roles or (minimum is not None and RANK.get(caller.role, 0) >= minimum)
+        if not is_allowed:
+            wanted = " or ".join(r for r in roles if r != "anonymous")
+            raise HTTPException(403, f"token {caller.name!r} has role {caller.role}; this needs {wanted}")
+        return caller
 
-def require_operator(request: Request, authorization: Annotated[str | None, Header()] = None) -> str:
-    """Returns the caller's name for the audit trail."""
-    if not _matches(_bearer(authorization), request.app.state.settings.api_token):
-        raise HTTPException(403, "this token may not change deployments or policies")
-    return "operator"
-
-
-def require_agent(request: Request, authorization: Annotated[str | None, Header()] = None) -> str:
-    settings = request.app.state.settings
-    if not _matches(_bearer(authorization), settings.agent_token, settings.api_token):
-        raise HTTPException(403, "this token may not post snapshots")
-    return "agent"
+    return dependency
 
 
 SessionDep = Annotated[Session, Depends(get_session)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 NowDep = Annotated[float, Depends(get_now)]
-OperatorDep = Annotated[str, Depends(require_operator)]
-AgentDep = Annotated[str, Depends(require_agent)]
+ViewerDep = Annotated[Caller, Depends(require("viewer", "anonymous"))]
+OperatorDep = Annotated[Caller, Depends(require("operator"))]
+AdminDep = Annotated[Caller, Depends(require("admin"))]
+AgentDep = Annotated[Caller, Depends(require("agent"))]
+AlertsDep = Annotated[Caller, Depends(require("alerts", "operator"))]

@@ -39,7 +39,8 @@ def action_out(action: Action, role_of: dict[int, str]) -> ActionOut:
     return ActionOut(id=action.id, role=role_of.get(action.pool_id), kind=action.kind, trigger=action.trigger,
                      mode=action.mode, status=action.status, reason=action.reason, inputs=action.inputs,
                      predicted=action.predicted, measured=action.measured,
-                     placement_version=action.placement_version, created_by=action.created_by,
+                     placement_version=action.placement_version, alerts=action.alerts or [],
+                     created_by=action.created_by,
                      created_at=seconds(action.created_at), updated_at=seconds(action.updated_at))
 
 

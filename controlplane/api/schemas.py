@@ -63,6 +63,7 @@ class ActionOut(BaseModel):
     predicted: dict
     measured: dict
     placement_version: int | None
+    alerts: list[dict] = []
     created_by: str
     created_at: float
     updated_at: float
@@ -93,3 +94,42 @@ class DeploymentSummary(BaseModel):
     mode: str
     imbalance: float | None
     agents: AgentsHealth
+
+
+class PolicyOut(BaseModel):
+    version: int
+    policy: Policy
+    created_by: str
+    created_at: float
+    note: str = ""
+
+
+class RevertIn(BaseModel):
+    version: int = Field(ge=1)
+
+
+class RebalanceIn(BaseModel):
+    role: str | None = Field(default=None, description="the pool; default: every pool of the deployment")
+    dry_run: bool = False
+
+
+class RebalanceOut(BaseModel):
+    role: str
+    decision: str
+    reason: str
+    predicted: dict | None
+    action: ActionOut | None
+
+
+class TokenIn(BaseModel):
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.@-]+$")
+    role: str
+
+
+class TokenOut(BaseModel):
+    name: str
+    role: str
+    prefix: str
+    created_by: str
+    created_at: float
+    revoked_at: float | None

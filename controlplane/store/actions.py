@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from controlplane.store.tables import Action, Deployment, Pool
 from controlplane.store.timestamps import utc
 
-PLANNED, APPLIED, VERIFIED, ROLLED_BACK, FAILED = "planned", "applied", "verified", "rolled_back", "failed"
+PLANNED, AWAITING_APPROVAL, APPLIED = "planned", "awaiting_approval", "applied"
+VERIFIED, ROLLED_BACK, FAILED, REJECTED = "verified", "rolled_back", "failed", "rejected"
+SUPERSEDED = "superseded"  # its placement was no longer the applied one when approved
 
 
 def record(session: Session, *, deployment: Deployment, pool: Pool | None, kind: str, trigger: str, mode: str,
            status: str, reason: str, inputs: dict, predicted: dict, created_by: str, now: float,
-           placement_version: int | None = None) -> Action:
+           placement_version: int | None = None, alerts: list | None = None) -> Action:
     action = Action(deployment_id=deployment.id, pool_id=pool.id if pool else None, kind=kind, trigger=trigger,
                     mode=mode, status=status, reason=reason, inputs=inputs, predicted=predicted, measured={},
-                    placement_version=placement_version, created_by=created_by, created_at=utc(now),
+                    placement_version=placement_version, alerts=alerts or [], created_by=created_by,
+                    created_at=utc(now),
                     updated_at=utc(now))
     session.add(action)
     session.flush()
@@ -32,11 +35,25 @@ def awaiting_verification(session: Session, pool: Pool) -> list[Action]:
                                 .order_by(Action.id)))
 
 
+def get(session: Session, action_id: int) -> Action | None:
+    return session.get(Action, action_id, with_for_update=True)
+
+
 def recent(session: Session, deployment: Deployment, *, limit: int) -> list[Action]:
     return list(session.scalars(select(Action).where(Action.deployment_id == deployment.id)
                                 .order_by(Action.id.desc()).limit(limit)))
 
 
-def has_recent_plan(session: Session, pool: Pool, *, since: float) -> bool:
-    return session.scalar(select(Action.id).where(Action.pool_id == pool.id, Action.status == PLANNED,
-                                                  Action.created_at >= utc(since)).limit(1)) is not None
+
+
+def count_since(session: Session, pool: Pool, *, since: float, statuses: tuple[str, ...]) -> int:
+    return session.scalar(select(func.count()).where(Action.pool_id == pool.id, Action.status.in_(statuses),
+                                                     Action.created_at >= utc(since))) or 0
+
+
+def open_for(session: Session, pool: Pool, *, since: float) -> Action | None:
+    """The newest action still in flight (awaiting approval, or applied and not yet verified)."""
+    return session.scalar(select(Action).where(Action.pool_id == pool.id,
+                                               Action.status.in_((AWAITING_APPROVAL, APPLIED, PLANNED)),
+                                               Action.created_at >= utc(since))
+                          .order_by(Action.id.desc()).limit(1))

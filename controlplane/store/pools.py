@@ -8,7 +8,7 @@ from sqlalchemy.orm import Session
 
 from controlplane.config import Settings
 from controlplane.observed import PoolState
-from controlplane.store import deployments, placements, windows
+from controlplane.store import actions, deployments, placements, windows
 from controlplane.store.tables import Deployment, Pool
 
 HOUR = 3600.0
@@ -36,4 +36,6 @@ def read_state(session: Session, deployment: Deployment, pool: Pool, *, now: flo
         num_groups=model.num_groups, ep_size=pool.ep_size, slots_per_rank=pool.slots_per_rank,
         gpus_per_node=pool.gpus_per_node, num_agents=num_agents, num_fresh_agents=num_fresh,
         placement_version=applied.version, slot_to_expert=applied.slot_to_expert, windows=tuple(recent),
-        last_change_at=applied.created_at if applied.version > 0 else None, moved_slots_last_hour=moved)
+        last_change_at=applied.created_at if applied.version > 0 else None, moved_slots_last_hour=moved,
+        num_actions_last_hour=actions.count_since(session, pool, since=now - HOUR,
+                                                  statuses=(actions.APPLIED, actions.VERIFIED, actions.ROLLED_BACK)))

@@ -98,6 +98,7 @@ class Policy(Base):
     deployment_id: Mapped[int] = mapped_column(ForeignKey("deployments.id", ondelete="CASCADE"), index=True)
     version: Mapped[int] = mapped_column(Integer)
     spec: Mapped[dict] = mapped_column(JSON)  # desired.Policy
+    note: Mapped[str] = mapped_column(Text, default="")
     created_by: Mapped[str] = mapped_column(String(128))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
@@ -118,6 +119,43 @@ class Action(Base):
     predicted: Mapped[dict] = mapped_column(JSON)
     measured: Mapped[dict] = mapped_column(JSON)
     placement_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # the proposed table ([num_layers, num_slots] .npy) while the action waits for approval
+    proposal: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    proposal_share: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    based_on_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    alerts: Mapped[list] = mapped_column(JSON, default=list)  # alerts that triggered or joined it
     created_by: Mapped[str] = mapped_column(String(128))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class Token(Base):
+    """API tokens: only a SHA-256 of the secret is kept (the secret is 32 random bytes, so no salt
+    or slow hash is needed), with a short prefix to recognise it by."""
+
+    __tablename__ = "tokens"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    role: Mapped[str] = mapped_column(String(16))  # viewer, operator, admin, agent, alerts
+    secret_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(12))
+    created_by: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class AlertEvent(Base):
+    """Each Alertmanager notification of an alert, once: delivery is at-least-once."""
+
+    __tablename__ = "alert_events"
+    __table_args__ = (UniqueConstraint("fingerprint", "starts_at", "status"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    starts_at: Mapped[str] = mapped_column(String(40))
+    status: Mapped[str] = mapped_column(String(16))
+    alertname: Mapped[str] = mapped_column(String(256))
+    deployment: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    labels: Mapped[dict] = mapped_column(JSON)
+    action_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    outcome: Mapped[str] = mapped_column(Text)
+    received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

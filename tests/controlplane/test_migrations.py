@@ -9,7 +9,8 @@ from sqlalchemy import create_engine, inspect
 from controlplane.store.db import downgrade, upgrade
 from controlplane.store.tables import Base
 
-TABLES = {"deployments", "pools", "agents", "load_windows", "placements", "policies", "actions"}
+TABLES = {"deployments", "pools", "agents", "load_windows", "placements", "policies", "actions", "tokens",
+          "alert_events"}
 
 
 def tables(url: str) -> set[str]:

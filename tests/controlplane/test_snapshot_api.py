@@ -88,7 +88,10 @@ def test_oversized_body_is_refused(client, sessions, clock, registered):
 
 def test_snapshots_need_a_token(client, sessions, clock, registered):
     assert post(client, good(clock), headers={}).status_code == 401
-    assert post(client, good(clock), headers={"Authorization": "Bearer wrong"}).status_code == 403
+    assert post(client, good(clock), headers={"Authorization": "Bearer wrong"}).status_code == 401
+    viewer = client.post("/v1/tokens", json={"name": "v", "role": "viewer"}, headers=operator()).json()["token"]
+    refused = post(client, good(clock), headers={"Authorization": f"Bearer {viewer}"})
+    assert refused.status_code == 403 and "needs agent" in refused.json()["detail"]
     assert stored(sessions) == (0, 0)
 
 

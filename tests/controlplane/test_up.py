@@ -33,10 +33,9 @@ def test_up_serves_the_status_page_and_the_imbalance_falls(tmp_path):
 
         first, last = None, None
         while time.monotonic() - started < 60:
-            overview = httpx.get(f"{url}/v1/deployments/sim-0/overview").json() if httpx.get(
-                f"{url}/v1/deployments").json() else None
-            history = [p["imbalance"] for p in overview["pools"][0]["history"]] if overview and overview["pools"] else []
-            history = [h for h in history if h is not None]
+            response = httpx.get(f"{url}/v1/deployments/sim-0/overview")
+            pools = response.json()["pools"] if response.status_code == 200 else []
+            history = [h["imbalance"] for h in (pools[0]["history"] if pools else []) if h["imbalance"] is not None]
             if history:
                 first, last = first or history[0], history[-1]
                 if last < 1.3 and first >= 1.8:

@@ -1,21 +1,21 @@
-"""Deployments: register, list, overview, policy, actions."""
+"""Deployments: register, list, overview."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, HTTPException
+from sqlalchemy.orm import Session
 
 from agents.protocol import is_valid_name
 from controlplane.api import overview
-from controlplane.api.deps import NowDep, OperatorDep, SessionDep, SettingsDep
-from controlplane.api.schemas import ActionOut, DeploymentIn, DeploymentSummary, Overview
-from controlplane.desired import Policy
-from controlplane.store import actions, deployments, policies
+from controlplane.api.deps import AdminDep, NowDep, SessionDep, SettingsDep, ViewerDep
+from controlplane.api.schemas import DeploymentIn, DeploymentSummary, Overview
+from controlplane.store import deployments
 from controlplane.store.tables import Deployment
 
 router = APIRouter(prefix="/v1/deployments", tags=["deployments"])
 
 
-def _get(session, name: str) -> Deployment:
+def get_or_404(session: Session, name: str) -> Deployment:
     deployment = deployments.get(session, name)
     if deployment is None:
         raise HTTPException(404, f"deployment {name!r} not found; GET /v1/deployments lists them")
@@ -23,7 +23,7 @@ def _get(session, name: str) -> Deployment:
 
 
 @router.get("", response_model=list[DeploymentSummary])
-def list_deployments(session: SessionDep, settings: SettingsDep, now: NowDep) -> list[DeploymentSummary]:
+def list_deployments(session: SessionDep, settings: SettingsDep, now: NowDep, _: ViewerDep) -> list[DeploymentSummary]:
     out = []
     for deployment in deployments.list_all(session):
         view = overview.build(session, deployment, settings, now, num_actions=0)
@@ -33,7 +33,7 @@ def list_deployments(session: SessionDep, settings: SettingsDep, now: NowDep) ->
 
 
 @router.put("/{name}", status_code=200)
-def put_deployment(name: str, body: DeploymentIn, session: SessionDep, now: NowDep, who: OperatorDep) -> dict:
+def put_deployment(name: str, body: DeploymentIn, session: SessionDep, now: NowDep, caller: AdminDep) -> dict:
     """Registers a deployment (idempotent for the same model shape). The shape cannot change in place:
     placements and windows are sized by it."""
     if not is_valid_name(name):
@@ -46,30 +46,10 @@ def put_deployment(name: str, body: DeploymentIn, session: SessionDep, now: NowD
                 raise HTTPException(409, f"deployment {name!r} exists with another model shape "
                                          f"{existing.model}; use a new name for a new model")
             return {"name": name, "created": False}
-        deployments.create(session, name=name, model=body.model, policy=body.policy, created_by=who, now=now)
+        deployments.create(session, name=name, model=body.model, policy=body.policy, created_by=caller.name, now=now)
     return {"name": name, "created": True}
 
 
 @router.get("/{name}/overview", response_model=Overview)
-def get_overview(name: str, session: SessionDep, settings: SettingsDep, now: NowDep) -> Overview:
-    return overview.build(session, _get(session, name), settings, now)
-
-
-@router.get("/{name}/policy")
-def get_policy(name: str, session: SessionDep) -> dict:
-    version, policy = policies.active(session, _get(session, name))
-    return {"version": version, "policy": policy.model_dump(mode="json")}
-
-
-@router.put("/{name}/policy")
-def put_policy(name: str, policy: Policy, session: SessionDep, now: NowDep, who: OperatorDep) -> dict:
-    with session.begin():
-        version = policies.put(session, deployment=_get(session, name), policy=policy, created_by=who, now=now)
-    return {"version": version, "policy": policy.model_dump(mode="json")}
-
-
-@router.get("/{name}/actions", response_model=list[ActionOut])
-def list_actions(name: str, session: SessionDep, limit: int = Query(50, ge=1, le=1000)) -> list[ActionOut]:
-    deployment = _get(session, name)
-    role_of = {p.id: p.role for p in deployments.pools_of(session, deployment)}
-    return [overview.action_out(a, role_of) for a in actions.recent(session, deployment, limit=limit)]
+def get_overview(name: str, session: SessionDep, settings: SettingsDep, now: NowDep, _: ViewerDep) -> Overview:
+    return overview.build(session, get_or_404(session, name), settings, now)

@@ -1,0 +1,85 @@
+"""Actions: the audit trail, manual rebalance (with dry run), and approval of waiting plans."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException, Query
+
+from controlplane import decisions
+from controlplane.api import overview
+from controlplane.api.deps import NowDep, OperatorDep, SessionDep, SettingsDep, ViewerDep
+from controlplane.api.routes.deployments import get_or_404
+from controlplane.api.schemas import ActionOut, RebalanceIn, RebalanceOut
+from controlplane.desired import Mode
+from controlplane.plan import plan_pool
+from controlplane.store import actions, deployments, policies, pools
+from controlplane.store.tables import Pool
+
+router = APIRouter(tags=["actions"])
+
+
+@router.get("/v1/deployments/{name}/actions", response_model=list[ActionOut])
+def list_actions(name: str, session: SessionDep, _: ViewerDep,
+                 limit: int = Query(50, ge=1, le=1000)) -> list[ActionOut]:
+    deployment = get_or_404(session, name)
+    role_of = {p.id: p.role for p in deployments.pools_of(session, deployment)}
+    return [overview.action_out(a, role_of) for a in actions.recent(session, deployment, limit=limit)]
+
+
+@router.post("/v1/deployments/{name}/rebalance", response_model=list[RebalanceOut])
+def rebalance(name: str, body: RebalanceIn, session: SessionDep, settings: SettingsDep, now: NowDep,
+              caller: OperatorDep) -> list[RebalanceOut]:
+    """Plans a placement change now, skipping the trigger thresholds but not the safety rails.
+    With dry_run the plan is returned and nothing is recorded; otherwise the policy's mode decides
+    whether it is recorded (observe), waits for approval (approve) or is applied (auto)."""
+    out = []
+    with session.begin():
+        deployment = get_or_404(session, name)
+        _, policy = policies.active(session, deployment)
+        if policy.mode == Mode.off and not body.dry_run:
+            raise HTTPException(409, f"deployment {name!r} has policy mode 'off'; set another mode or use dry_run")
+        targets = [p for p in deployments.pools_of(session, deployment) if body.role in (None, p.role)]
+        if not targets:
+            raise HTTPException(404, f"deployment {name!r} has no pool {body.role!r} reporting yet")
+        role_of = {p.id: p.role for p in targets}
+        for pool in targets:
+            state = pools.read_state(session, deployment, pool, now=now, settings=settings)
+            plan = plan_pool(policy, state, now, is_forced=True)
+            action = None if body.dry_run else decisions.record_plan(
+                session, deployment=deployment, pool=pool, state=state, policy=policy, plan=plan, trigger="manual",
+                created_by=caller.name, now=now)
+            predicted = None if plan.change is None else {
+                "imbalance_before": round(plan.change.current_imbalance, 4),
+                "imbalance_after": round(plan.change.predicted_imbalance, 4),
+                "moved_slots": plan.change.num_moved_slots}
+            out.append(RebalanceOut(role=pool.role, decision=plan.decision.value, reason=plan.reason,
+                                    predicted=predicted, action=action and overview.action_out(action, role_of)))
+    return out
+
+
+def _waiting(session, action_id: int):
+    action = actions.get(session, action_id)
+    if action is None:
+        raise HTTPException(404, f"action {action_id} not found")
+    if action.status != actions.AWAITING_APPROVAL:
+        raise HTTPException(409, f"action {action_id} is {action.status}, not awaiting approval")
+    return action
+
+
+@router.post("/v1/actions/{action_id}/approve", response_model=ActionOut)
+def approve(action_id: int, session: SessionDep, now: NowDep, caller: OperatorDep) -> ActionOut:
+    with session.begin():
+        action = _waiting(session, action_id)
+        pool = session.get(Pool, action.pool_id)
+        decisions.approve(session, pool=pool, action=action, now=now)
+        action.measured = action.measured | {"approved_by": caller.name}
+        return overview.action_out(action, {pool.id: pool.role})
+
+
+@router.post("/v1/actions/{action_id}/reject", response_model=ActionOut)
+def reject(action_id: int, session: SessionDep, now: NowDep, caller: OperatorDep) -> ActionOut:
+    with session.begin():
+        action = _waiting(session, action_id)
+        actions.settle(action, status=actions.REJECTED, measured={"rejected_by": caller.name}, now=now)
+        action.proposal = action.proposal_share = None
+        pool = session.get(Pool, action.pool_id)
+        return overview.action_out(action, {pool.id: pool.role})

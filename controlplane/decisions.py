@@ -1,0 +1,58 @@
+"""Turns a plan into an action row and, when the policy's mode allows, into a new placement version.
+
+The one place that writes decisions, whoever asked: the loop, a person (rebalance, approve) or an
+alert. Modes: observe records a `planned` action; approve records one `awaiting_approval` with the
+proposed table; auto applies it at once.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from controlplane.desired import Decision, Mode, Plan, Policy
+from controlplane.observed import PoolState
+from controlplane.store import actions, placements
+from controlplane.store.arrays import pack, unpack
+from controlplane.store.tables import Action, Deployment, Pool
+
+STATUS_BY_MODE = {Mode.observe: actions.PLANNED, Mode.approve: actions.AWAITING_APPROVAL, Mode.auto: actions.APPLIED}
+
+
+def record_plan(session: Session, *, deployment: Deployment, pool: Pool, state: PoolState, policy: Policy,
+                plan: Plan, trigger: str, created_by: str, now: float, alerts: list | None = None) -> Action | None:
+    """Records a rebalance plan; returns None when the plan is not a rebalance or the mode is off."""
+    if plan.decision != Decision.rebalance or policy.mode == Mode.off:
+        return None
+    change = plan.change
+    status = STATUS_BY_MODE[policy.mode]
+    predicted = {"imbalance_before": round(change.current_imbalance, 4),
+                 "imbalance_after": round(change.predicted_imbalance, 4), "moved_slots": change.num_moved_slots}
+    action = actions.record(session, deployment=deployment, pool=pool, kind="placement", trigger=trigger,
+                            mode=policy.mode.value, status=status, reason=plan.reason, inputs=plan.inputs,
+                            predicted=predicted, created_by=created_by, now=now, alerts=alerts)
+    action.based_on_version = state.placement_version
+    if status == actions.APPLIED:
+        _apply(session, pool, action, change.slot_to_expert, change.slot_share, state.placement_version, now)
+    elif status == actions.AWAITING_APPROVAL:
+        action.proposal = pack(change.slot_to_expert)
+        action.proposal_share = None if change.slot_share is None else pack(change.slot_share)
+    return action
+
+
+def approve(session: Session, *, pool: Pool, action: Action, now: float) -> None:
+    """Applies a waiting proposal, unless the placement moved on since it was planned (then superseded)."""
+    current = placements.latest(session, pool).version
+    if action.based_on_version != current:
+        actions.settle(action, status=actions.SUPERSEDED, now=now,
+                       measured={"reason": f"planned against v{action.based_on_version}, v{current} is applied"})
+        return
+    share = unpack(action.proposal_share) if action.proposal_share is not None else None
+    _apply(session, pool, action, unpack(action.proposal), share, current, now)
+    action.status = actions.APPLIED
+
+
+def _apply(session: Session, pool: Pool, action: Action, table, share, current_version: int, now: float) -> None:
+    action.placement_version = current_version + 1
+    placements.add(session, pool=pool, version=action.placement_version, slot_to_expert=table, slot_share=share,
+                   action_id=action.id, now=now)
+    action.proposal = action.proposal_share = None

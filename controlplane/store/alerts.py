@@ -1,0 +1,27 @@
+"""Alert events: each (fingerprint, startsAt, status) is stored once, so redeliveries are no-ops."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from controlplane.store.tables import AlertEvent
+from controlplane.store.timestamps import utc
+
+
+def record_once(session: Session, *, fingerprint: str, starts_at: str, status: str, alertname: str,
+                deployment: str | None, labels: dict, now: float) -> AlertEvent | None:
+    """Returns the new event, or None when this notification was already received."""
+    if session.scalar(select(AlertEvent.id).where(AlertEvent.fingerprint == fingerprint,
+                                                  AlertEvent.starts_at == starts_at,
+                                                  AlertEvent.status == status)) is not None:
+        return None
+    event = AlertEvent(fingerprint=fingerprint, starts_at=starts_at, status=status, alertname=alertname,
+                       deployment=deployment, labels=labels, outcome="", received_at=utc(now))
+    try:
+        with session.begin_nested():  # a concurrent delivery of the same alert loses the race cleanly
+            session.add(event)
+    except IntegrityError:
+        return None
+    return event

@@ -1,0 +1,73 @@
+"""The planner's hysteresis and safety rails, on plain arrays."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from agents.protocol import default_slot_to_expert
+from controlplane.desired import Decision, Mode, Policy, VerifyOutcome
+from controlplane.observed import PoolState, Window
+from controlplane.plan import plan_pool, verify_change
+
+NUM_LAYERS, NUM_EXPERTS, EP, SPR = 2, 16, 4, 5
+
+
+def skewed_window(index: int, table: np.ndarray, version: int = 0, hot: float = 20.0) -> Window:
+    load = np.full((NUM_LAYERS, NUM_EXPERTS), 100.0)
+    load[:, 0] *= hot  # one hot expert per layer
+    counts = np.stack([np.bincount(row, minlength=NUM_EXPERTS) for row in table])
+    slot_tokens = np.take_along_axis(load, table, axis=1) / np.take_along_axis(counts, table, axis=1)
+    return Window(index=index, start=index * 10.0, seconds=10.0, placement_version=version, num_reports=EP,
+                  num_slot_reports=EP, expert_tokens=load, slot_tokens=slot_tokens)
+
+
+def pool(num_windows: int = 3, *, fresh: int = EP, last_change_at=None, moved_last_hour: int = 0,
+         hot: float = 20.0) -> PoolState:
+    table = default_slot_to_expert(NUM_LAYERS, NUM_EXPERTS, EP * SPR)
+    return PoolState(deployment="d", role="decode", num_layers=NUM_LAYERS, num_experts=NUM_EXPERTS, num_groups=4,
+                     ep_size=EP, slots_per_rank=SPR, gpus_per_node=8, num_agents=EP, num_fresh_agents=fresh,
+                     placement_version=0, slot_to_expert=table,
+                     windows=tuple(skewed_window(i, table, hot=hot) for i in range(num_windows)),
+                     last_change_at=last_change_at, moved_slots_last_hour=moved_last_hour)
+
+
+AUTO = Policy(mode=Mode.auto, cooldown_seconds=60, max_moved_slots_fraction=0.5)
+
+
+def test_sustained_imbalance_is_rebalanced_within_the_moves_budget():
+    plan = plan_pool(AUTO, pool(), now=1000.0)
+    assert plan.decision == Decision.rebalance, plan.reason
+    change = plan.change
+    assert change.predicted_imbalance < change.current_imbalance - AUTO.min_gain
+    assert 0 < change.num_moved_slots <= AUTO.max_moved_slots_fraction * EP * SPR
+    assert change.num_moved_slots == int((change.slot_to_expert != pool().slot_to_expert).sum())
+
+
+@pytest.mark.parametrize("state, words", [
+    (pool(fresh=1), "agents are fresh"),
+    (pool(num_windows=1), "need 2"),
+    (pool(last_change_at=990.0), "cooling down"),
+    (pool(moved_last_hour=1000), "moves budget spent"),
+])
+def test_holds_when_it_should_not_act(state, words):
+    plan = plan_pool(AUTO, state, now=1000.0)
+    assert plan.decision == Decision.hold and words in plan.reason
+
+
+def test_keeps_a_balanced_pool_and_an_off_policy():
+    mild = pool(hot=1.0)  # replicas of experts 0-3 leave max/mean at 1.25
+    assert mild.windows[-1].imbalance(EP) == pytest.approx(1.25)
+    assert plan_pool(Policy(mode=Mode.auto, imbalance_threshold=1.3), mild, now=1000.0).decision == Decision.keep
+    assert plan_pool(Policy(mode=Mode.off), pool(), now=1000.0).decision == Decision.keep
+
+
+def test_verify_waits_then_judges_against_the_prior():
+    state = pool(num_windows=3)
+    policy = Policy(verify_windows=2, rollback_tolerance=0.05)
+    assert verify_change(policy, state, version=1, prior_imbalance=3.0) == (VerifyOutcome.wait, None)
+    measured = state.windows[0].imbalance(EP)
+    outcome, value = verify_change(policy, state, version=0, prior_imbalance=measured + 1)
+    assert outcome == VerifyOutcome.verified and value == pytest.approx(measured)
+    outcome, _ = verify_change(policy, state, version=0, prior_imbalance=measured - 0.5)
+    assert outcome == VerifyOutcome.rolled_back
