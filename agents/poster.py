@@ -1,0 +1,118 @@
+"""Posts closed windows to the controller from a background thread; the engine never waits on it.
+
+The queue is bounded: when the controller is slow or down, the oldest windows are dropped (and
+counted), never the step loop blocked. Failures back off exponentially with full jitter, so a
+fleet of agents does not hammer a controller that comes back. Every accepted post returns a
+`DesiredState`, handed to `on_answer` (called on this thread; the agent applies it on its own).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import threading
+from collections.abc import Callable
+
+import httpx
+from pydantic import ValidationError
+
+from agents.protocol import DesiredState, ModelShape, Snapshot
+
+log = logging.getLogger("moectl.agent")
+
+RETRY_STATUSES = {404, 429, 500, 502, 503, 504}  # 404: the deployment may be registered any moment
+
+
+class SnapshotPoster:
+    def __init__(self, url: str, agent_token: str, *, on_answer: Callable[[DesiredState], None],
+                 on_failure: Callable[[str], None], api_token: str = "", model: ModelShape | None = None,
+                 policy: dict | None = None, max_queue: int = 8, timeout: float = 5.0, min_backoff: float = 0.5,
+                 max_backoff: float = 30.0, transport: httpx.BaseTransport | None = None):
+        self.on_answer, self.on_failure = on_answer, on_failure
+        self.api_token, self.model, self.policy = api_token, model, policy
+        self.min_backoff, self.max_backoff = min_backoff, max_backoff
+        self.queue: queue.Queue[Snapshot] = queue.Queue(maxsize=max_queue)
+        self.client = httpx.Client(base_url=url, timeout=timeout, transport=transport,
+                                   headers={"Authorization": f"Bearer {agent_token}"})
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="snapshot-poster", daemon=True)
+        self.num_posted = 0
+
+    def start(self) -> SnapshotPoster:
+        self.thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self.stopping.set()
+        self.thread.join(timeout)
+        self.client.close()
+
+    def submit(self, snapshot: Snapshot) -> None:
+        """Never blocks: a full queue loses its oldest window."""
+        while True:
+            try:
+                self.queue.put_nowait(snapshot)
+                return
+            except queue.Full:
+                try:
+                    self.queue.get_nowait()
+                    self.on_failure("queue_full")
+                except queue.Empty:
+                    pass
+
+    def _run(self) -> None:
+        num_failures = 0
+        while not self.stopping.is_set():
+            try:
+                snapshot = self.queue.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            while not self.stopping.is_set():
+                reason = self._post(snapshot)
+                if reason is None:
+                    num_failures = 0
+                    break
+                self.on_failure(reason)
+                if reason == "http_4xx":  # the controller refused this window: retrying cannot help
+                    break
+                num_failures += 1
+                # full jitter: a uniform wait up to the exponential cap
+                cap = min(self.max_backoff, self.min_backoff * 2 ** min(num_failures, 16))
+                self.stopping.wait(random.uniform(0.5 * self.min_backoff, cap))
+
+    def _post(self, snapshot: Snapshot) -> str | None:
+        """One attempt; returns None on success, else a failure reason (a bounded enum)."""
+        try:
+            response = self.client.post("/v1/agents/snapshot", content=snapshot.model_dump_json(),
+                                        headers={"Content-Type": "application/json"})
+        except httpx.TimeoutException:
+            return "timeout"
+        except httpx.HTTPError as exc:
+            log.debug("controller unreachable: %s", exc)
+            return "connect"
+        if response.status_code == 404 and self.api_token and self.model is not None:
+            self._register(snapshot.identity.deployment)
+        if response.status_code != 200:
+            level = logging.WARNING if response.status_code not in RETRY_STATUSES else logging.INFO
+            log.log(level, "snapshot refused: %d %s", response.status_code, response.text[:300])
+            if response.status_code in RETRY_STATUSES:
+                return "http_5xx" if response.status_code >= 500 else "http_retry"
+            return "http_4xx"
+        try:
+            answer = DesiredState.model_validate_json(response.content)
+        except ValidationError as exc:
+            log.warning("controller answered something that is not a DesiredState: %s", exc)
+            return "invalid_answer"
+        self.num_posted += 1
+        self.on_answer(answer)
+        return None
+
+    def _register(self, deployment: str) -> None:
+        body = {"model": self.model.model_dump()} | ({"policy": self.policy} if self.policy else {})
+        try:
+            response = self.client.put(f"/v1/deployments/{deployment}", json=body,
+                                       headers={"Authorization": f"Bearer {self.api_token}"})
+            log.info("registered deployment %s: %d", deployment, response.status_code)
+        except httpx.HTTPError as exc:
+            log.info("could not register deployment %s: %s", deployment, exc)
