@@ -70,6 +70,12 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     return reconcile_command(_settings(args), once=args.once, dry_run=args.dry_run)
 
 
+def cmd_token(args: argparse.Namespace) -> int:
+    from controlplane.tokens_cli import token_command
+
+    return token_command(_settings(args), action=args.action, name=args.name, role=args.role)
+
+
 def cmd_migrate(args: argparse.Namespace) -> int:
     from controlplane.store.db import downgrade, upgrade
 
@@ -125,6 +131,13 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--once", action="store_true", help="one pass, then exit")
     q.add_argument("--dry-run", action="store_true", help="plan and log, write nothing")
     q.set_defaults(func=cmd_reconcile)
+
+    q = sub.add_parser("token", help="create, list or revoke API tokens (writes the database directly)")
+    db_args(q)
+    q.add_argument("action", choices=["create", "list", "revoke"])
+    q.add_argument("--name", help="who or what the token is for; recorded on every change it makes")
+    q.add_argument("--role", choices=["viewer", "operator", "admin", "agent", "alerts"], default="viewer")
+    q.set_defaults(func=cmd_token)
 
     q = sub.add_parser("migrate", help="apply or revert schema migrations")
     db_args(q)
