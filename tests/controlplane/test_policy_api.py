@@ -66,8 +66,9 @@ def test_roles(client, deployment):
     assert client.put("/v1/deployments/tiny/policy", json={}, headers=op).status_code == 403  # policies: admin
     assert client.post("/v1/deployments/tiny/rebalance", json={"dry_run": True}, headers=viewer).status_code == 403
     assert client.post("/v1/tokens", json={"name": "x", "role": "admin"}, headers=op).status_code == 403
-    assert client.post("/v1/alerts/alertmanager", json={"version": "4", "alerts": []}, headers=agent).status_code == 403
-    assert client.post("/v1/alerts/alertmanager", json={"version": "4", "alerts": []}, headers=alerts).status_code == 200
+    empty = {"version": "4", "alerts": []}
+    assert client.post("/v1/alerts/alertmanager", json=empty, headers=agent).status_code == 403
+    assert client.post("/v1/alerts/alertmanager", json=empty, headers=alerts).status_code == 200
     client.delete("/v1/tokens/viewer", headers=operator())
     assert client.get("/v1/tokens", headers=viewer).status_code == 401  # revoked
     listed = client.get("/v1/tokens", headers=operator()).json()
