@@ -119,6 +119,11 @@ def _ops(backend: str) -> SimpleNamespace:
     )
 
 
+def torch_ops() -> SimpleNamespace:
+    """The torch ops whatever the device: for autograd (the Triton kernels have no backward)."""
+    return _ops("torch")
+
+
 def get_ops(device) -> SimpleNamespace:
     """The MoE ops for `device`; each has the signature of its `moe_ops` / `refs` twin."""
     return _ops(moe_backend(device))

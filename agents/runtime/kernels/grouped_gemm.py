@@ -113,7 +113,7 @@ def gemm(a, b, c, weights, sorted_ids, block_bins, num_post_pad, num_valid, top_
     grid = (num_pid_m * triton.cdiv(n, block_n),)
     if num_pid_m == 0:
         return
-    precision = "ieee" if a.dtype == torch.float32 else "tf32"  # fp32 matches torch (no TF32); ignored for 16-bit
+    precision = "ieee" if a.dtype == torch.float32 else None  # fp32: no TF32, like torch; 16-bit: the default
     _moe_gemm_kernel[grid](
         a,
         b,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from agents.runtime import moe_ops
-from agents.runtime.kernels import ENV_VAR, get_ops, moe_backend, refs, triton_available
+from agents.runtime.kernels import ENV_VAR, get_ops, moe_backend, refs, torch_ops, triton_available
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -43,6 +43,7 @@ def test_default_and_forced_torch(monkeypatch):
     assert moe_backend("cuda") == "torch"
     ops = get_ops("cuda")
     assert ops.backend == "torch" and ops.combine is moe_ops.combine and ops.quantize is refs.quantize
+    assert torch_ops() is ops
     monkeypatch.setenv(ENV_VAR, "cuda")
     with pytest.raises(ValueError, match="expected one of"):
         moe_backend("cpu")
