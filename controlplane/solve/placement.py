@@ -13,17 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from controlplane.solve.local_search import improve
-from controlplane.solve.locality import (
-    balance_groups,
-    expert_node_of,
-    group_to_node_of,
-    is_feasible,
-    mean_nodes_per_group,
-    solve_local,
-)
-from controlplane.solve.packing import pack, replicate
-from controlplane.solve.repair import invalid_layers, repair_layer
+from controlplane.solve.construct import solve_fresh
+from controlplane.solve.incremental import solve_incremental
+from controlplane.solve.locality import group_to_node_of, is_feasible, mean_nodes_per_group
+from controlplane.solve.shares import water_fill
 
 
 @dataclass(frozen=True)
@@ -57,7 +50,8 @@ class PlacementPlan:
     """A solved placement and what it is predicted to do.
 
     slot_to_expert: [L, S] int64 logical expert held by each slot.
-    slot_share: [L, S] float64 fraction of its expert's tokens each slot takes (even split).
+    slot_share: [L, S] float64 fraction of its expert's tokens each slot takes: > 0, summing to 1 per
+        expert and layer; uneven where a replica on a lighter GPU can take more (see `shares`).
     gpu_load: [L, G] float64 predicted tokens per GPU.
     imbalance: mean over layers of max/mean GPU load (zero-load layers count 1.0).
     num_moved_slots: slots whose expert differs from `current` (0 without a current table).
@@ -170,55 +164,21 @@ def solve_placement(load, topology: Topology, current=None, max_moved_slots: int
         least this fraction of the layer's mean.
     """
     load, current = _validate(load, topology, current, max_moved_slots)
-    num_experts, k, gpn = load.shape[1], topology.slots_per_gpu, topology.gpus_per_node
+    num_experts = load.shape[1]
     is_local = group_locality and is_feasible(num_experts, topology.num_slots, topology.num_groups,
-                                              topology.num_nodes, gpn)
-    if tolerance is None:
-        tolerance = 0.001 if current is None else 0.01
-    group_to_node = None
+                                              topology.num_nodes, topology.gpus_per_node)
     if current is None:
-        if is_local:
-            group_to_node = balance_groups(load, topology.num_groups, topology.num_nodes)
-            table = solve_local(load, group_to_node, topology.num_nodes, gpn, k)
-        else:
-            table = pack(load, replicate(load, topology.num_slots, topology.num_gpus), topology.num_gpus, k)
-        min_gain_per_move = 1e-9
+        table = solve_fresh(load, topology, is_local, 0.001 if tolerance is None else tolerance)
+        share = water_fill(table, load, topology.slots_per_gpu)
     else:
-        table = current.copy()
-        home = None
-        if is_local:
-            home = expert_node_of(group_to_node_of(current, num_experts, topology.num_groups,
-                                                   topology.num_nodes), num_experts)
-        for layer in np.flatnonzero(invalid_layers(current, num_experts, k)):
-            table[layer] = repair_layer(current[layer], load[layer], k, gpn,
-                                        None if home is None else home[layer])
-        if is_local:
-            group_to_node = _relocate(table, current, load, topology, max_moved_slots)
-    expert_node = None if group_to_node is None else expert_node_of(group_to_node, num_experts)
-    table = improve(table, load, replica_counts(table, num_experts), k, current=current,
-                    max_moved_slots=max_moved_slots, expert_node=expert_node, gpus_per_node=gpn,
-                    min_gain=min_gain_per_move, tolerance=tolerance)
-    return _plan(table, load, topology, current, is_local and bool((group_to_node >= 0).all()))
+        table, share = solve_incremental(load, topology, current, max_moved_slots, is_local,
+                                         0.01 if tolerance is None else tolerance, min_gain_per_move)
+    is_group_local = is_local and bool((group_to_node_of(table, num_experts, topology.num_groups,
+                                                         topology.num_nodes) >= 0).all())
+    return _plan(table, share, load, topology, current, is_group_local)
 
 
-def _relocate(table, current, load, topology, max_moved_slots) -> np.ndarray:
-    """Make spread layers group-local while the budget lasts (mutates table); -> group_to_node [L, G]."""
-    groups, nodes = topology.num_groups, topology.num_nodes
-    group_to_node = group_to_node_of(table, load.shape[1], groups, nodes)
-    budget = np.inf if max_moved_slots is None else max_moved_slots - int((table != current).sum())
-    for layer in np.flatnonzero((group_to_node < 0).any(axis=1)):
-        fresh_map = balance_groups(load[layer:layer + 1], groups, nodes)
-        fresh = solve_local(load[layer:layer + 1], fresh_map, nodes, topology.gpus_per_node,
-                            topology.slots_per_gpu)[0]
-        cost = int((fresh != current[layer]).sum()) - int((table[layer] != current[layer]).sum())
-        if cost <= budget:
-            table[layer], group_to_node[layer] = fresh, fresh_map[0]
-            budget -= cost
-    return group_to_node
-
-
-def _plan(table, load, topology, current, is_group_local) -> PlacementPlan:
-    share = even_share(table, load.shape[1])
+def _plan(table, share, load, topology, current, is_group_local) -> PlacementPlan:
     gpu_load = gpu_load_of(table, load, topology, share)
     moved = np.argwhere(table != current) if current is not None else np.empty((0, 2), dtype=np.int64)
     return PlacementPlan(slot_to_expert=table, slot_share=share, gpu_load=gpu_load,

@@ -75,8 +75,10 @@ def test_budget_bounds_moved_slots():
         plan = solve_placement(new, topology, current=current, max_moved_slots=budget)
         assert plan.num_moved_slots <= budget
         assert_valid(plan, new, topology)
-    assert solve_placement(new, topology, current=current, max_moved_slots=0).imbalance == pytest.approx(
-        imbalance_of(current, new, topology))
+    # no weights move, yet uneven shares may still relieve the hottest GPU
+    frozen = solve_placement(new, topology, current=current, max_moved_slots=0)
+    np.testing.assert_array_equal(frozen.slot_to_expert, current)
+    assert frozen.imbalance <= imbalance_of(current, new, topology) + 1e-12
 
 
 @pytest.mark.parametrize("bad_load, message", [
@@ -96,3 +98,39 @@ def test_invalid_current_raises():
         solve_placement(np.ones((1, 3)), topology, current=np.zeros((1, 3), dtype=int))
     with pytest.raises(ValueError, match="current"):
         solve_placement(np.ones((1, 3)), topology, current=np.full((1, 4), 7))
+
+
+def test_default_table_with_one_hot_expert_escapes_its_local_optimum():
+    # the agents' default table (slot s holds expert s mod E) puts every spare replica on a GPU that
+    # already holds the hot expert, so neither a swap nor a retarget helps: only a chain move does
+    topology = Topology(num_nodes=1, gpus_per_node=4, slots_per_gpu=5, num_groups=4)
+    current = np.tile(np.arange(topology.num_slots) % 16, (2, 1))
+    load = np.full((2, 16), 100.0)
+    load[:, 0] *= 20
+    assert imbalance_of(current, load, topology) == pytest.approx(1.4286, abs=1e-4)
+    fresh = solve_placement(load, topology).imbalance
+    results = {}
+    for budget in (2, 4, 20):
+        plan = solve_placement(load, topology, current=current, max_moved_slots=budget)
+        assert_valid(plan, load, topology)
+        assert plan.num_moved_slots <= budget
+        results[budget] = (plan.imbalance, imbalance_of(plan.slot_to_expert, load, topology))
+    # one chain per layer (2 slots): the hot expert gets a third replica, 1250 -> 1067 tokens at most
+    assert results[4][1] <= 1.22 and results[4][0] <= 1.15
+    assert results[2][0] < 1.30
+    # with room, the table matches a fresh solve, even before uneven shares
+    assert results[20][1] <= 1.05 and results[20][0] <= fresh + 1e-9
+
+
+def test_slot_share_moves_tokens_to_the_lighter_replica():
+    # expert 0 has replicas on both GPUs; GPU 1 also holds a heavy single-copy expert
+    topology = Topology(num_nodes=1, gpus_per_node=2, slots_per_gpu=2)
+    load = np.array([[100.0, 10.0, 60.0]])
+    current = np.array([[0, 1, 0, 2]])
+    plan = solve_placement(load, topology, current=current, max_moved_slots=0)
+    np.testing.assert_array_equal(plan.slot_to_expert, current)
+    assert_valid(plan, load, topology)
+    assert plan.slot_share[0, 0] > 0.5 > plan.slot_share[0, 2] > 0
+    np.testing.assert_allclose(plan.gpu_load, [[85.0, 85.0]])
+    assert plan.imbalance == pytest.approx(1.0)
+    assert imbalance_of(current, load, topology) == pytest.approx(110 / 85)

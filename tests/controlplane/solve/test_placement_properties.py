@@ -95,6 +95,23 @@ def test_arbitrary_applied_tables_are_repaired(problem, group_locality):
     assert_invariants(plan, load, topology)
 
 
+@settings(SETTINGS, max_examples=150)
+@given(problems(), st.booleans(), st.integers(0, 4))
+def test_with_an_ample_budget_a_repaired_plan_is_never_far_behind_a_fresh_one(problem, group_locality, seed):
+    topology, load, rng = problem
+    # any applied table: a fresh one for other loads, or random ids (missing experts, duplicates)
+    if seed % 2:
+        current = rng.integers(0, load.shape[1], (load.shape[0], topology.num_slots))
+    else:
+        other = load * np.random.default_rng(seed).lognormal(0.0, 1.0, load.shape)
+        current = solve_placement(other, topology, group_locality=group_locality).slot_to_expert
+    fresh = solve_placement(load, topology, group_locality=group_locality)
+    plan = solve_placement(load, topology, current=current, max_moved_slots=current.size,
+                           group_locality=group_locality)
+    assert_invariants(plan, load, topology)
+    assert plan.imbalance <= 1.02 * fresh.imbalance + 1e-9
+
+
 def test_zero_budget_keeps_a_valid_table_unchanged():
     topology = Topology(num_nodes=2, gpus_per_node=2, slots_per_gpu=3, num_groups=2)
     rng = np.random.default_rng(3)

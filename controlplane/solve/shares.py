@@ -1,0 +1,92 @@
+"""Uneven traffic split across an expert's replicas (slot_share), by water-filling.
+
+An even split leaves GPUs uneven whenever a replicated expert shares GPUs of different loads. Letting a
+replica on a light GPU take more of its expert's tokens fixes that for free (no weights move), and it
+recovers what the published EPLB gets by putting two copies of an expert on one GPU, without the copy.
+Each step water-fills one expert's tokens over its GPUs (lowest level first), which minimises the
+largest of those GPUs' loads and touches no other GPU, so the layer's maximum never rises; sweeps
+repeat over the replicated experts, hottest first. Every replica keeps at least `min_share` of an even
+split, so no slot the plan keeps is left idle (a replica worth nothing should be dropped, not starved).
+Shapes: L layers, S slots, E experts, G GPUs, k slots per GPU, R replicated experts, C replicas.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+MIN_SHARE = 0.1  # of an even split: floors each replica at 10% of 1/replicas
+
+
+def water_fill(table: np.ndarray, load: np.ndarray, slots_per_gpu: int, num_sweeps: int = 4,
+               min_share: float = MIN_SHARE) -> np.ndarray:
+    """[L, S] share of its expert's tokens each slot takes; per layer and expert the shares sum to 1.
+
+    table: [L, S] slot -> expert; load: [L, E] tokens.
+    """
+    num_layers, num_slots = table.shape
+    counts = np.zeros(load.shape, dtype=np.int64)
+    np.add.at(counts, (np.arange(num_layers)[:, None], table), 1)
+    share = 1.0 / np.take_along_axis(counts, table, axis=1)
+    replica_slots = _replica_slots(table, load, counts)               # [L, R, C], -1 padded
+    if replica_slots.size == 0:
+        return share
+    rows = np.arange(num_layers)[:, None]
+    slot_gpu = np.arange(num_slots) // slots_per_gpu
+    gpu_load = np.zeros((num_layers, num_slots // slots_per_gpu))
+    np.add.at(gpu_load, (rows, slot_gpu[None, :]), np.take_along_axis(load, table, axis=1) * share)
+    # per-layer convergence, so a layer's shares never depend on which other layers are solved with it
+    is_active = np.ones(num_layers, dtype=bool)
+    for _ in range(num_sweeps):
+        previous = gpu_load.max(axis=1)
+        for rank in range(replica_slots.shape[1]):
+            slots = replica_slots[:, rank]                            # [L, C]
+            is_real = (slots >= 0) & is_active[:, None]
+            safe = np.where(is_real, slots, 0)
+            gpus = slot_gpu[safe]
+            tokens = load[rows, table[rows, safe][:, :1]][:, 0]       # [L] the expert's tokens
+            count = is_real.sum(axis=1)
+            floor = min_share / np.maximum(count, 1) * tokens         # [L]
+            old = np.where(is_real, share[rows, safe] * tokens[:, None], 0.0)
+            base = np.where(is_real, gpu_load[rows, gpus] - old + floor[:, None], np.inf)
+            new = floor[:, None] + _fill(base, tokens * (1.0 - min_share))
+            is_step = is_real & (tokens[:, None] > 0)
+            new = np.where(is_step, new, old)
+            layer_of = np.broadcast_to(rows, gpus.shape)[is_step]
+            np.add.at(gpu_load, (layer_of, gpus[is_step]), (new - old)[is_step])
+            share[layer_of, slots[is_step]] = (new / np.where(tokens > 0, tokens, 1.0)[:, None])[is_step]
+        is_active &= gpu_load.max(axis=1) < previous * (1 - 1e-6)
+        if not is_active.any():
+            break
+    return share
+
+
+def _replica_slots(table: np.ndarray, load: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """[L, R, C] slots of each layer's replicated experts, hottest expert first; -1 pads."""
+    num_layers = table.shape[0]
+    per_layer = []
+    for layer in range(num_layers):
+        experts = np.flatnonzero(counts[layer] >= 2)
+        experts = experts[np.argsort(-load[layer, experts], kind="stable")]
+        per_layer.append([np.flatnonzero(table[layer] == e) for e in experts])
+    num_experts = max(len(x) for x in per_layer)
+    num_replicas = max((len(s) for x in per_layer for s in x), default=0)
+    result = np.full((num_layers, num_experts, num_replicas), -1, dtype=np.int64)
+    for layer, slot_lists in enumerate(per_layer):
+        for rank, slots in enumerate(slot_lists):
+            result[layer, rank, :len(slots)] = slots
+    return result
+
+
+def _fill(base: np.ndarray, water: np.ndarray) -> np.ndarray:
+    """Water-filling: [L, C] levels (inf = absent) and [L] amounts -> [L, C] amounts raising the lowest."""
+    order = np.argsort(base, axis=1, kind="stable")
+    level_sorted = np.take_along_axis(base, order, axis=1)
+    with np.errstate(invalid="ignore"):
+        cumulative = np.cumsum(level_sorted, axis=1)
+        candidate = (water[:, None] + cumulative) / np.arange(1, base.shape[1] + 1)
+    # the level covers the m lowest GPUs where m is the last index whose candidate level exceeds it
+    is_covered = candidate > level_sorted
+    num_covered = np.maximum(is_covered.sum(axis=1), 1)
+    level = np.take_along_axis(candidate, (num_covered - 1)[:, None], axis=1)
+    with np.errstate(invalid="ignore"):
+        return np.maximum(level - base, 0.0)
