@@ -133,3 +133,21 @@ class TokenOut(BaseModel):
     created_by: str
     created_at: float
     revoked_at: float | None
+
+
+class PoolLoad(BaseModel):
+    """One pool's latest complete window as matrices, for heatmaps and placement views (JSON lists:
+    58 x 256 numbers is small for a browser; agents use the compact wire format instead)."""
+
+    role: str
+    ep_size: int
+    slots_per_rank: int
+    gpus_per_node: int
+    window_index: int | None
+    window_start: float | None
+    window_placement_version: int | None = Field(description="the placement the window's GPU load ran under")
+    placement_version: int
+    expert_tokens: list[list[float]] = Field(description="[num_layers][num_experts] tokens, last window")
+    gpu_tokens: list[list[float]] = Field(description="[num_layers][ep_size] tokens each GPU processed")
+    slot_to_expert: list[list[int]] = Field(description="[num_layers][num_slots] the issued placement")
+    previous_slot_to_expert: list[list[int]] | None = Field(description="the placement before it, if any")

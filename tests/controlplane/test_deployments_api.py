@@ -52,3 +52,18 @@ def test_overview_of_a_quiet_deployment_says_unknown_not_zero(client):
     assert overview["imbalance"] is None and overview["mtp_acceptance"] is None
     assert overview["agents"] == {"total": 0, "fresh": 0, "stale": 0}
     assert client.get("/v1/deployments/nope/overview").status_code == 404
+
+
+def test_pool_load_matrices_for_the_dashboard(client, sessions, settings, clock):
+    from support.fleet import run_windows, start_fleet
+
+    fleet = start_fleet(client, {"mode": "auto", "cooldown_seconds": 0})
+    run_windows(client, sessions, settings, clock, fleet, 4)
+    load = client.get("/v1/deployments/sim-0/pools/decode/load").json()
+    assert len(load["expert_tokens"]) == 8 and len(load["expert_tokens"][0]) == 64
+    assert len(load["gpu_tokens"][0]) == 8 and len(load["slot_to_expert"][0]) == 80
+    assert load["placement_version"] >= 1 and load["previous_slot_to_expert"] != load["slot_to_expert"]
+    # every routed token lands on some GPU: the two views of one window agree
+    assert abs(sum(map(sum, load["gpu_tokens"])) - sum(map(sum, load["expert_tokens"]))) < 0.01 * sum(
+        map(sum, load["expert_tokens"]))
+    assert client.get("/v1/deployments/sim-0/pools/prefill/load").status_code == 404

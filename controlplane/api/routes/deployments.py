@@ -8,8 +8,8 @@ from sqlalchemy.orm import Session
 from agents.protocol import is_valid_name
 from controlplane.api import overview
 from controlplane.api.deps import AdminDep, NowDep, SessionDep, SettingsDep, ViewerDep
-from controlplane.api.schemas import DeploymentIn, DeploymentSummary, Overview
-from controlplane.store import deployments
+from controlplane.api.schemas import DeploymentIn, DeploymentSummary, Overview, PoolLoad
+from controlplane.store import deployments, placements, pools
 from controlplane.store.tables import Deployment
 
 router = APIRouter(prefix="/v1/deployments", tags=["deployments"])
@@ -53,3 +53,27 @@ def put_deployment(name: str, body: DeploymentIn, session: SessionDep, now: NowD
 @router.get("/{name}/overview", response_model=Overview)
 def get_overview(name: str, session: SessionDep, settings: SettingsDep, now: NowDep, _: ViewerDep) -> Overview:
     return overview.build(session, get_or_404(session, name), settings, now)
+
+
+@router.get("/{name}/pools/{role}/load", response_model=PoolLoad)
+def get_pool_load(name: str, role: str, session: SessionDep, settings: SettingsDep, now: NowDep,
+                  _: ViewerDep) -> PoolLoad:
+    deployment = get_or_404(session, name)
+    pool = deployments.get_pool(session, deployment, role)
+    if pool is None:
+        raise HTTPException(404, f"deployment {name!r} has no {role!r} pool reporting")
+    state = pools.read_state(session, deployment, pool, now=now, settings=settings, num_windows=4)
+    # right after a placement change the newest window may hold no per-GPU load yet: show the last that does
+    measured = [w for w in state.windows if w.num_slot_reports > 0]
+    window = measured[-1] if measured else (state.windows[-1] if state.windows else None)
+    previous = placements.get(session, pool, state.placement_version - 1) if state.placement_version else None
+    empty = [[] for _ in range(state.num_layers)]
+    return PoolLoad(role=role, ep_size=pool.ep_size, slots_per_rank=pool.slots_per_rank,
+                    gpus_per_node=pool.gpus_per_node, window_index=window.index if window else None,
+                    window_start=window.start if window else None,
+                    window_placement_version=window.placement_version if window else None,
+                    placement_version=state.placement_version,
+                    expert_tokens=window.expert_tokens.tolist() if window else empty,
+                    gpu_tokens=window.gpu_load(pool.ep_size).tolist() if window else empty,
+                    slot_to_expert=state.slot_to_expert.tolist(),
+                    previous_slot_to_expert=previous.slot_to_expert.tolist() if previous else None)
