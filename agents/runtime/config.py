@@ -19,7 +19,7 @@ class ModelConfig:
     num_groups: int = 4
     topk: int = 4
     topk_group: int = 2
-    route_scale: float = 1.0
+    route_scale: float = 2.5
     num_mtp_layers: int = 1
     max_seq_len: int = 1024
     rope_theta: float = 10000.0

@@ -91,6 +91,17 @@ class Engine:
             raise ValueError("max_tokens_per_expert must be >= 0")
         self.pending_limits = limits
 
+    def abort_request(self, request_id: str) -> bool:
+        seq = self.seqs.pop(request_id, None)
+        if seq is None:
+            return False
+        seq.finish_reason = "abort"
+        if seq in self.scheduler.waiting:
+            self.scheduler.waiting.remove(seq)
+        else:
+            self.scheduler.finish(seq)
+        return True
+
     def has_unfinished_requests(self) -> bool:
         return not self.scheduler.is_finished()
 

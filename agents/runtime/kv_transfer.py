@@ -30,10 +30,18 @@ class KVHandoff:
 
     def to_bytes(self) -> bytes:
         kv = self.kv.contiguous().numpy()
-        header = {"request_id": self.request_id, "token_ids": self.token_ids,
-                  "num_prompt_tokens": self.num_prompt_tokens, "dtype": str(kv.dtype), "shape": list(kv.shape),
-                  "params": {"temperature": self.params.temperature, "max_tokens": self.params.max_tokens,
-                             "stop_token_ids": list(self.params.stop_token_ids)}}
+        header = {
+            "request_id": self.request_id,
+            "token_ids": self.token_ids,
+            "num_prompt_tokens": self.num_prompt_tokens,
+            "dtype": str(kv.dtype),
+            "shape": list(kv.shape),
+            "params": {
+                "temperature": self.params.temperature,
+                "max_tokens": self.params.max_tokens,
+                "stop_token_ids": list(self.params.stop_token_ids),
+            },
+        }
         return json.dumps(header).encode() + b"\n" + kv.tobytes()
 
     @classmethod
@@ -45,13 +53,19 @@ class KVHandoff:
             raise ValueError("KV payload size does not match its header")
         kv = torch.from_numpy(np.frombuffer(data[end + 1 :], dtype=dtype).reshape(shape).copy())
         params = header["params"]
-        return cls(header["request_id"], header["token_ids"], header["num_prompt_tokens"],
-                   SamplingParams(params["temperature"], params["max_tokens"], tuple(params["stop_token_ids"])), kv)
+        return cls(
+            header["request_id"],
+            header["token_ids"],
+            header["num_prompt_tokens"],
+            SamplingParams(params["temperature"], params["max_tokens"], tuple(params["stop_token_ids"])),
+            kv,
+        )
 
 
 def _slots(seq: Sequence, positions: range, block_size: int) -> Tensor:
-    return torch.tensor([seq.block_table[p // block_size] * block_size + p % block_size for p in positions],
-                        dtype=torch.int64)
+    return torch.tensor(
+        [seq.block_table[p // block_size] * block_size + p % block_size for p in positions], dtype=torch.int64
+    )
 
 
 def export_kv(engine, request_id: str) -> KVHandoff:

@@ -30,6 +30,7 @@ class ModelRunner:
             model.num_attn_layers, cfg.num_kv_blocks, cfg.block_size, mc.num_heads, mc.head_dim, cfg.device
         )
         self.generator = torch.Generator(device=cfg.device).manual_seed(cfg.seed)
+        self.last_logits: Tensor | None = None  # [R, V] verified rows of the last step
 
     def batch(self, tables, starts, query_lens):
         return build_attn_batch(
@@ -50,6 +51,7 @@ class ModelRunner:
         ends = torch.tensor(query_lens, device=self.cfg.device).cumsum(0).tolist()
         rows = [list(range(end - 1 - len(s.draft_token_ids), end)) for s, end in zip(seqs, ends, strict=True)]
         logits = self.model.logits(h[self.as_tensor([r for rs in rows for r in rs])])  # [R, V]
+        self.last_logits = logits  # kept for inspection and tests
         targets = self.sample(logits, [s for s, rs in zip(seqs, rows, strict=True) for _ in rs])
         result.forward_seconds += time.perf_counter() - t0
 
