@@ -134,3 +134,17 @@ def test_slot_share_moves_tokens_to_the_lighter_replica():
     np.testing.assert_allclose(plan.gpu_load, [[85.0, 85.0]])
     assert plan.imbalance == pytest.approx(1.0)
     assert imbalance_of(current, load, topology) == pytest.approx(110 / 85)
+
+
+def test_group_local_resolve_moves_a_group_to_another_node_when_loads_shift():
+    # two nodes with two groups of two experts each; the load shifted so both hot groups share node 0
+    topology = Topology(num_nodes=2, gpus_per_node=2, slots_per_gpu=3, num_groups=4)
+    current = np.array([[0, 1, 2, 3, 0, 1, 4, 5, 6, 7, 4, 5]])
+    load = np.array([[100.0] * 4 + [10.0] * 4])
+    stuck = imbalance_of(current, load, topology)
+    plan = solve_placement(load, topology, current=current, group_locality=True)
+    fresh = solve_placement(load, topology, group_locality=True)
+    assert plan.is_group_local and 0 < plan.num_moved_slots < topology.num_slots
+    hot_nodes = {int(slot) // 6 for slot in np.flatnonzero(plan.slot_to_expert[0] < 4)}
+    assert hot_nodes == {0, 1}
+    assert plan.imbalance <= 1.02 * fresh.imbalance < stuck
