@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from opentelemetry import trace
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane import decisions
@@ -32,41 +33,62 @@ class PassResult:
     seconds: float
 
 
-def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: float,
-                   dry_run: bool = False) -> PassResult:
+def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: float, dry_run: bool = False,
+                   tracer: trace.Tracer | None = None) -> PassResult:
+    """tracer: spans per pass and per pool (collect -> plan -> actuate -> verify); default: the global one,
+    a no-op unless the entry point configured an exporter."""
+    tracer = tracer or trace.get_tracer("moectl.reconcile")
     started = time.perf_counter()
     plans, num_errors = [], 0
-    with sessions() as session:
-        targets = [(d.id, p.id) for d in deployments.list_all(session) for p in deployments.pools_of(session, d)]
-    for deployment_id, pool_id in targets:
-        try:
-            with sessions() as session, session.begin():
-                deployment, pool = session.get(Deployment, deployment_id), session.get(Pool, pool_id)
-                plans.append(_reconcile_pool(session, deployment, pool, settings, now=now, dry_run=dry_run))
-        except Exception:
-            num_errors += 1
-            log.exception("reconcile failed for pool %s; retrying next pass", pool_id)
+    with tracer.start_as_current_span("reconcile.pass", attributes={"moectl.dry_run": dry_run}) as span:
+        with sessions() as session:
+            targets = [(d.id, p.id) for d in deployments.list_all(session) for p in deployments.pools_of(session, d)]
+        for deployment_id, pool_id in targets:
+            try:
+                with sessions() as session, session.begin():
+                    deployment, pool = session.get(Deployment, deployment_id), session.get(Pool, pool_id)
+                    plans.append(_reconcile_pool(session, deployment, pool, settings, now=now, dry_run=dry_run,
+                                                 tracer=tracer))
+            except Exception as exc:
+                num_errors += 1
+                span.record_exception(exc)
+                log.exception("reconcile failed for pool %s; retrying next pass", pool_id)
+        span.set_attribute("moectl.pools", len(targets))
+        span.set_attribute("moectl.errors", num_errors)
     return PassResult(plans, num_errors, time.perf_counter() - started)
 
 
 def _reconcile_pool(session: Session, deployment: Deployment, pool: Pool, settings: Settings, *, now: float,
-                    dry_run: bool) -> Plan:
-    _, policy = policies.active(session, deployment)
-    state = pools.read_state(session, deployment, pool, now=now, settings=settings)
-    if not dry_run:
-        _verify(session, deployment, pool, state, policy, now)
-        state = pools.read_state(session, deployment, pool, now=now, settings=settings)
-    plan = plan_pool(policy, state, now)
-    log.info("%s/%s: %s (%s)", deployment.name, pool.role, plan.decision.value, plan.reason)
-    if dry_run or plan.decision != Decision.rebalance:
+                    dry_run: bool, tracer: trace.Tracer) -> Plan:
+    attributes = {"moectl.deployment": deployment.name, "moectl.role": pool.role}
+    with tracer.start_as_current_span("reconcile.pool", attributes=attributes) as span:
+        _, policy = policies.active(session, deployment)
+        with tracer.start_as_current_span("collect"):
+            state = pools.read_state(session, deployment, pool, now=now, settings=settings)
+        if not dry_run:
+            with tracer.start_as_current_span("verify"):
+                _verify(session, deployment, pool, state, policy, now)
+                state = pools.read_state(session, deployment, pool, now=now, settings=settings)
+        with tracer.start_as_current_span("plan"):
+            plan = plan_pool(policy, state, now)
+        span.set_attribute("moectl.decision", plan.decision.value)
+        if not dry_run and state.windows:
+            windows.prune(session, pool, keep_from_index=state.windows[-1].index - settings.history_windows)
+        log.info("%s/%s: %s (%s)", deployment.name, pool.role, plan.decision.value, plan.reason)
+        if dry_run or plan.decision != Decision.rebalance:
+            return plan
+        with tracer.start_as_current_span("actuate"):
+            _actuate(session, deployment, pool, state, policy, plan, settings, now)
         return plan
+
+
+def _actuate(session: Session, deployment: Deployment, pool: Pool, state, policy, plan: Plan, settings: Settings,
+             now: float) -> None:
+    """Records (and in auto mode applies) the plan."""
     # one unapplied proposal at a time: the same plan again each pass would only be noise
     if actions.open_for(session, pool, since=now - max(policy.cooldown_seconds, settings.window_seconds)) is None:
         decisions.record_plan(session, deployment=deployment, pool=pool, state=state, policy=policy, plan=plan,
                               trigger="loop", created_by="loop", now=now)
-    if state.windows:
-        windows.prune(session, pool, keep_from_index=state.windows[-1].index - settings.history_windows)
-    return plan
 
 
 def _verify(session: Session, deployment: Deployment, pool: Pool, state, policy, now: float) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -14,12 +15,34 @@ from controlplane.reconcile import reconcile_once, run_forever
 from controlplane.store.db import make_engine, make_sessions, upgrade
 from controlplane.telemetry import ControllerMetrics
 
+log = logging.getLogger("moectl")
+
+
+def configure_tracing(settings: Settings) -> None:
+    """Exports reconcile spans over OTLP/HTTP when MOECTL_OTLP_ENDPOINT is set (extra `otlp`)."""
+    if not settings.otlp_endpoint:
+        return
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    except ImportError:
+        log.warning("MOECTL_OTLP_ENDPOINT is set but the OTLP exporter is missing: pip install 'moectl[otlp]'")
+        return
+    from opentelemetry import trace
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    provider = TracerProvider(resource=Resource.create({"service.name": "moectl-controller"}))
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=settings.otlp_endpoint)))
+    trace.set_tracer_provider(provider)
+
 
 class Controller:
     """The API server and, unless disabled, the reconcile loop, started and stopped together."""
 
     def __init__(self, settings: Settings, *, run_loop: bool = True):
         upgrade(settings.database_url)
+        configure_tracing(settings)
         self.settings = settings
         self.sessions = make_sessions(make_engine(settings.database_url))
         self.metrics = ControllerMetrics(CollectorRegistry())
