@@ -14,6 +14,9 @@ from controlplane.solve.locality import balance_groups, expert_node_of, solve_lo
 from controlplane.solve.packing import pack, replicate
 
 FRESH_TOLERANCE = 0.001  # a fresh solve moves nothing, so it polishes until 0.1% of perfect
+# a fresh table starts from LPT packing, whose hot GPU is almost always fixed by a swap with one of the
+# two lightest GPUs; a narrower neighbourhood than the migration-aware search keeps the ~20 rounds cheap
+NUM_PARTNER_GPUS, NUM_SPARES = 2, 8
 
 
 def solve_fresh(load: np.ndarray, topology, is_local: bool, tolerance: float = FRESH_TOLERANCE) -> np.ndarray:
@@ -27,4 +30,4 @@ def solve_fresh(load: np.ndarray, topology, is_local: bool, tolerance: float = F
     else:
         table = pack(load, replicate(load, topology.num_slots, topology.num_gpus), topology.num_gpus, k)
     return improve(table, load, counts_of(table, load.shape[1]), k, expert_node=expert_node, gpus_per_node=gpn,
-                   min_gain=1e-9, tolerance=tolerance)
+                   min_gain=1e-9, tolerance=tolerance, num_partner_gpus=NUM_PARTNER_GPUS, num_spares=NUM_SPARES)

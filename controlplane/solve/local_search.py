@@ -63,14 +63,16 @@ def improve(table: np.ndarray, load: np.ndarray, counts: np.ndarray, slots_per_g
         is_good = (move["gain"] > threshold[layers] * np.maximum(move["cost"], 1)) \
             & (gpu_load[layers].max(axis=1) > ceiling[layers])
         is_active[layers[~is_good]] = False
-        taken = np.zeros(len(layers), dtype=bool)
-        # spend the budget on the best gain per moved slot first; free moves always pass
-        for index in np.argsort(-move["gain"] / np.maximum(move["cost"], 0.5), kind="stable"):
-            if is_good[index] and move["cost"][index] <= budget:
-                taken[index] = True
-                budget -= move["cost"][index]
-            elif is_good[index]:
-                is_active[layers[index]] = False
+        taken = is_good.copy()
+        if budget < np.inf:
+            taken[:] = False
+            # spend the budget on the best gain per moved slot first; free moves always pass
+            for index in np.argsort(-move["gain"] / np.maximum(move["cost"], 0.5), kind="stable"):
+                if is_good[index] and move["cost"][index] <= budget:
+                    taken[index] = True
+                    budget -= move["cost"][index]
+                elif is_good[index]:
+                    is_active[layers[index]] = False
         changed = layers[taken]
         for slot, expert in (("slot1", "expert1"), ("slot2", "expert2")):
             has_write = move[slot][taken] >= 0

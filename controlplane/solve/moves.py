@@ -45,7 +45,7 @@ def best_moves(layers, table, load, counts, slot_load, gpu_load, is_on_gpu, slot
     with np.errstate(divide="ignore", invalid="ignore"):
         spare_cost = np.where(slot_count >= 2, np.take_along_axis(w, tbl, axis=1) / (slot_count - 1)
                               + slot_gpu_load, np.inf)
-    cheap_spare = np.argsort(spare_cost, axis=1, kind="stable")[:, :num_spares]  # [n, P]
+    cheap_spare = np.argpartition(spare_cost, num_spares - 1, axis=1)[:, :num_spares]  # [n, P], any order
     ctx = dict(n=n, k=k, rows=rows, tbl=tbl, sl=sl, gl=gl, cnt=cnt, w=w, on=on, cur=cur, node_of=node_of,
                hot=hot, hot_load=hot_load, gpus_per_node=gpus_per_node)
     move = _pick(_swap_and_retarget(ctx, hot_slots, np.concatenate([on_light, cheap_spare], axis=1)))
@@ -63,12 +63,17 @@ def best_moves(layers, table, load, counts, slot_load, gpu_load, is_on_gpu, slot
 
 
 def _pick(candidates: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """[n, m] candidate arrays -> [n] best move per layer by gain per moved slot (best gain when free)."""
+    """[n, m] gain and cost -> [n] best move per layer by gain per moved slot (best gain when free).
+
+    Only the chosen candidates are decoded into slots and experts: materialising them all cost more
+    than scoring them.
+    """
     gain, cost = candidates["gain"], candidates["cost"]
     score = np.where(gain > 0, gain / np.maximum(cost, 0.5), -np.inf)
     best = score.argmax(axis=1)
     r = np.arange(len(best))
-    move = {f: candidates[f][r, best].copy() for f in ("kind", "slot1", "expert1", "slot2", "expert2", "cost")}
+    move = candidates["decode"](best)
+    move["cost"] = cost[r, best]
     move["gain"] = np.maximum(gain[r, best], 0.0)
     return move
 
@@ -122,16 +127,16 @@ def _swap_and_retarget(ctx, hot_slots, cand) -> dict[str, np.ndarray]:
         cand_now = hot_expert[:, :, None] != cur_cand[:, None, :]
         cost[:, 0] = hot_now.astype(int) + cand_now - hot_was - cand_was
         cost[:, 1] = cand_now.astype(int) - cand_was
-    b = lambda a: np.broadcast_to(a, shape)  # noqa: E731
-    return {
-        "gain": (hot_load[:, None, None, None] - np.stack([swap_value, retarget_value], axis=1)).reshape(n, -1),
-        "cost": cost.reshape(n, -1),
-        "kind": np.stack([b(SWAP), b(RETARGET)], axis=1).reshape(n, -1),
-        "slot1": np.stack([b(cand[:, None, :])] * 2, axis=1).reshape(n, -1),
-        "expert1": np.stack([b(hot_expert[:, :, None])] * 2, axis=1).reshape(n, -1),
-        "slot2": np.stack([b(hot_slots[:, :, None]), b(-1)], axis=1).reshape(n, -1),
-        "expert2": np.stack([b(cand_expert[:, None, :]), b(-1)], axis=1).reshape(n, -1),
-    }
+
+    def decode(best: np.ndarray) -> dict[str, np.ndarray]:
+        r = np.arange(n)
+        kind, i, j = np.unravel_index(best, (2, k, cand.shape[1]))
+        is_swap = kind == SWAP
+        return {"kind": kind, "slot1": cand[r, j], "expert1": hot_expert[r, i],
+                "slot2": np.where(is_swap, hot_slots[r, i], -1), "expert2": np.where(is_swap, cand_expert[r, j], -1)}
+
+    gain = hot_load[:, None, None, None] - np.stack([swap_value, retarget_value], axis=1)
+    return {"gain": gain.reshape(n, -1), "cost": cost.reshape(n, -1), "decode": decode}
 
 
 def _chain(ctx, hot_slots, light, spare, num_hot: int = 2) -> dict[str, np.ndarray]:
@@ -192,7 +197,13 @@ def _chain(ctx, hot_slots, light, spare, num_hot: int = 2) -> dict[str, np.ndarr
         cur_x, cur_y = cur[rows, light], cur[rows, spare]                # [n, C], [n, P]
         cost = ((h[:, :, None] != cur_x[:, None, :]).astype(int) - (b != cur_x)[:, None, :])[:, :, :, None] \
             + ((b[:, :, None] != cur_y[:, None, :]).astype(int) - (a != cur_y)[:, None, :])[:, None]
-    full = lambda x: np.broadcast_to(x, shape).reshape(n, -1)  # noqa: E731
-    return {"gain": (hot_load[:, None, None, None] - value).reshape(n, -1), "cost": full(cost).astype(float),
-            "kind": full(CHAIN), "slot1": full(light[:, None, :, None]), "expert1": full(h[:, :, None, None]),
-            "slot2": full(spare[:, None, None, :]), "expert2": full(b[:, None, :, None])}
+
+    def decode(best: np.ndarray) -> dict[str, np.ndarray]:
+        r = np.arange(n)
+        i, j, m = np.unravel_index(best, shape[1:])
+        return {"kind": np.full(n, CHAIN), "slot1": light[r, j], "expert1": h[r, i], "slot2": spare[r, m],
+                "expert2": b[r, j]}
+
+    gain = hot_load[:, None, None, None] - value
+    return {"gain": gain.reshape(n, -1), "cost": np.broadcast_to(cost, shape).reshape(n, -1).astype(float),
+            "decode": decode}
