@@ -93,7 +93,7 @@ class ExpertParallel:
         t0 = time.perf_counter()
         recv_counts = torch.empty_like(send_counts)  # [W, S_local] rows from each source for each local slot
         splits = [self.num_slots_per_rank] * self.group.size
-        self.group.all_to_all(recv_counts, send_counts, splits, splits)
+        self.group.all_to_all(recv_counts.view(-1), send_counts.flatten(), splits, splits)
         out_splits = recv_counts.sum(1).tolist()
         recv = x.new_empty(sum(out_splits), x.shape[1])
         if self.overlap and self.group.size > 1:

@@ -1,6 +1,7 @@
 """Start an EP group of local gloo processes on 127.0.0.1, run fn(rank, size, *args) in each."""
 
 import os
+import pickle
 import socket
 import traceback
 
@@ -20,7 +21,7 @@ def _entry(fn, rank: int, size: int, port: int, args: tuple, results) -> None:
     torch.set_num_threads(1)
     try:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size)
-        results.put((rank, True, fn(rank, size, *args)))
+        results.put((rank, True, pickle.dumps(fn(rank, size, *args))))  # by value, not shared memory
         dist.barrier()
         dist.destroy_process_group()
     except Exception:
@@ -42,7 +43,7 @@ def run_group(fn, size: int, args: tuple = (), timeout: float = 120.0) -> list:
             rank, ok, value = results.get(timeout=timeout)
             if not ok:
                 raise RuntimeError(f"rank {rank} failed:\n{value}")
-            out[rank] = value
+            out[rank] = pickle.loads(value)
     finally:
         for p in procs:
             p.join(timeout=10)

@@ -46,7 +46,9 @@ def reference(model, prompt: str) -> tuple[torch.Tensor, list[int]]:
     return first, ids[-NUM_TOKENS:]
 
 
-def ep_worker(rank: int, size: int, slots_per_rank: int, switch_steps: list[int], overlap: bool) -> dict:
+def ep_worker(
+    rank: int, size: int, slots_per_rank: int, switch_steps: list[int], overlap: bool, spec: int = 0
+) -> dict:
     model = load_checkpoint(CHECKPOINT_DIR)
     prompts = PROMPTS[rank::size]
     refs = [reference(model, p) for p in prompts]
@@ -57,6 +59,7 @@ def ep_worker(rank: int, size: int, slots_per_rank: int, switch_steps: list[int]
         block_size=8,
         num_kv_blocks=64,
         overlap_shared_expert=overlap,
+        num_speculative_tokens=spec,
     )
     eng = Engine(cfg, group=EPGroup(rank, size), model=model)
     first, second = placements(size * slots_per_rank, seed=size)
@@ -65,17 +68,18 @@ def ep_worker(rank: int, size: int, slots_per_rank: int, switch_steps: list[int]
     tokens, versions, max_diff = {i: [] for i in ids}, [], None
     expert_tokens = torch.zeros(4, 32, dtype=torch.int64)
     slot_tokens = torch.zeros(4, slots_per_rank, dtype=torch.int64)
-    a2a = 0.0
+    a2a, accepted = 0.0, 0
     while True:
         if eng.num_steps == switch_steps[rank]:
             eng.apply_placement(second)
         outputs, st = eng.step()
-        if max_diff is None and prompts:
+        if max_diff is None and prompts:  # the prefill step: last-position logits of every prompt
             max_diff = (eng.runner.last_logits - torch.stack([r[0] for r in refs])).abs().max().item()
         versions.append(st.placement_version)
         expert_tokens += st.moe.expert_tokens
         slot_tokens += st.moe.slot_tokens
         a2a += st.all2all_seconds
+        accepted += st.spec_accepted_tokens
         for out in outputs:
             tokens[out.request_id] += out.new_token_ids
         if eng.is_group_idle:
@@ -87,16 +91,20 @@ def ep_worker(rank: int, size: int, slots_per_rank: int, switch_steps: list[int]
         "expert_tokens": expert_tokens,
         "slot_tokens": slot_tokens,
         "a2a_seconds": a2a,
+        "accepted": accepted,
         "slots": (first.slot_to_expert, second.slot_to_expert),
     }
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("size,slots_per_rank,overlap", [(2, 20, True), (4, 10, False), (4, 9, True)])
-def test_expert_parallel_matches_single_process(size, slots_per_rank, overlap):
+@pytest.mark.parametrize(
+    "size,slots_per_rank,overlap,spec",
+    [(2, 20, True, 0), (4, 10, False, 0), (4, 9, True, 1), (2, 16, False, 2)],
+)
+def test_expert_parallel_matches_single_process(size, slots_per_rank, overlap, spec):
     switch_steps = [2 + rank for rank in range(size)]  # ranks stage the new placement at different steps
-    results = run_group(ep_worker, size, (slots_per_rank, switch_steps, overlap), timeout=200)
+    results = run_group(ep_worker, size, (slots_per_rank, switch_steps, overlap, spec), timeout=200)
     for r in results:
         assert r["max_diff"] < 1e-3
         assert r["tokens_equal"]
@@ -109,3 +117,4 @@ def test_expert_parallel_matches_single_process(size, slots_per_rank, overlap):
     processed = torch.cat([r["slot_tokens"] for r in results], dim=1)  # [L, S] rows each slot computed
     assert torch.equal(routed.sum(1), processed.sum(1))
     assert (routed > 0).sum() > 64
+    assert (sum(r["accepted"] for r in results) > 0) == (spec > 0)  # MTP drafts verified under EP
