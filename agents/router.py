@@ -254,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s router: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per proxied request drowns everything else
     disable_created_metrics()
     endpoints = [Endpoint(url.strip().rstrip("/"), role) for role in ("prefill", "decode", "unified")
                  for url in getattr(args, role).split(",") if url.strip()]
@@ -264,7 +265,10 @@ def main(argv: list[str] | None = None) -> int:
                     registry=CollectorRegistry())
     server = uvicorn.Server(uvicorn.Config(create_app(router), host=args.host, port=args.port, log_level="warning"))
     print(f"router: http://{args.host}:{args.port}", flush=True)
-    server.run()
+    try:
+        server.run()
+    except KeyboardInterrupt:  # uvicorn re-raises the signal it handled once it has shut down
+        pass
     return 0
 
 

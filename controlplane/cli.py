@@ -11,7 +11,8 @@ import sys
 import time
 
 # agent-side commands run as their own processes: the controller never imports agent code
-AGENT_COMMANDS = {"train": "agents.runtime.train"}
+AGENT_COMMANDS = {"train": "agents.runtime.train", "worker": "agents.worker", "router": "agents.router",
+                  "loadgen": "agents.loadgen"}
 
 
 def _settings(args: argparse.Namespace):
@@ -46,7 +47,7 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from controlplane.up import up
+    from controlplane.up import up, up_sim
 
     os.makedirs(".moectl", exist_ok=True)
     if args.database_url is None:
@@ -55,7 +56,10 @@ def cmd_up(args: argparse.Namespace) -> int:
             if os.path.exists(path + suffix):
                 os.remove(path + suffix)
         args.database_url = f"sqlite:///{path}"
-    return up(_settings(args), num_deployments=args.deployments, ep_size=args.ep_size)
+    if args.sim:
+        return up_sim(_settings(args), num_deployments=args.deployments, ep_size=args.ep_size or 8)
+    return up(_settings(args), ep_size=args.ep_size or 2, router_port=args.router_port, rate=args.rate,
+              is_loadgen=not args.no_loadgen)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -113,12 +117,17 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--windows", type=int, default=0, help="stop after this many windows (0: run until Ctrl-C)")
     q.set_defaults(func=cmd_sim)
 
-    q = sub.add_parser("up", help="the whole system on this machine: controller + simulated fleet + status page")
+    q = sub.add_parser("up", help="the whole system on this machine: controller + prefill and decode workers "
+                                  "+ router + workload + status page (--sim: a simulated fleet instead)")
     db_args(q)
     q.add_argument("--host"), q.add_argument("--port", type=int)
     q.add_argument("--window-seconds", type=float, default=2.0)
-    q.add_argument("--deployments", type=int, default=2)
-    q.add_argument("--ep-size", type=int, default=8)
+    q.add_argument("--ep-size", type=int, help="ranks per instance (default 2; 8 with --sim)")
+    q.add_argument("--router-port", type=int, help="default: a free port")
+    q.add_argument("--rate", type=float, default=4.0, help="workload requests per second")
+    q.add_argument("--no-loadgen", action="store_true", help="no workload generator: bring your own clients")
+    q.add_argument("--sim", action="store_true", help="a simulated fleet in-process instead of real workers")
+    q.add_argument("--deployments", type=int, default=2, help="simulated deployments (with --sim)")
     q.set_defaults(func=cmd_up)
 
     q = sub.add_parser("status", help="print each deployment's numbers")
