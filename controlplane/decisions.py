@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from controlplane.desired import Decision, Mode, Plan, Policy
 from controlplane.observed import PoolState
+from controlplane.solve.routing import RoutingStep
 from controlplane.store import actions, placements
 from controlplane.store.arrays import pack, unpack
 from controlplane.store.tables import Action, Deployment, Pool
@@ -39,8 +40,37 @@ def record_plan(session: Session, *, deployment: Deployment, pool: Pool, state: 
     return action
 
 
+def record_routing(session: Session, *, deployment: Deployment, pool: Pool, policy: Policy, step: RoutingStep,
+                   inputs: dict, trigger: str, created_by: str, now: float) -> Action | None:
+    """Records a routing-limit change; auto applies it (agents get it in their next answer)."""
+    if policy.mode == Mode.off or not step.is_change_from(pool.topk_group):
+        return None
+    status = STATUS_BY_MODE[policy.mode]
+    action = actions.record(session, deployment=deployment, pool=pool, kind="routing", trigger=trigger,
+                            mode=policy.mode.value, status=status, reason=step.reason,
+                            inputs=inputs | {"topk_group": pool.topk_group},
+                            predicted={"topk_group_before": pool.topk_group, "topk_group_after": step.topk_group},
+                            created_by=created_by, now=now)
+    if status == actions.APPLIED:
+        _apply_routing(pool, step.topk_group, now)
+    return action
+
+
+def _apply_routing(pool: Pool, topk_group: int | None, now: float) -> None:
+    pool.topk_group, pool.routing_changed_at = topk_group, now
+
+
 def approve(session: Session, *, pool: Pool, action: Action, now: float) -> None:
-    """Applies a waiting proposal, unless the placement moved on since it was planned (then superseded)."""
+    """Applies a waiting proposal, unless what it changes moved on since it was planned (then superseded)."""
+    if action.kind == "routing":
+        if action.inputs.get("topk_group") != pool.topk_group:
+            actions.settle(action, status=actions.SUPERSEDED, now=now,
+                           measured={"reason": f"planned against topk_group {action.inputs.get('topk_group')}, "
+                                               f"{pool.topk_group} is applied"})
+            return
+        _apply_routing(pool, action.predicted["topk_group_after"], now)
+        action.status = actions.APPLIED
+        return
     current = placements.latest(session, pool).version
     if action.based_on_version != current:
         actions.settle(action, status=actions.SUPERSEDED, now=now,

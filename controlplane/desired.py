@@ -44,6 +44,8 @@ class Policy(BaseModel):
     mtp_acceptance_floor: float | None = Field(default=None, gt=0, le=1,
                                                description="below it for the sustained windows: rebalance")
     prefix_hit_floor: float | None = Field(default=None, gt=0, le=1, description="prefix hit ratio floor")
+    routing_recall_floor: float = Field(default=0.9, gt=0, le=1,
+                                        description="never limit routing below this share of the free top-k")
     min_gain: float = Field(default=0.05, ge=0, description="minimum predicted drop in max/mean load")
     # bounds
     max_moved_slots_fraction: float = Field(default=0.25, gt=0, le=1,

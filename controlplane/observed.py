@@ -41,6 +41,12 @@ class Window:
             return None
         return imbalance_from_gpu_load(self.gpu_load(ep_size))
 
+    @property
+    def all2all_share(self) -> float | None:
+        c = self.counters
+        forward = c.get("forward_seconds", 0.0)
+        return (c.get("dispatch_seconds", 0.0) + c.get("combine_seconds", 0.0)) / forward if forward > 0 else None
+
     def ratio(self, numerator: str, denominator: str) -> float | None:
         den = self.counters.get(denominator, 0.0)
         return self.counters.get(numerator, 0.0) / den if den > 0 else None
@@ -76,9 +82,13 @@ class PoolState:
     placement_version: int
     slot_to_expert: np.ndarray
     windows: tuple[Window, ...]
+    slot_share: np.ndarray | None = None  # [num_layers, num_slots] of the issued placement; None: even split
     last_change_at: float | None = None
     moved_slots_last_hour: int = 0
     num_actions_last_hour: int = 0
+    topk_group: int | None = None  # the routing limit the controller issued; None: unlimited
+    routing_changed_at: float | None = None
+    top_k: int = 1
 
     @property
     def num_slots(self) -> int:

@@ -12,6 +12,7 @@ from controlplane.desired import Decision, Mode, PlacementChange, Plan, Policy, 
 from controlplane.learn.forecast import forecast_load
 from controlplane.observed import PoolState
 from controlplane.solve.placement import Topology, imbalance_of, solve_placement
+from controlplane.solve.routing import RoutingStep, plan_topk_group
 
 HOUR = 3600.0
 MAX_FORECAST_WINDOWS = 16
@@ -69,7 +70,7 @@ def plan_pool(policy: Policy, pool: PoolState, now: float, *, is_forced: bool = 
     history = np.stack([w.expert_tokens for w in pool.windows[-MAX_FORECAST_WINDOWS:]]).astype(np.float64)
     load = forecast_load(history)
     topology = pool_topology(pool)
-    current = imbalance_of(pool.slot_to_expert, load, topology)
+    current = imbalance_of(pool.slot_to_expert, load, topology, pool.slot_share)
     solved = solve_placement(load, topology, current=pool.slot_to_expert, max_moved_slots=max_moved)
     gain = current - solved.imbalance
     inputs |= {"forecast_imbalance_current": round(current, 4), "max_moved_slots": max_moved}
@@ -104,3 +105,25 @@ def verify_change(policy: Policy, pool: PoolState, version: int, prior_imbalance
     if measured > prior_imbalance + policy.rollback_tolerance:
         return VerifyOutcome.rolled_back, measured
     return VerifyOutcome.verified, measured
+
+
+def plan_routing(policy: Policy, pool: PoolState, now: float) -> RoutingStep:
+    """The routing limit for the pool: bounded steps on sustained all-to-all share and recall."""
+    current = pool.topk_group
+    if policy.mode == Mode.off or policy.all2all_share_target is None:
+        return RoutingStep(current, "routing limits are not managed by this policy")
+    if pool.num_agents == 0 or pool.num_fresh_agents < policy.min_fresh_agents_fraction * pool.num_agents:
+        return RoutingStep(current, f"only {pool.num_fresh_agents}/{pool.num_agents} agents are fresh")
+    # judge the limit in force on windows that ran under it only
+    since = pool.routing_changed_at or 0.0
+    windows = [w for w in pool.windows if w.start >= since][-policy.sustained_windows:]
+    shares = [w.all2all_share for w in windows]
+    recall = [w.ratio("routing_recall_sum", "routing_recall_count") for w in windows]
+    if len(windows) < policy.sustained_windows or any(s is None for s in shares):
+        return RoutingStep(current, "not enough windows with all-to-all time")
+    if pool.routing_changed_at is not None and now - pool.routing_changed_at < policy.cooldown_seconds:
+        return RoutingStep(current, "cooling down")
+    return plan_topk_group(current=current, num_groups=pool.num_groups, num_experts=pool.num_experts,
+                           top_k=pool.top_k, all2all_share=shares, recall=[r for r in recall if r is not None],
+                           target=policy.all2all_share_target, recall_floor=policy.routing_recall_floor,
+                           min_groups=policy.topk_group_min, max_groups=policy.topk_group_max)

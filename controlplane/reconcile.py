@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from controlplane import decisions
 from controlplane.config import Settings
 from controlplane.desired import Decision, Plan, VerifyOutcome
-from controlplane.plan import plan_pool, verify_change
+from controlplane.plan import plan_pool, plan_routing, verify_change
 from controlplane.store import actions, deployments, placements, policies, pools, windows
 from controlplane.store.tables import Deployment, Pool
 
@@ -75,10 +75,13 @@ def _reconcile_pool(session: Session, deployment: Deployment, pool: Pool, settin
         if not dry_run and state.windows:
             windows.prune(session, pool, keep_from_index=state.windows[-1].index - settings.history_windows)
         log.info("%s/%s: %s (%s)", deployment.name, pool.role, plan.decision.value, plan.reason)
-        if dry_run or plan.decision != Decision.rebalance:
+        if dry_run:
             return plan
         with tracer.start_as_current_span("actuate"):
-            _actuate(session, deployment, pool, state, policy, plan, settings, now)
+            if plan.decision == Decision.rebalance:
+                _actuate(session, deployment, pool, state, policy, plan, settings, now)
+            else:  # one change per pass: routing limits move only when the placement does not
+                _actuate_routing(session, deployment, pool, state, policy, settings, now)
         return plan
 
 
@@ -91,9 +94,29 @@ def _actuate(session: Session, deployment: Deployment, pool: Pool, state, policy
                               trigger="loop", created_by="loop", now=now)
 
 
+def _actuate_routing(session: Session, deployment: Deployment, pool: Pool, state, policy, settings: Settings,
+                     now: float) -> None:
+    step = plan_routing(policy, state, now)
+    if not step.is_change_from(pool.topk_group):
+        return
+    if actions.open_for(session, pool, since=now - max(policy.cooldown_seconds, settings.window_seconds),
+                        kind="routing") is not None:
+        return
+    windows_used = state.windows[-policy.sustained_windows:]
+    inputs = {"all2all_share": [round(w.all2all_share or 0.0, 4) for w in windows_used],
+              "windows": [w.index for w in windows_used]}
+    decisions.record_routing(session, deployment=deployment, pool=pool, policy=policy, step=step, inputs=inputs,
+                             trigger="loop", created_by="loop", now=now)
+    log.info("%s/%s: routing %s -> %s (%s)", deployment.name, pool.role, pool.topk_group, step.topk_group,
+             step.reason)
+
+
 def _verify(session: Session, deployment: Deployment, pool: Pool, state, policy, now: float) -> None:
     """Settles applied changes; rolls one back (re-issuing the previous table) when it made things worse."""
     for action in actions.awaiting_verification(session, pool):
+        if action.kind == "routing":
+            _verify_routing(action, state, policy, now)
+            continue
         prior = (action.inputs.get("measured_imbalance") or [None])[-1]
         if prior is None or action.placement_version is None:
             actions.settle(action, status=actions.VERIFIED, measured={}, now=now)
@@ -118,3 +141,15 @@ def run_forever(sessions: sessionmaker[Session], settings: Settings, *, stop: th
         if on_pass is not None:
             on_pass(result)
         stop.wait(settings.reconcile_seconds)
+
+
+def _verify_routing(action, state, policy, now: float) -> None:
+    """Records the all-to-all share measured under the new limit once enough windows ran under it."""
+    after = [w.all2all_share for w in state.windows
+             if w.start >= (state.routing_changed_at or now) and w.all2all_share is not None]
+    if len(after) < policy.verify_windows:
+        return
+    before = action.inputs.get("all2all_share") or []
+    measured = {"all2all_share_after": round(sum(after) / len(after), 4),
+                "all2all_share_before": round(sum(before) / len(before), 4) if before else None}
+    actions.settle(action, status=actions.VERIFIED, measured=measured, now=now)

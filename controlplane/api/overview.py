@@ -18,11 +18,8 @@ MAX_HISTORY = 60
 
 
 def _point(window: Window, ep_size: int) -> WindowPoint:
-    c = window.counters
-    all2all = c.get("dispatch_seconds", 0.0) + c.get("combine_seconds", 0.0)
-    forward = c.get("forward_seconds", 0.0)
     return WindowPoint(index=window.index, start=window.start, placement_version=window.placement_version,
-                       imbalance=window.imbalance(ep_size), all2all_share=all2all / forward if forward > 0 else None,
+                       imbalance=window.imbalance(ep_size), all2all_share=window.all2all_share,
                        prefix_hit_ratio=window.ratio("prefix_hit_tokens", "prefix_query_tokens"),
                        mtp_acceptance=window.ratio("spec_accepted_tokens", "spec_draft_tokens"),
                        tokens=int(window.expert_tokens[0].sum()) if len(window.expert_tokens) else 0)
@@ -55,7 +52,7 @@ def build(session: Session, deployment: Deployment, settings: Settings, now: flo
         history = [_point(w, pool.ep_size) for w in state.windows]
         pool_views.append(PoolOverview(role=pool.role, ep_size=pool.ep_size, slots_per_rank=pool.slots_per_rank,
                                        placement_version=state.placement_version,
-                                       applied_placement_version=applied,
+                                       applied_placement_version=applied, topk_group=pool.topk_group,
                                        imbalance=history[-1].imbalance if history else None,
                                        agents=health, history=history))
         if state.windows:

@@ -23,7 +23,7 @@ from agents.protocol import (
     Snapshot,
     default_slot_to_expert,
 )
-from controlplane.sim.cost import window_times
+from controlplane.sim.cost import routing_effect, window_times
 from controlplane.sim.load import LoadModel
 
 log = logging.getLogger("moectl.sim")
@@ -44,6 +44,7 @@ class SimInstance:
     placement_version: int = 0
     slot_to_expert: np.ndarray = field(init=False)  # [num_layers, num_slots]
     slot_share: np.ndarray | None = None  # [num_layers, num_slots] or even split
+    topk_group: int | None = None  # routing limit in force; None: every group
 
     def __post_init__(self) -> None:
         self.slot_to_expert = default_slot_to_expert(self.model.num_layers, self.model.num_experts,
@@ -67,7 +68,8 @@ class SimInstance:
         per_rank = rng.multinomial(expert_tokens, np.full(self.ep_size, 1.0 / self.ep_size))  # [L, E, R]
         slot_tokens = np.rint(np.take_along_axis(expert_tokens, self.slot_to_expert, axis=1) * self.shares())
         gpu_load = slot_tokens.reshape(self.model.num_layers, self.ep_size, self.slots_per_rank).sum(axis=2)
-        times = window_times(gpu_load, num_tokens, self.ep_size)
+        traffic, recall = routing_effect(self.topk_group, self.model.num_groups, self.model.top_k)
+        times = window_times(gpu_load, num_tokens, self.ep_size, traffic)
         queries = num_tokens // self.ep_size * 4
         drafts = num_tokens // self.ep_size // 2
         snapshots = []
@@ -89,11 +91,12 @@ class SimInstance:
                 requests_running=int(rng.poisson(24)), requests_waiting=int(rng.poisson(3)),
                 ttft=LatencySummary(count=len(ttft), sum=float(ttft.sum()), p50=float(np.quantile(ttft, 0.5)),
                                     p90=float(np.quantile(ttft, 0.9)), p99=float(np.quantile(ttft, 0.99))),
-                routing_recall=1.0))
+                routing_recall=recall))
         self.load.drift()
         return snapshots
 
     def apply(self, desired: DesiredState) -> None:
+        self.topk_group = desired.routing.topk_group
         if desired.slot_to_expert is None or desired.placement_version == self.placement_version:
             return
         table = desired.slot_to_expert.to_numpy()

@@ -47,13 +47,13 @@ def recent(session: Session, deployment: Deployment, *, limit: int) -> list[Acti
 
 
 def count_since(session: Session, pool: Pool, *, since: float, statuses: tuple[str, ...]) -> int:
-    return session.scalar(select(func.count()).where(Action.pool_id == pool.id, Action.status.in_(statuses),
-                                                     Action.created_at >= utc(since))) or 0
+    return session.scalar(select(func.count()).where(Action.pool_id == pool.id, Action.kind == "placement",
+                                                     Action.status.in_(statuses), Action.created_at >= utc(since))) or 0
 
 
-def open_for(session: Session, pool: Pool, *, since: float) -> Action | None:
-    """The newest action still in flight (awaiting approval, or applied and not yet verified)."""
-    return session.scalar(select(Action).where(Action.pool_id == pool.id,
+def open_for(session: Session, pool: Pool, *, since: float, kind: str = "placement") -> Action | None:
+    """The newest action of `kind` still in flight (planned, awaiting approval, or applied and not yet verified)."""
+    return session.scalar(select(Action).where(Action.pool_id == pool.id, Action.kind == kind,
                                                Action.status.in_((AWAITING_APPROVAL, APPLIED, PLANNED)),
                                                Action.created_at >= utc(since))
                           .order_by(Action.id.desc()).limit(1))

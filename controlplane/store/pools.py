@@ -36,6 +36,8 @@ def read_state(session: Session, deployment: Deployment, pool: Pool, *, now: flo
         num_groups=model.num_groups, ep_size=pool.ep_size, slots_per_rank=pool.slots_per_rank,
         gpus_per_node=pool.gpus_per_node, num_agents=num_agents, num_fresh_agents=num_fresh,
         placement_version=applied.version, slot_to_expert=applied.slot_to_expert, windows=tuple(recent),
+        slot_share=applied.slot_share,
         last_change_at=applied.created_at if applied.version > 0 else None, moved_slots_last_hour=moved,
+        topk_group=pool.topk_group, routing_changed_at=pool.routing_changed_at, top_k=model.top_k,
         num_actions_last_hour=actions.count_since(session, pool, since=now - HOUR,
                                                   statuses=(actions.APPLIED, actions.VERIFIED, actions.ROLLED_BACK)))

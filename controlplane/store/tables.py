@@ -36,6 +36,9 @@ class Pool(Base):
     slots_per_rank: Mapped[int] = mapped_column(Integer)
     gpus_per_node: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # the routing limit agents are told to apply (None: every group) and when it last changed
+    topk_group: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    routing_changed_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class Agent(Base):

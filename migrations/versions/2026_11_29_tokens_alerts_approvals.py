@@ -1,4 +1,5 @@
-"""tokens with roles, alert events (dedupe), proposals on actions for approval, policy notes
+"""tokens with roles, alert events (dedupe), proposals on actions for approval, policy notes,
+routing limits on pools
 
 Revision ID: 2026_11_29_tokens_alerts
 Revises: 2026_11_29_initial
@@ -43,9 +44,15 @@ def upgrade() -> None:
         batch.add_column(sa.Column("alerts", sa.JSON(), nullable=False, server_default="[]"))
     with op.batch_alter_table("policies") as batch:
         batch.add_column(sa.Column("note", sa.Text(), nullable=False, server_default=""))
+    with op.batch_alter_table("pools") as batch:
+        batch.add_column(sa.Column("topk_group", sa.Integer(), nullable=True))
+        batch.add_column(sa.Column("routing_changed_at", sa.Float(), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("pools") as batch:
+        batch.drop_column("routing_changed_at")
+        batch.drop_column("topk_group")
     with op.batch_alter_table("policies") as batch:
         batch.drop_column("note")
     with op.batch_alter_table("actions") as batch:

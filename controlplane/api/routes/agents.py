@@ -56,4 +56,5 @@ def _ingest(snapshot: Snapshot, session, settings, now: float) -> DesiredState:
                            empty=deployments.zeros_for(deployment, pool))
     return desired_state(placement_version=latest.version, slot_to_expert=latest.slot_to_expert,
                          slot_share=latest.slot_share, reported_version=snapshot.placement_version,
-                         routing=RoutingLimits(), window_seconds=settings.window_seconds)
+                         routing=RoutingLimits(topk_group=pool.topk_group),
+                         window_seconds=settings.window_seconds)
