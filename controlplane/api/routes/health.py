@@ -31,13 +31,15 @@ def status_page() -> FileResponse:
     return _static("index.html")
 
 
-@router.get("/web/{name}", include_in_schema=False)
+@router.get("/web/{name:path}", include_in_schema=False)
 def static_file(name: str) -> FileResponse:
     return _static(name)
 
 
 def _static(name: str) -> FileResponse:
+    # subfolders (vendor/) are served too, but nothing outside WEB_DIR: resolve() follows `..` and links
     path = (WEB_DIR / name).resolve()
-    if path.parent != WEB_DIR or not path.is_file():
+    if not path.is_relative_to(WEB_DIR) or path == WEB_DIR or not path.is_file():
         raise HTTPException(404, f"no such page: {name}")
-    return FileResponse(path)
+    # no-cache: the browser revalidates (ETag) so a new release's modules are never mixed with old ones
+    return FileResponse(path, headers={"Cache-Control": "no-cache"})

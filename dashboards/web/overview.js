@@ -1,0 +1,131 @@
+// Overview of one deployment: the numbers the seeds' teams asked for on one screen (tiles), and how the
+// straggler factor and the ratios moved over the stored windows (uPlot), with the controller's actions
+// drawn on the imbalance chart so cause and effect sit on one time axis.
+
+import uPlot from "./vendor/uplot-1.6.32/uPlot.esm.js";
+import { fmt, pct } from "./colours.js";
+
+const POOL_COLOURS = ["#2f5fd0", "#d8763b", "#3ba86a", "#8a3ffc"];
+const STATUS_COLOURS = { awaiting_approval: "#e0a800", applied: "#1e88e5", verified: "#2e7d32", planned: "#90a4ae",
+  rolled_back: "#c62828", failed: "#c62828", rejected: "#9e9e9e", superseded: "#9e9e9e" };
+
+function tile(label, value, { cls = "", sub = "", field = "" } = {}) {
+  const div = document.createElement("div");
+  div.className = `tile ${cls}`;
+  const span = document.createElement("span"); span.textContent = label;
+  const b = document.createElement("b"); b.textContent = value;
+  if (field) b.dataset.field = field;
+  div.append(span, b);
+  if (sub) { const small = document.createElement("small"); small.textContent = ` ${sub}`; div.append(small); }
+  return div;
+}
+
+const seconds = (v) => (v === null || v === undefined ? "–" : v < 1 ? `${(v * 1000).toFixed(0)} ms` : `${v.toFixed(2)} s`);
+
+export function renderTiles(root, o, policy) {
+  const p = policy || {};
+  const threshold = p.imbalance_threshold ?? 1.15;
+  const imbalanceCls = o.imbalance === null ? "" : o.imbalance > threshold ? "bad" : o.imbalance > 1 + (threshold - 1) / 2 ? "warn" : "good";
+  const a2aTarget = p.all2all_share_target ?? 0.3;
+  const a2aCls = o.all2all_share === null ? "" : o.all2all_share > a2aTarget ? "bad" : "good";
+  const mtpCls = o.mtp_acceptance === null || !p.mtp_acceptance_floor ? "" : o.mtp_acceptance < p.mtp_acceptance_floor ? "bad" : "good";
+  const pools = o.pools.map((x) => `${x.role} EP${x.ep_size}×${x.slots_per_rank}`).join(", ") || "none reporting";
+  const versions = o.pools.map((x) => `${x.role} v${x.applied_placement_version ?? `${x.placement_version}…`}`).join(", ") || "–";
+  root.replaceChildren(
+    tile("mode", o.mode, { sub: `policy v${o.policy_version}`, field: "mode" }),
+    tile("busiest GPU / mean", fmt(o.imbalance), { cls: imbalanceCls, sub: `rebalance > ${fmt(threshold)}`, field: "imbalance" }),
+    tile("all-to-all share", pct(o.all2all_share), { cls: a2aCls, sub: `target ${pct(a2aTarget)}`, field: "all2all_share" }),
+    tile("prefix cache hit", pct(o.prefix_hit_ratio), { field: "prefix_hit_ratio" }),
+    tile("MTP acceptance", pct(o.mtp_acceptance), { cls: mtpCls, sub: p.mtp_acceptance_floor ? `floor ${pct(p.mtp_acceptance_floor)}` : "", field: "mtp_acceptance" }),
+    tile("requests running / waiting", `${o.queue.running} / ${o.queue.waiting}`, { cls: o.queue.waiting > o.queue.running ? "warn" : "", field: "queue" }),
+    tile("TTFT mean / p99", `${seconds(o.ttft_seconds.mean)} / ${seconds(o.ttft_seconds.p99)}`, { field: "ttft" }),
+    tile("ITL mean / p99", `${seconds(o.itl_seconds.mean)} / ${seconds(o.itl_seconds.p99)}`, { field: "itl" }),
+    tile("pools (GPUs × slots)", pools, { field: "pools" }),
+    tile("placement running", versions, { field: "placement" }),
+    tile("agents fresh / total", `${o.agents.fresh} / ${o.agents.total}`, { cls: o.agents.stale ? "bad" : o.agents.total ? "good" : "", sub: o.agents.stale ? `${o.agents.stale} stale` : "", field: "agents" }),
+  );
+}
+
+/** Joins per-pool histories on window start: uPlot wants one x array and null gaps. */
+function joinHistories(pools, key) {
+  const xs = [...new Set(pools.flatMap((p) => p.history.map((h) => h.start)))].sort((a, b) => a - b);
+  const index = new Map(xs.map((x, i) => [x, i]));
+  const ys = pools.map((p) => {
+    const y = new Array(xs.length).fill(null);
+    for (const h of p.history) y[index.get(h.start)] = h[key];
+    return y;
+  });
+  return [xs, ...ys];
+}
+
+class Chart {
+  constructor(el, makeOpts) { this.el = el; this.makeOpts = makeOpts; this.u = null; this.key = ""; this.marks = []; }
+
+  update(key, seriesMeta, data) {
+    const width = Math.max(200, this.el.clientWidth), height = this.el.clientHeight || 170;
+    if (!this.u || key !== this.key) {
+      if (this.u) this.u.destroy();
+      this.u = new uPlot(this.makeOpts(seriesMeta, width, height, this), data, this.el);
+      this.key = key;
+      if (!this.observer) {
+        this.observer = new ResizeObserver(() => this.u && this.u.setSize({ width: Math.max(200, this.el.clientWidth), height: this.el.clientHeight || 170 }));
+        this.observer.observe(this.el);
+      }
+    } else {
+      this.u.setData(data);
+    }
+    this.el.dataset.points = data[0].length;
+  }
+}
+
+function baseOpts(width, height, series, yRange) {
+  return {
+    width, height: height - 30, series, legend: { live: true },
+    scales: { x: { time: true }, y: { range: yRange } },
+    axes: [{ size: 28, grid: { stroke: "#eef0f3" } }, { size: 44, grid: { stroke: "#eef0f3" } }],
+    cursor: { points: { size: 5 } },
+  };
+}
+
+export class OverviewCharts {
+  constructor(imbalanceEl, ratiosEl) {
+    this.threshold = 1.15;
+    this.imbalance = new Chart(imbalanceEl, (meta, w, h, chart) => ({
+      ...baseOpts(w, h, [{}, ...meta.map((m, i) => ({ label: m, stroke: POOL_COLOURS[i % POOL_COLOURS.length], width: 2, spanGaps: false,
+        value: (u, v) => fmt(v) }))], (u, min, max) => [1, Math.max(2, (max || 1) * 1.05)]),
+      hooks: { draw: [(u) => this.drawMarks(u, chart)] },
+    }));
+    this.ratios = new Chart(ratiosEl, (meta, w, h) => baseOpts(w, h, [{}, ...meta.map((m, i) => ({
+      label: m, stroke: ["#8a3ffc", "#3ba86a", "#d8763b"][i], width: 2, value: (u, v) => pct(v, 1) }))], [0, 1]));
+  }
+
+  /** Actions as vertical lines at their time, coloured by status; the policy threshold as a dashed line. */
+  drawMarks(u, chart) {
+    const ctx = u.ctx, { left, top, width, height } = u.bbox;
+    ctx.save();
+    const y = u.valToPos(this.threshold, "y", true);
+    if (y >= top && y <= top + height) {
+      ctx.setLineDash([5, 4]); ctx.strokeStyle = "#b3261e"; ctx.lineWidth = 1;
+      ctx.beginPath(); ctx.moveTo(left, y); ctx.lineTo(left + width, y); ctx.stroke(); ctx.setLineDash([]);
+    }
+    for (const a of chart.marks) {
+      const x = u.valToPos(a.created_at, "x", true);
+      if (x < left || x > left + width) continue;
+      ctx.strokeStyle = STATUS_COLOURS[a.status] || "#555"; ctx.lineWidth = 2 * (window.devicePixelRatio || 1);
+      ctx.beginPath(); ctx.moveTo(x, top); ctx.lineTo(x, top + height); ctx.stroke();
+    }
+    ctx.restore();
+  }
+
+  update(o, role, actions, policy) {
+    this.threshold = (policy && policy.imbalance_threshold) || 1.15;
+    const pools = o.pools;
+    this.imbalance.marks = actions;
+    this.imbalance.update(pools.map((p) => p.role).join(","), pools.map((p) => p.role), joinHistories(pools, "imbalance"));
+    const pool = pools.find((p) => p.role === role) || pools[0];
+    const chosen = pool ? [pool] : [];
+    const data = [joinHistories(chosen, "all2all_share")[0]];
+    for (const key of ["all2all_share", "prefix_hit_ratio", "mtp_acceptance"]) data.push(chosen.length ? joinHistories(chosen, key)[1] : []);
+    this.ratios.update("ratios", ["all-to-all share", "prefix hit", "MTP acceptance"], data);
+  }
+}

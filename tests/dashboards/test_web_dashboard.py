@@ -1,0 +1,269 @@
+"""The web dashboard in headless Chromium (Debian `chromium`, driven by Playwright; no browser download)
+against a real controller (HTTP, reconcile loop thread) fed by simulated EP groups in real time.
+
+One controller and one browser per module; each test gets a fresh browser context (its own
+sessionStorage, so its own token). Screenshots go to test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from support.servers import free_port, require_binary
+
+from controlplane.config import Settings
+from controlplane.serve import Controller
+from controlplane.sim.fleet import FleetClient, make_fleet
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts"
+ADMIN, AGENT = "web-test-admin-token", "web-test-agent-token"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+WINDOW_SECONDS = 1.0
+TIMEOUT_MS = 30_000
+
+
+class LiveFleet:
+    """Two simulated deployments posting one window per rank per second, as agents do:
+    sim-0 in `approve` mode (the loop proposes, a person decides), sim-1 in `auto` mode with a trigger
+    threshold the loop never reaches, so its only actions are the ones a person asks for."""
+
+    def __init__(self, url: str):
+        self.http = httpx.Client(base_url=url, timeout=10)
+        self.fleet = make_fleet(num_deployments=2, ep_size=8, slots_per_rank=10, seed=3)
+        self.client = FleetClient(self.http, api_token=ADMIN, agent_token=AGENT)
+        self.client.register([self.fleet[0]], policy={"mode": "approve", "cooldown_seconds": 0})
+        self.client.register([self.fleet[1]], policy={"mode": "auto", "imbalance_threshold": 100,
+                                                      "cooldown_seconds": 0})
+        self.stop = threading.Event()
+        # back-fill a few complete windows so the page has history at once, then keep up with the clock
+        self.next_start = (math.floor(time.time() / WINDOW_SECONDS) - 3) * WINDOW_SECONDS
+        self.thread = threading.Thread(target=self.run, name="sim-fleet", daemon=True)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            while self.next_start + WINDOW_SECONDS <= time.time() and not self.stop.is_set():
+                self.client.post_window(self.fleet, self.next_start, WINDOW_SECONDS, num_tokens=4096)
+                self.next_start += WINDOW_SECONDS
+            self.stop.wait(0.05)
+
+    def token(self, role: str, name: str) -> str:
+        response = self.http.post("/v1/tokens", json={"name": name, "role": role},
+                                  headers={"Authorization": f"Bearer {ADMIN}"})
+        assert response.status_code == 201, response.text
+        return response.json()["token"]
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    settings = Settings(database_url=f"sqlite:///{tmp_path_factory.mktemp('web') / 'web.db'}", port=free_port(),
+                        api_token=ADMIN, agent_token=AGENT, window_seconds=WINDOW_SECONDS, reconcile_seconds=0.5)
+    controller = Controller(settings)
+    controller.start()
+    fleet = LiveFleet(controller.url)
+    fleet.thread.start()
+    try:
+        yield controller.url, fleet
+    finally:
+        fleet.stop.set()
+        fleet.thread.join(timeout=10)
+        controller.stop()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    executable = require_binary("chromium", "chromium")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the dev extra)")
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_api.sync_playwright() as playwright:
+        # launch() gives every run a fresh temporary profile; nothing is downloaded
+        chromium = playwright.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+class Page:
+    """A page in its own context, with console errors collected."""
+
+    def __init__(self, browser, url: str):
+        self.context = browser.new_context(viewport={"width": 1440, "height": 900})
+        self.page = self.context.new_page()
+        self.page.set_default_timeout(TIMEOUT_MS)
+        self.errors: list[str] = []
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(f"uncaught: {e}"))
+        self.url = url
+
+    def open(self, fragment: str = "") -> None:
+        self.page.goto(self.url + "/" + fragment)
+        self.page.wait_for_selector("body[data-ready='1']")
+
+    def use_token(self, secret: str, role: str) -> None:
+        self.page.fill("#token", secret)
+        self.page.click("#token-form button[type=submit]")
+        self.page.wait_for_selector(f"#whoami[data-role='{role}']")
+
+    def shot(self, name: str) -> None:
+        self.page.screenshot(path=str(ARTIFACTS / f"web-{name}.png"), full_page=True)
+
+    def close(self) -> None:
+        self.context.close()
+
+
+@pytest.fixture
+def page(browser, live):
+    url, _ = live
+    p = Page(browser, url)
+    yield p
+    p.close()
+
+
+def test_the_page_loads_with_no_console_errors(page):
+    page.open("#deployment=sim-0")
+    page.page.wait_for_selector("#heatmap[data-total]:not([data-total='0'])")
+    assert page.page.title() == "moectl dashboard"
+    tiles = page.page.locator("#tiles [data-field]")
+    assert tiles.count() >= 10
+    assert page.page.locator("#tiles [data-field=mode]").inner_text() == "approve"
+    assert page.page.locator("#whoami").get_attribute("data-role") == "viewer"
+    page.page.wait_for_timeout(2500)  # a poll or two more: errors in the refresh path count too
+    page.shot("overview")
+    assert page.errors == []
+
+
+def test_the_heatmap_draws_the_controllers_expert_load(page, live):
+    url, _ = live
+    page.open("#deployment=sim-0&pool=decode")
+    heatmap = page.page.locator("#heatmap")
+    page.page.wait_for_selector("#heatmap[data-window]:not([data-window=''])")
+    # the canvas says which window it drew and its token total; the API must serve the same for that window
+    # (ranks post one by one, so a window's total grows until its last rank has posted: retry until equal)
+    for _ in range(40):
+        drawn = heatmap.evaluate("c => ({...c.dataset})")
+        load = httpx.get(f"{url}/v1/deployments/sim-0/pools/decode/load").json()
+        total = round(sum(map(sum, load["expert_tokens"])))
+        if str(load["window_index"]) == drawn["window"] and int(drawn["total"]) == total:
+            break
+        page.page.wait_for_timeout(250)
+    else:
+        pytest.fail(f"the heatmap never showed the API's latest window: {drawn} vs {load['window_index']}")
+    assert (int(drawn["layers"]), int(drawn["experts"])) == (8, 64)
+    layer_means = [sum(row) / len(row) for row in load["expert_tokens"]]
+    hot = sum(v >= 2 * m for row, m in zip(load["expert_tokens"], layer_means, strict=True) for v in row)
+    assert int(drawn["hot"]) == hot > 0  # the simulated load is skewed: some experts are hot
+    # pixels: the hottest cell is red and an idle one is blue, not a blank or uniform canvas
+    colours = heatmap.evaluate("""c => {
+        const d = window.moectl.state.derived, ctx = c.getContext('2d'), r = window.devicePixelRatio || 1;
+        const box = c.getBoundingClientRect(), pw = box.width - 34, ph = box.height - 16;
+        let hot = 0, cold = 0;
+        for (let i = 0; i < d.L * d.E; i++) {
+            if (d.ratio[i] > d.ratio[hot]) hot = i;
+            if (d.ratio[i] < d.ratio[cold]) cold = i;
+        }
+        const at = (i) => { const l = Math.floor(i / d.E), e = i % d.E;
+            const x = (30 + (e + 0.5) * pw / d.E) * r, y = (2 + (l + 0.5) * ph / d.L) * r;
+            return Array.from(ctx.getImageData(Math.round(x), Math.round(y), 1, 1).data); };
+        const all = ctx.getImageData(30 * r, 2 * r, pw * r, ph * r).data, seen = new Set();
+        for (let i = 0; i < all.length; i += 4 * 7) seen.add(all[i] << 16 | all[i + 1] << 8 | all[i + 2]);
+        return { hot: at(hot), cold: at(cold), distinct: seen.size };
+    }""")
+    assert colours["distinct"] > 20, colours
+    assert colours["hot"][0] > colours["hot"][2] + 60, colours  # red dominates
+    assert colours["cold"][2] > colours["cold"][0] + 40, colours  # blue dominates
+    bars = page.page.locator("#gpu-bars")
+    assert bars.get_attribute("data-gpus") == "8" and float(bars.get_attribute("data-max-to-mean")) > 1
+    # picking a layer narrows the GPU bars and the placement view to it
+    box = heatmap.bounding_box()
+    page.page.mouse.click(box["x"] + box["width"] / 2, box["y"] + 2 + (box["height"] - 16) * (3.5 / 8))
+    page.page.wait_for_selector("#gpu-bars[data-layer='3']")
+    assert page.page.locator("#placement-grid").get_attribute("data-layer") == "3"
+    assert page.page.locator("#placement-grid").get_attribute("data-slots") == "80"
+    page.page.mouse.move(box["x"] + box["width"] / 2, box["y"] + 10)
+    page.page.wait_for_selector("#heatmap-tip:not([hidden])")
+    assert "tokens" in page.page.locator("#heatmap-tip").inner_text()
+    page.shot("heatmap")
+    assert page.errors == []
+
+
+def test_a_rebalance_appears_on_the_timeline(page, live):
+    _, fleet = live
+    page.open("#deployment=sim-1")
+    page.use_token(fleet.token("operator", "olga"), "operator")
+    assert page.page.locator("tr[data-trigger='manual']").count() == 0
+    page.page.click("#rebalance")
+    row = page.page.locator("#timeline tbody tr[data-trigger='manual']").first
+    row.wait_for()
+    assert row.get_attribute("data-status") in ("applied", "verified")
+    assert "olga" in row.inner_text() and "placement" in row.inner_text()
+    action_id = row.get_attribute("data-action-id")
+    page.page.wait_for_selector(f"#timeline-strip .mark[data-action-id='{action_id}']")
+    # the next windows run the new placement: the placement view shows what moved
+    page.page.wait_for_selector("#placement-grid[data-version='1']")
+    assert int(page.page.locator("#placement-grid").get_attribute("data-moved-total")) > 0
+    assert "moved" in page.page.locator("#placement-summary").inner_text()
+    page.shot("rebalanced")
+
+
+def test_a_viewer_cannot_edit(page, live):
+    _, fleet = live
+    page.open("#deployment=sim-0")
+    page.use_token(fleet.token("viewer", "vera"), "viewer")
+    assert page.page.locator("#policy-imbalance_threshold").evaluate("e => e.matches(':disabled')")
+    assert "read-only" in page.page.locator("#policy-note").inner_text()
+    assert page.page.locator("#rebalance").is_disabled() and page.page.locator("#rebalance-dry").is_disabled()
+    waiting = page.page.locator("tr[data-status='awaiting_approval'] button.approve")
+    waiting.first.wait_for()
+    assert waiting.first.is_disabled()
+    # even with the controls forced on, the server refuses, and the page says so
+    page.page.evaluate("document.getElementById('policy-fields').disabled = false")
+    page.page.fill("#policy-imbalance_threshold", "1.5")
+    page.page.click("#policy-save")
+    page.page.wait_for_selector("#policy-error:not([hidden])")
+    assert "403" in page.page.locator("#policy-error").inner_text()
+    page.shot("viewer")
+
+
+def test_an_operator_approves_a_waiting_plan(page, live):
+    _, fleet = live
+    page.open("#deployment=sim-0")
+    page.use_token(fleet.token("operator", "otto"), "operator")
+    approve = page.page.locator("#timeline tr[data-status='awaiting_approval'] button.approve").first
+    approve.wait_for()
+    row = page.page.locator("#timeline tr[data-status='awaiting_approval']").first
+    action_id = row.get_attribute("data-action-id")
+    assert "awaiting approval" in row.inner_text()
+    approve.click()
+    done = page.page.locator(f"#timeline tr[data-action-id='{action_id}']")
+    page.page.wait_for_selector(f"#timeline tr[data-action-id='{action_id}'][data-status='applied'], "
+                                f"#timeline tr[data-action-id='{action_id}'][data-status='verified']")
+    assert "approved by otto" in done.inner_text()
+    page.shot("approved")
+
+
+def test_an_admin_sees_validation_errors_inline_and_saves(page, live):
+    page.open("#deployment=sim-1")
+    page.use_token(ADMIN, "admin")
+    assert page.page.locator("#policy-imbalance_threshold").evaluate("e => e.matches(':enabled')")
+    version = int(page.page.locator("#policy-form").get_attribute("data-version"))
+    page.page.fill("#policy-imbalance_threshold", "0.5")
+    page.page.fill("#policy-topk_group_min", "4")
+    page.page.fill("#policy-topk_group_max", "2")
+    page.page.click("#policy-save")
+    page.page.wait_for_selector(".field[data-field='imbalance_threshold'].invalid")
+    assert "greater than or equal to 1" in page.page.locator("#policy-imbalance_threshold-error").inner_text()
+    page.shot("policy-invalid")
+    page.page.fill("#policy-imbalance_threshold", "50")
+    page.page.fill("#policy-topk_group_min", "")
+    page.page.fill("#policy-topk_group_max", "")
+    page.page.click("#policy-save")
+    page.page.wait_for_selector(f"#policy-form[data-saved='{version + 1}']")
+    assert page.page.locator(".field.invalid").count() == 0
+    assert page.page.locator("#policy-imbalance_threshold").input_value() == "50"
