@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry
 
 from agents import protocol
 from agents.exporter import Exporter
+from agents.imbalance import gpu_load_ratio
 from agents.latency import RequestTimer
 from agents.poster import SnapshotPoster
 from agents.protocol import DesiredState, Identity, ModelShape
@@ -88,7 +89,8 @@ class Agent:
             self.poster.stop()
 
     def _publish(self, closed: ClosedWindow) -> None:
-        self.exporter.observe_window(closed)
+        ratio = gpu_load_ratio(closed.expert_tokens, self.engine.placement, self.identity.ep_size)
+        self.exporter.observe_window(closed, ratio)
         if self.poster is not None:
             self.poster.submit(closed.snapshot)
 

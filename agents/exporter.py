@@ -54,6 +54,9 @@ METRICS = (
     ("load_ratio", Gauge, "moectl_expert_load_max_to_mean_ratio",
      "Hottest logical expert / mean expert, of the tokens this rank routed in the last window", ("layer",),
      None),
+    ("gpu_load_ratio", Gauge, "moectl_expert_gpu_load_max_to_mean_ratio",
+     "Busiest GPU over the mean GPU of the EP group under the current placement, as this rank's routing "
+     "loads them; mean over MoE layers, last window", (), None),
     ("recall", Gauge, "moectl_routing_recall_ratio",
      "Share of the unconstrained top-k experts the group-limited router kept, last window", (), None),
     ("running", Gauge, "moectl_requests_running", "Requests being generated", (), None),
@@ -129,7 +132,9 @@ class Exporter:
         for value in samples.queue:
             self.queue.observe(value)
 
-    def observe_window(self, window: ClosedWindow) -> None:
+    def observe_window(self, window: ClosedWindow, gpu_load_ratio: float | None = None) -> None:
+        if gpu_load_ratio is not None:
+            self.gpu_load_ratio.set(gpu_load_ratio)
         self.received.inc(int(window.slot_tokens.sum()))
         self.dropped.inc(window.num_dropped_tokens)
         tokens = window.expert_tokens.astype(np.float64)  # [num_layers, num_experts]
