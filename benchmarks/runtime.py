@@ -5,6 +5,7 @@ Every process uses one thread; ep_size 2 runs two gloo processes on 127.0.0.1.
 """
 
 import argparse
+import os
 import platform
 import time
 
@@ -60,6 +61,10 @@ def bench_rank(rank: int, size: int, batch: int, num_tokens: int, overlap: bool,
     return totals
 
 
+def best_of(repeats: int, *args) -> dict:
+    return max((bench(*args) for _ in range(repeats)), key=lambda r: r["tok_s"])  # the machine is shared
+
+
 def bench(size: int, batch: int, num_tokens: int, overlap: bool, spec: int = 0) -> dict:
     args = (batch, num_tokens, overlap, spec)
     ranks = [bench_rank(0, 1, *args)] if size == 1 else run_group(bench_rank, size, args, timeout=600)
@@ -77,10 +82,12 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--out", default=None, help="also write the markdown table here")
-    parser.add_argument("--tokens", type=int, default=32, help="decode tokens per request")
+    parser.add_argument("--tokens", type=int, default=64, help="decode tokens per request")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per case; the fastest is reported")
     parser.add_argument("--batches", default="1,8,32")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    load = os.getloadavg()[0]
     rows = [
         "| ep_size | batch | overlap | MTP k | decode tok/s | all-to-all share | exposed | MTP accept |",
         "|---|---|---|---|---|---|---|---|",
@@ -89,7 +96,7 @@ def main() -> None:
     cases += [(2, b, o, 0) for b in map(int, args.batches.split(",")) for o in (True, False)]
     cases += [(1, 8, True, 1), (2, 8, True, 1)]
     for size, batch, overlap, spec in cases:
-        r = bench(size, batch, args.tokens, overlap, spec)
+        r = best_of(args.repeats, size, batch, args.tokens, overlap, spec)
         mtp = f"{r['acceptance']:.2f}" if spec else "-"
         rows.append(
             f"| {size} | {batch} | {'on' if overlap else 'off'} | {spec} | {r['tok_s']:.0f} | "
@@ -99,7 +106,8 @@ def main() -> None:
     header = (
         f"# Runtime benchmark\n\n{platform.machine()}, {torch.get_num_threads()} thread per process, "
         f"torch {torch.__version__}, greedy decode of {args.tokens} tokens per request "
-        "(64-byte held-out code prompts); shares are of decode step time, summed over ranks.\n\n"
+        f"(64-byte held-out code prompts), best of {args.repeats} runs; shares are of decode step time, "
+        f"summed over ranks; 1-minute load average at start {load:.1f} on {os.cpu_count()} cores.\n\n"
     )
     table = header + "\n".join(rows) + "\n"
     print(table)
