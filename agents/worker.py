@@ -130,7 +130,8 @@ def run_rank(args: argparse.Namespace) -> int:
                         gpu_uuid=built.gpu_uuid)
     registry = CollectorRegistry()
     agent = Agent(built.engine, identity=identity, model=built.model, registry=registry,
-                  controller_url=args.controller, agent_token=args.agent_token, api_token=args.api_token,
+                  controller_url=args.controller, agent_token=args.agent_token,
+                  api_token=args.api_token if args.rank == 0 else "",  # one registrant: no race to create it
                   window_seconds=args.window_seconds, runtime=built.runtime,
                   num_speculative_tokens=args.num_speculative_tokens, max_batched_tokens=built.max_batched_tokens,
                   policy={"mode": args.mode, "cooldown_seconds": 3 * args.window_seconds})

@@ -34,10 +34,15 @@ class ThreadRank:
         return result
 
 
+def slots_per_rank(ep_size: int) -> int:
+    return 40 // ep_size  # 32 experts and 8 spare slots for replicas
+
+
 def sim_config(rank: int, ep_size: int, **overrides) -> SimConfig:
-    return SimConfig(ep_size=ep_size, ep_rank=rank, num_slots_per_rank=20, is_paced=False, **overrides)
+    return SimConfig(ep_size=ep_size, ep_rank=rank, num_slots_per_rank=slots_per_rank(ep_size), is_paced=False,
+                     **overrides)
 
 
 def identity(rank: int, ep_size: int, deployment: str = "tiny", role: Role = Role.decode) -> Identity:
     return Identity(deployment=deployment, instance=f"{deployment}-{role.value}-0", role=role, rank=rank,
-                    ep_size=ep_size, slots_per_rank=20, node="test-node", gpu_uuid=f"GPU-{rank}")
+                    ep_size=ep_size, slots_per_rank=slots_per_rank(ep_size), node="test-node", gpu_uuid=f"GPU-{rank}")

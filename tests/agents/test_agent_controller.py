@@ -117,3 +117,32 @@ def test_a_dead_controller_never_blocks_a_step_and_the_rank_keeps_its_state():
     assert agent.exporter.failures["connect"]._value.get() >= 2
     assert agent.exporter.failures["queue_full"]._value.get() >= 1  # 10 windows into a queue of 2
     assert engine.placement.version == 0 and agent.exporter.snapshots._value.get() == 0
+
+
+@pytest.mark.slow
+def test_serving_survives_a_controller_restart_and_the_agents_reconnect(settings):
+    settings = settings.model_copy(update={"port": free_port(), "window_seconds": 1.0, "reconcile_seconds": 0.5})
+    first = Controller(settings)
+    thread = first.start()
+    engines, agents = make_group(first.url, poster_kwargs={"min_backoff": 0.1, "max_backoff": 0.5})
+    try:
+        run_group(agents, engines, 3.0, [])
+        posted = agents[0].poster.num_posted
+        assert posted >= 1
+        first.stop()
+        thread.join(timeout=10)
+        steps = engines[0].num_steps
+        run_group(agents, engines, 3.0, [])  # nobody answers: the group keeps stepping
+        assert engines[0].num_steps > steps + 20
+        assert agents[0].exporter.failures["connect"]._value.get() >= 1
+        second = Controller(settings)  # same database: it resumes from its store
+        thread = second.start()
+        run_group(agents, engines, 3.0, [])
+        assert agents[0].poster.num_posted > posted
+        overview = httpx.get(f"{second.url}/v1/deployments/tiny/overview").json()
+        assert overview["agents"] == {"total": EP_SIZE, "fresh": EP_SIZE, "stale": 0}
+        second.stop()
+        thread.join(timeout=10)
+    finally:
+        for agent in agents:
+            agent.close()

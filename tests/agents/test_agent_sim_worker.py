@@ -1,0 +1,55 @@
+"""`moectl worker --sim`: real rank processes (gloo agreement), the real agent over the simulated engine,
+against a real controller. Its /metrics carries the DESIGN.md §4 names; the controller rebalances and
+the group's measured imbalance falls; stopping the launcher stops every rank."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+from conftest import AGENT_TOKEN, API_TOKEN
+from support.servers import free_port, wait_http
+from test_agent_exporter import DESIGN_NAMES
+
+from controlplane.serve import Controller
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_sim_worker_reports_and_follows_the_controller(settings):
+    settings = settings.model_copy(update={"port": free_port(), "window_seconds": 1.0, "reconcile_seconds": 0.5})
+    controller = Controller(settings)
+    thread = controller.start()
+    ports = [free_port(), free_port()]
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "agents.worker", "--sim", "--role", "decode", "--ep-size", "2", "--ports",
+         ",".join(map(str, ports)), "--controller", controller.url, "--window-seconds", "1"],
+        env=os.environ | {"MOECTL_AGENT_TOKEN": AGENT_TOKEN, "MOECTL_API_TOKEN": API_TOKEN, "OMP_NUM_THREADS": "1"})
+    try:
+        for port in ports:
+            wait_http(f"http://127.0.0.1:{port}/healthz", timeout=60)
+        deadline, imbalances, overview = time.monotonic() + 90, [], {}
+        while time.monotonic() < deadline:
+            overview = httpx.get(f"{controller.url}/v1/deployments/tiny/overview").json()
+            imbalances = [p["imbalance"] for p in overview["pools"][0]["history"] if p["imbalance"]] \
+                if overview.get("pools") else []
+            if overview.get("placement_version", {}).get("decode") and imbalances and imbalances[-1] < 1.1:
+                break
+            time.sleep(1)
+        assert overview["placement_version"]["decode"] >= 1, overview  # both ranks run the new version
+        assert imbalances[0] > 1.15 and imbalances[-1] < 1.1, imbalances  # 1.15: the default policy threshold
+        for port in ports:
+            text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+            names = {line.split("{")[0] for line in text.splitlines() if line and not line.startswith("#")}
+            assert set(DESIGN_NAMES) <= names, set(DESIGN_NAMES) - names
+            assert 'runtime="moectl-sim"' in text and "_created" not in text
+    finally:
+        worker.send_signal(signal.SIGINT)
+        assert worker.wait(timeout=30) == 0
+        controller.stop()
+        thread.join(timeout=10)
