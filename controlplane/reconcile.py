@@ -88,8 +88,9 @@ def _reconcile_pool(session: Session, deployment: Deployment, pool: Pool, settin
 def _actuate(session: Session, deployment: Deployment, pool: Pool, state, policy, plan: Plan, settings: Settings,
              now: float) -> None:
     """Records (and in auto mode applies) the plan."""
-    # one unapplied proposal at a time: the same plan again each pass would only be noise
-    if actions.open_for(session, pool, since=now - max(policy.cooldown_seconds, settings.window_seconds)) is None:
+    # one proposal at a time: the same plan recorded again each pass would only be noise
+    since = now - max(policy.cooldown_seconds, settings.window_seconds)
+    if actions.open_for(session, pool, since=since, statuses=(actions.PLANNED, *actions.IN_FLIGHT)) is None:
         decisions.record_plan(session, deployment=deployment, pool=pool, state=state, policy=policy, plan=plan,
                               trigger="loop", created_by="loop", now=now)
 
@@ -100,7 +101,7 @@ def _actuate_routing(session: Session, deployment: Deployment, pool: Pool, state
     if not step.is_change_from(pool.topk_group):
         return
     if actions.open_for(session, pool, since=now - max(policy.cooldown_seconds, settings.window_seconds),
-                        kind="routing") is not None:
+                        kind="routing", statuses=(actions.PLANNED, *actions.IN_FLIGHT)) is not None:
         return
     windows_used = state.windows[-policy.sustained_windows:]
     inputs = {"all2all_share": [round(w.all2all_share or 0.0, 4) for w in windows_used],

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.api.body_limit import BodyLimit
-from controlplane.api.routes import actions, agents, alerts, deployments, health, policies, tokens, whoami
+from controlplane.api.routes import actions, agents, alert_events, alerts, deployments, health, policies, tokens, whoami
 from controlplane.config import Settings
 from controlplane.telemetry import ControllerMetrics
 
@@ -41,7 +41,7 @@ def create_app(settings: Settings, sessions: sessionmaker[Session], *, clock: Ca
             metrics.snapshots.labels(str(response.status_code)).inc()
         return response
 
-    for module in (health, agents, deployments, policies, actions, alerts, tokens, whoami):
+    for module in (health, agents, deployments, policies, actions, alerts, alert_events, tokens, whoami):
         app.include_router(module.router)
     return app
 

@@ -51,9 +51,12 @@ def count_since(session: Session, pool: Pool, *, since: float, statuses: tuple[s
                                                      Action.status.in_(statuses), Action.created_at >= utc(since))) or 0
 
 
-def open_for(session: Session, pool: Pool, *, since: float, kind: str = "placement") -> Action | None:
-    """The newest action of `kind` still in flight (planned, awaiting approval, or applied and not yet verified)."""
+IN_FLIGHT = (AWAITING_APPROVAL, APPLIED)  # waiting for a person, or applied and not yet verified
+
+
+def open_for(session: Session, pool: Pool, *, since: float, kind: str = "placement",
+             statuses: tuple[str, ...] = IN_FLIGHT) -> Action | None:
+    """The newest action of `kind` in one of `statuses` created since `since`."""
     return session.scalar(select(Action).where(Action.pool_id == pool.id, Action.kind == kind,
-                                               Action.status.in_((AWAITING_APPROVAL, APPLIED, PLANNED)),
-                                               Action.created_at >= utc(since))
+                                               Action.status.in_(statuses), Action.created_at >= utc(since))
                           .order_by(Action.id.desc()).limit(1))

@@ -25,3 +25,10 @@ def record_once(session: Session, *, fingerprint: str, starts_at: str, status: s
     except IntegrityError:
         return None
     return event
+
+
+def recent(session: Session, *, deployment: str | None, limit: int) -> list[AlertEvent]:
+    query = select(AlertEvent).order_by(AlertEvent.id.desc()).limit(limit)
+    if deployment is not None:
+        query = query.where(AlertEvent.deployment == deployment)
+    return list(session.scalars(query))
