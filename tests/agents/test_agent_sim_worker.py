@@ -53,3 +53,27 @@ def test_sim_worker_reports_and_follows_the_controller(settings):
         assert worker.wait(timeout=30) == 0
         controller.stop()
         thread.join(timeout=10)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_killed_rank_takes_its_group_down_loudly():
+    from test_agent_up import descendants, is_running
+
+    ports = [free_port(), free_port()]
+    worker = subprocess.Popen([sys.executable, "-m", "agents.worker", "--sim", "--ep-size", "2", "--ports",
+                               ",".join(map(str, ports))], stderr=subprocess.PIPE, text=True,
+                              env=os.environ | {"OMP_NUM_THREADS": "1"})
+    try:
+        for port in ports:
+            wait_http(f"http://127.0.0.1:{port}/healthz", timeout=60)
+        ranks = sorted(descendants(worker.pid))
+        victim = next(pid for pid in ranks if "--rank\x001" in open(f"/proc/{pid}/cmdline").read())
+        os.kill(victim, signal.SIGKILL)
+        _, stderr = worker.communicate(timeout=60)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    assert worker.returncode != 0  # the instance is gone, and says so: a half group cannot serve
+    assert "rank 1 exited with code -9" in stderr, stderr[-2000:]
+    assert not [pid for pid in ranks if is_running(pid)]
