@@ -3,10 +3,12 @@
 import argparse
 import json
 import math
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 
+from agents.runtime import moe_ops
 from agents.runtime.config import CHECKPOINT_DIR
 from agents.runtime.corpus import load_corpus, windows
 from agents.runtime.model import Transformer, load_checkpoint
@@ -20,6 +22,16 @@ def evaluate_text(
     cfg = model.cfg
     loads = torch.zeros(cfg.num_moe_layers, cfg.num_experts, dtype=torch.int64)
     nll = mtp_nll = hits = agree = n = n_mtp = 0.0
+    recall = torch.zeros(2, cfg.num_groups)  # [kept, total] for topk_group = 1..G
+
+    def count_recall(moe, _module, _inp, gate_logits):
+        scores = torch.sigmoid(gate_logits.float()).reshape(-1, cfg.num_experts)  # [T, E]
+        for g in range(1, cfg.num_groups + 1):
+            _, ids = moe_ops.grouped_topk(scores, moe.bias, cfg.num_groups, g, cfg.topk, cfg.route_scale)
+            recall[0, g - 1] += moe_ops.routing_recall(scores, moe.bias, ids)
+            recall[1, g - 1] += ids.numel()
+
+    hooks = [m.gate.register_forward_hook(partial(count_recall, m)) for m in model.moes]
     for tokens in batches:  # [B, S + 1]
         logits, mtp_logits = model(tokens)
         for moe in model.moes:
@@ -34,6 +46,8 @@ def evaluate_text(
             hits += (draft == tokens[:, 2:]).sum().item()  # teacher-forced: matches the text
             agree += (draft == logits[:, 1:].argmax(-1)).sum().item()  # what greedy verification would accept
             n_mtp += draft.numel()
+    for hook in hooks:
+        hook.remove()
     mean = loads.float().mean(1)
     return {
         "bits_per_byte": nll / n / math.log(2),
@@ -41,6 +55,7 @@ def evaluate_text(
         "mtp_acceptance_teacher_forced": hits / max(n_mtp, 1),
         "mtp_acceptance_greedy": agree / max(n_mtp, 1),
         "max_to_mean_load": (loads.float().max(1).values / mean).tolist(),
+        "routing_recall_by_topk_group": (recall[0] / recall[1].clamp(min=1)).tolist(),
         "expert_load": loads.tolist(),
     }
 
@@ -77,6 +92,9 @@ def summary(result: dict) -> str:
             f"{r['mtp_acceptance_teacher_forced']:.3f} | {r['mtp_acceptance_greedy']:.3f} | {skew} |"
         )
     shift = " ".join(f"{x:.2f}" for x in result["code_vs_prose_load_shift"])
+    for name in ("code", "prose"):
+        rec = " ".join(f"{x:.3f}" for x in result[name]["routing_recall_by_topk_group"])
+        lines.append(f"\nRouting recall on {name}, topk_group = 1..G: {rec}")
     lines.append(f"\nCode-vs-prose expert-load shift (total variation per MoE layer): {shift}")
     return "\n".join(lines)
 

@@ -172,6 +172,10 @@ def test_routing_limits_apply_at_a_step_boundary(model):
     eng.apply_routing_limits(RoutingLimits(version=3, topk_group=1))
     _, one_group = eng.step()
     assert (one_group.moe.recall_kept < one_group.moe.recall_total).any()
+    assert one_group.num_scheduled_tokens == 1
+    for layer in range(3):  # the single token's 4 experts sit in one group of 8
+        experts = one_group.moe.expert_tokens[layer].nonzero().flatten()
+        assert len(experts) == 4 and len(set((experts // 8).tolist())) == 1
     with pytest.raises(ValueError):
         eng.apply_routing_limits(RoutingLimits(version=4, topk_group=9))
 
