@@ -4,9 +4,9 @@
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
-EXTRAS ?= dev,runtime
-STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
+EXTRAS ?= dev,runtime,kernels
 comma := ,
+STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 PYTEST_ARGS ?=
 
 .PHONY: run test lint sysdeps clean
