@@ -9,13 +9,12 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 from support import servers
+from support.auth import AGENT_TOKEN, API_TOKEN
 
 from controlplane.api.app import create_app
 from controlplane.config import Settings
 from controlplane.store.db import make_engine, make_sessions, upgrade
 from controlplane.telemetry import ControllerMetrics
-
-API_TOKEN, AGENT_TOKEN = "test-operator-token", "test-agent-token"
 
 
 class Clock:
@@ -66,11 +65,3 @@ def client(settings, sessions, clock):
     app = create_app(settings, sessions, clock=clock, metrics=ControllerMetrics(CollectorRegistry()))
     with TestClient(app) as test_client:
         yield test_client
-
-
-def operator() -> dict:
-    return {"Authorization": f"Bearer {API_TOKEN}"}
-
-
-def agent() -> dict:
-    return {"Authorization": f"Bearer {AGENT_TOKEN}"}

@@ -10,8 +10,8 @@ import time
 import httpx
 import pytest
 from agent_support import SIM_MODEL, ThreadGroup, identity, sim_config
-from conftest import AGENT_TOKEN, API_TOKEN
 from prometheus_client import CollectorRegistry
+from support.auth import AGENT_TOKEN, API_TOKEN
 from support.servers import free_port
 
 from agents.agent import Agent

@@ -12,7 +12,7 @@ import time
 
 import httpx
 import pytest
-from conftest import AGENT_TOKEN, API_TOKEN
+from support.auth import AGENT_TOKEN, API_TOKEN
 from support.servers import free_port, wait_http
 from test_agent_exporter import DESIGN_NAMES
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import operator
+from support.auth import operator
 from support.fleet import run_windows, start_fleet
 
 

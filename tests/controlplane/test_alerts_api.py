@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from conftest import operator
+from support.auth import operator
 from support.fleet import run_windows, start_fleet
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import operator
+from support.auth import operator
 
 MODEL = {"name": "tiny", "num_layers": 2, "num_experts": 8, "num_groups": 2, "top_k": 2}
 

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import operator
+from support.auth import operator
 
 MODEL = {"name": "tiny", "num_layers": 2, "num_experts": 8, "num_groups": 2, "top_k": 2}
 

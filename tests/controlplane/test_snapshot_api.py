@@ -8,8 +8,8 @@ import zlib
 
 import numpy as np
 import pytest
-from conftest import agent, operator
 from sqlalchemy import func, select
+from support.auth import agent, operator
 
 from agents.protocol import Array, Identity, ModelShape, Snapshot
 from controlplane.store.tables import Agent, LoadWindow

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from controlplane.reconcile import reconcile_once
 from controlplane.sim.fleet import FleetClient, make_fleet
-
-API_TOKEN, AGENT_TOKEN = "test-operator-token", "test-agent-token"
+from support.auth import AGENT_TOKEN, API_TOKEN
 
 
 def start_fleet(client, policy: dict, *, seed: int = 3):

@@ -19,15 +19,13 @@ router = APIRouter(prefix="/v1/agents", tags=["agents"])
 def post_snapshot(snapshot: Snapshot, session: SessionDep, settings: SettingsDep, now: NowDep,
                   _: AgentDep) -> DesiredState:
     """Stores one rank's window and answers with what the rank should run next."""
-    for attempt in range(2):
-        try:
-            with session.begin():
-                return _ingest(snapshot, session, settings, now)
-        except IntegrityError:
-            # two ranks created the same pool or window row at once: the retry finds it
-            if attempt == 1:
-                raise
-    raise AssertionError("unreachable")
+    try:
+        with session.begin():
+            return _ingest(snapshot, session, settings, now)
+    except IntegrityError:
+        pass  # two ranks created the same pool, agent or window row at once: the retry finds it
+    with session.begin():
+        return _ingest(snapshot, session, settings, now)
 
 
 def _ingest(snapshot: Snapshot, session, settings, now: float) -> DesiredState:
