@@ -77,6 +77,7 @@ def test_agents_report_and_switch_placement_together(controller):
         deadline = time.monotonic() + 40
         while time.monotonic() < deadline and not switched:
             run_group(agents, engines, 2.0, switched)
+        run_group(agents, engines, 2.5, [])  # whole windows under the new placement, for the overview
     finally:
         for agent in agents:
             agent.close()
