@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     router = Router(endpoints, model=args.model, local_prefill_threshold=args.local_prefill_threshold,
                     registry=CollectorRegistry())
     server = uvicorn.Server(uvicorn.Config(create_app(router), host=args.host, port=args.port, log_level="warning"))
-    print(f"router: http://{args.host}:{args.port}", flush=True)
+    print(f"OpenAI API on http://{args.host}:{args.port}/v1", flush=True)
     try:
         server.run()
     except KeyboardInterrupt:  # uvicorn re-raises the signal it handled once it has shut down
