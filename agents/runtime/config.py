@@ -75,6 +75,7 @@ class EngineConfig:
     ep_rank: int = 0
     num_slots_per_rank: int = 0
     overlap_shared_expert: bool = True
+    quantize_dispatch: bool = False  # int8 rows on the dispatch all-to-all (kernels/refs.py states the error bound)
     seed: int = 0
 
     def __post_init__(self):

@@ -28,7 +28,8 @@ class Engine:
         if self.group.size != cfg.ep_size or self.group.rank != cfg.ep_rank:
             raise ValueError("EP group does not match ep_rank/ep_size")
         num_slots_per_rank = cfg.num_slots_per_rank or math.ceil(mc.num_experts / cfg.ep_size)
-        self.ep = ExpertParallel(mc, self.group, num_slots_per_rank, cfg.device, cfg.overlap_shared_expert)
+        self.ep = ExpertParallel(mc, self.group, num_slots_per_rank, cfg.device, cfg.overlap_shared_expert,
+                                 cfg.quantize_dispatch)
         for moe in self.model.moes:
             moe.ep = self.ep
         self.ep.apply_placement(

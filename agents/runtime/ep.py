@@ -4,8 +4,9 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from agents.runtime import moe_ops
+from agents.runtime import kernels, moe_ops
 from agents.runtime.config import ModelConfig
+from agents.runtime.kernels import refs
 from agents.runtime.placement import Placement, RoutingLimits
 from agents.runtime.stats import MoECounters
 
@@ -41,10 +42,12 @@ def init_ep_group(rank: int, size: int, port: int, backend: str = "gloo") -> EPG
 class ExpertParallel:
     """Dispatch, grouped expert compute and combine for every MoE layer of one rank."""
 
-    def __init__(
-        self, cfg: ModelConfig, group: EPGroup, num_slots_per_rank: int, device, overlap: bool = True
-    ):
+    def __init__(self, cfg: ModelConfig, group: EPGroup, num_slots_per_rank: int, device, overlap: bool = True,
+                 quantize_dispatch: bool = False):
+        """quantize_dispatch: send int8 rows (+ fp32 scale per 128 channels) instead of activations; about half
+        the bytes of bf16, a quarter of fp32, within scale / 2 per element (agents/runtime/kernels/refs.py)."""
         self.cfg, self.group, self.device, self.overlap = cfg, group, device, overlap
+        self.quantize_dispatch = quantize_dispatch
         self.num_slots_per_rank = num_slots_per_rank
         self.num_slots = num_slots_per_rank * group.size
         self.limits = RoutingLimits()
@@ -69,9 +72,9 @@ class ExpertParallel:
         self.placement = placement
 
     def forward(self, moe, x: Tensor, scores: Tensor) -> Tensor:
-        cfg, layer, c = self.cfg, moe.moe_index, self.counters
+        cfg, layer, c, ops = self.cfg, moe.moe_index, self.counters, kernels.ops_for(x)
         topk_group = self.limits.topk_group or cfg.topk_group
-        weights, topk_ids = moe_ops.grouped_topk(
+        weights, topk_ids = ops.grouped_topk(
             scores, moe.bias, cfg.num_groups, topk_group, cfg.topk, cfg.route_scale
         )
         c.recall_kept[layer] += moe_ops.routing_recall(scores, moe.bias, topk_ids)
@@ -81,25 +84,26 @@ class ExpertParallel:
                 weights, topk_ids, cfg.num_experts, self.limits.max_tokens_per_expert
             )
             c.dropped_tokens[layer] += (topk_ids < 0).sum()
-        c.expert_tokens[layer] += moe_ops.histogram(topk_ids, cfg.num_experts)
+        c.expert_tokens[layer] += ops.histogram(topk_ids, cfg.num_experts)
         slot_ids = moe_ops.select_slots(
             topk_ids, self.expert_to_slots[layer], self.cum_share[layer]
         )  # [T, K]
-        order, counts = moe_ops.permute(slot_ids, self.num_slots)  # counts: [S]
+        order, counts = ops.permute(slot_ids, self.num_slots)  # counts: [S]
         send_counts = counts.view(self.group.size, self.num_slots_per_rank)  # [W, S_local]
 
         in_splits = send_counts.sum(1).tolist()
         send = x[order[: sum(in_splits)] // cfg.topk]  # [n_send, D] grouped by destination rank, then slot
+        wire = refs.pack(*ops.quantize(send)) if self.quantize_dispatch else send  # [n_send, D'] what travels
         t0 = time.perf_counter()
         recv_counts = torch.empty_like(send_counts)  # [W, S_local] rows from each source for each local slot
         splits = [self.num_slots_per_rank] * self.group.size
         self.group.all_to_all(recv_counts.view(-1), send_counts.flatten(), splits, splits)
         out_splits = recv_counts.sum(1).tolist()
-        recv = x.new_empty(sum(out_splits), x.shape[1])
+        recv = wire.new_empty(sum(out_splits), wire.shape[1])
         if self.overlap and self.group.size > 1:
             done = []
             t_launch = time.perf_counter()
-            work = self.group.all_to_all(recv, send, out_splits, in_splits, async_op=True)
+            work = self.group.all_to_all(recv, wire, out_splits, in_splits, async_op=True)
             work.get_future().then(lambda _: done.append(time.perf_counter()))
             shared = moe.shared(x)  # single-batch overlap: the shared expert runs while tokens fly
             t1 = time.perf_counter()
@@ -108,12 +112,14 @@ class ExpertParallel:
             c.dispatch_seconds += min(done[0] if done else t2, t2) - t0
             c.dispatch_exposed_seconds += (t_launch - t0) + (t2 - t1)
         else:
-            self.group.all_to_all(recv, send, out_splits, in_splits)
+            self.group.all_to_all(recv, wire, out_splits, in_splits)
             t2 = time.perf_counter()
             c.dispatch_seconds += t2 - t0
             c.dispatch_exposed_seconds += t2 - t0
             shared = moe.shared(x)
 
+        if self.quantize_dispatch:
+            recv = ops.dequantize(*refs.unpack(recv, x.shape[1]), x.dtype)  # [M, D]
         slot_of_row = torch.arange(self.num_slots_per_rank, device=x.device).repeat(self.group.size)
         slot_of_row = slot_of_row.repeat_interleave(
             recv_counts.flatten()
@@ -121,8 +127,8 @@ class ExpertParallel:
         by_slot = torch.argsort(slot_of_row, stable=True)  # [M]
         slot_counts = recv_counts.sum(0)  # [S_local]
         c.slot_tokens[layer] += slot_counts
-        y = moe_ops.grouped_swiglu(recv[by_slot], slot_counts, self.w13[layer], self.w2[layer])  # [M, D]
-        y = moe_ops.unpermute(y, by_slot, y.shape[0])  # back to arrival order
+        y = ops.grouped_swiglu(recv[by_slot], slot_counts, self.w13[layer], self.w2[layer])  # [M, D]
+        y = ops.unpermute(y, by_slot, y.shape[0])  # back to arrival order
 
         t3 = time.perf_counter()
         back = x.new_empty(send.shape)
@@ -130,7 +136,5 @@ class ExpertParallel:
         t4 = time.perf_counter()
         c.combine_seconds += t4 - t3
         c.combine_exposed_seconds += t4 - t3
-        routed = moe_ops.combine(
-            moe_ops.unpermute(back, order, topk_ids.numel()), weights.to(x.dtype)
-        )  # [T, D]
+        routed = ops.combine(ops.unpermute(back, order, topk_ids.numel()), weights.to(x.dtype))  # [T, D]
         return shared + routed

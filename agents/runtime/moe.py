@@ -3,7 +3,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from agents.runtime import moe_ops
+from agents.runtime import kernels
 from agents.runtime.config import ModelConfig
 from agents.runtime.layers import SwiGLU
 
@@ -28,14 +28,14 @@ class MoE(nn.Module):
         scores = torch.sigmoid(self.gate(x).float())  # [T, E]
         if self.ep is not None:
             return self.ep.forward(self, x, scores).view(shape)
-        cfg = self.cfg
-        weights, topk_ids = moe_ops.grouped_topk(
+        cfg, ops = self.cfg, kernels.ops_for(x)
+        weights, topk_ids = ops.grouped_topk(
             scores, self.bias, cfg.num_groups, cfg.topk_group, cfg.topk, cfg.route_scale
         )  # [T, K]
-        self.last_load = moe_ops.histogram(topk_ids, cfg.num_experts)  # [E]
-        order, counts = moe_ops.permute(topk_ids, cfg.num_experts)
-        y = moe_ops.grouped_swiglu(x[order // cfg.topk], counts, self.w13, self.w2)  # [N, D]
-        routed = moe_ops.combine(moe_ops.unpermute(y, order, topk_ids.numel()), weights.to(x.dtype))  # [T, D]
+        self.last_load = ops.histogram(topk_ids, cfg.num_experts)  # [E]
+        order, counts = ops.permute(topk_ids, cfg.num_experts)
+        y = ops.grouped_swiglu(x[order // cfg.topk], counts, self.w13, self.w2)  # [N, D]
+        routed = ops.combine(ops.unpermute(y, order, topk_ids.numel()), weights.to(x.dtype))  # [T, D]
         return (self.shared(x) + routed).view(shape)
 
     @torch.no_grad()

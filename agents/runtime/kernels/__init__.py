@@ -127,3 +127,9 @@ def torch_ops() -> SimpleNamespace:
 def get_ops(device) -> SimpleNamespace:
     """The MoE ops for `device`; each has the signature of its `moe_ops` / `refs` twin."""
     return _ops(moe_backend(device))
+
+
+def ops_for(x: torch.Tensor) -> SimpleNamespace:
+    """What the runtime's MoE layers call: torch while autograd records (training; the kernels have no
+    backward), else the backend for x's device."""
+    return torch_ops() if torch.is_grad_enabled() and x.requires_grad else get_ops(x.device)

@@ -1,29 +1,21 @@
-"""The runtime with the Triton kernels swapped in (interpreter) gives the torch path's output.
+"""The runtime with the Triton kernels forced on (interpreter) gives the torch path's output.
 
-The runtime calls `moe_ops.<op>` through the module at call time, so patching the module's functions with their
-Triton twins exercises both MoE paths without touching runtime files: `moe.MoE.forward` (no EP, model forward)
-and `ep.ExpertParallel.forward` (the engine, EP size 1).
+`MOECTL_KERNELS` picks the backend the runtime's MoE layers get from `kernels.ops_for`: both MoE paths
+are exercised, `moe.MoE.forward` (no EP, model forward) and `ep.ExpertParallel.forward` (the engine).
 """
+
+import contextlib
 
 import pytest
 import torch
 
 pytest.importorskip("triton")
 
-from agents.runtime import moe_ops  # noqa: E402
+from agents.runtime import kernels  # noqa: E402
 from agents.runtime.config import EngineConfig, ModelConfig  # noqa: E402
-from agents.runtime.kernels import load  # noqa: E402
 from agents.runtime.model import Transformer  # noqa: E402
 
-TWINS = {
-    "grouped_topk": "routing",
-    "histogram": "histogram",
-    "permute": "permute",
-    "unpermute": "unpermute",
-    "grouped_swiglu": "grouped_gemm",
-    "combine": "combine",
-}
-TORCH_OPS = {name: getattr(moe_ops, name) for name in TWINS}  # captured at import, before any patching
+COUNTED = ("grouped_topk", "histogram", "permute", "unpermute", "grouped_swiglu", "combine")
 CFG = dict(
     dim=32,
     num_layers=2,
@@ -42,20 +34,28 @@ CFG = dict(
 
 @pytest.fixture
 def kernels_on(monkeypatch):
-    calls = {name: 0 for name in TWINS}
+    """Forces the Triton backend and counts its kernel calls; `torch_path()` runs a block on torch."""
+    monkeypatch.setenv(kernels.ENV_VAR, "triton")
+    triton_ops = kernels.get_ops("cpu")
+    assert triton_ops.backend == "triton"
+    calls = {name: 0 for name in COUNTED}
 
-    def patch(name):
-        impl = load(TWINS[name]).triton_impl
-
+    def counting(name, impl):
         def counted(*args, **kwargs):
             calls[name] += 1
             return impl(*args, **kwargs)
+        return counted
 
-        monkeypatch.setattr(moe_ops, name, counted)
-
-    for name in TWINS:
-        patch(name)
+    for name in COUNTED:
+        monkeypatch.setattr(triton_ops, name, counting(name, getattr(triton_ops, name)))
     return calls
+
+
+@contextlib.contextmanager
+def torch_path():
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(kernels.ENV_VAR, "torch")
+        yield
 
 
 def make_model(seed=0) -> Transformer:
@@ -75,9 +75,7 @@ def forward_logits(model):
 
 def test_model_forward_matches(kernels_on):
     model = make_model()
-    with pytest.MonkeyPatch.context() as mp:
-        for name in TWINS:  # the torch run: undo the fixture's patches inside this block
-            mp.setattr(moe_ops, name, TORCH_OPS[name])
+    with torch_path():
         want_main, want_mtp = forward_logits(model)
     got_main, got_mtp = forward_logits(model)
     assert kernels_on["grouped_swiglu"] > 0 and kernels_on["grouped_topk"] > 0
@@ -96,9 +94,7 @@ def generate(model, num_tokens=6):
 
 def test_engine_generation_matches(kernels_on):
     want = None
-    with pytest.MonkeyPatch.context() as mp:
-        for name in TWINS:
-            mp.setattr(moe_ops, name, TORCH_OPS[name])
+    with torch_path():
         want, want_logits = generate(make_model())
     got, got_logits = generate(make_model())
     assert kernels_on["grouped_swiglu"] > 0 and kernels_on["permute"] > 0
