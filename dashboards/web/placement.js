@@ -5,7 +5,8 @@
 import { gpusOf } from "./derive.js";
 import { cssColour, fitCanvas, fmt, fmtInt, showTip } from "./colours.js";
 
-const M = { left: 40, right: 4, top: 4, bottom: 14 };
+const STRIP = 7; // the "moved" strip under the grid, for when cells are too small to outline
+const M = { left: 40, right: 4, top: 4, bottom: 14 + STRIP };
 
 export class PlacementView {
   constructor(canvas, tip, summaryEl, gpuEl) {
@@ -80,17 +81,29 @@ export class PlacementView {
         ctx.fillRect(M.left + g * cw, M.top + k * ch, Math.max(1, cw - gap), Math.max(1, ch - gap));
       }
     }
+    // moved slots: outlined when cells are big enough to show an outline and their colour; at 320 GPUs a
+    // column is ~2px wide, so instead a strip under the grid darkens each GPU by its share of moved slots
     let movedHere = 0;
     if (d.moved.length) {
+      const outline = cw >= 5 && ch >= 5;
+      const perGpu = new Uint16Array(d.G);
       ctx.beginPath();
       for (let s = 0; s < d.S; s++) {
         if (d.moved[l * d.S + s]) {
           const g = (s / d.spr) | 0, k = s - g * d.spr;
-          ctx.rect(M.left + g * cw + 0.75, M.top + k * ch + 0.75, Math.max(1, cw - 1.5 - gap), Math.max(1, ch - 1.5 - gap));
+          if (outline) ctx.rect(M.left + g * cw + 0.75, M.top + k * ch + 0.75, cw - 1.5 - gap, ch - 1.5 - gap);
+          perGpu[g]++;
           movedHere++;
         }
       }
       ctx.strokeStyle = "#111"; ctx.lineWidth = 1.5; ctx.stroke();
+      if (!outline) {
+        for (let g = 0; g < d.G; g++) {
+          if (!perGpu[g]) continue;
+          ctx.fillStyle = `rgba(17, 17, 17, ${0.35 + 0.65 * perGpu[g] / d.spr})`;
+          ctx.fillRect(M.left + g * cw, M.top + ph + 2, Math.max(1, cw - gap), STRIP - 2);
+        }
+      }
     }
     ctx.strokeStyle = "#9aa5b5"; ctx.lineWidth = 1; // node boundaries
     for (let g = d.gpusPerNode; g < d.G; g += d.gpusPerNode) {
@@ -103,8 +116,8 @@ export class PlacementView {
     ctx.fillText("slot", M.left - 4, M.top + 6);
     ctx.textAlign = "center"; ctx.textBaseline = "top";
     const step = d.G > 64 ? 32 : d.G > 16 ? 8 : 1;
-    for (let g = 0; g < d.G; g += step) ctx.fillText(String(g), M.left + (g + 0.5) * cw, h - M.bottom + 2);
-    ctx.textAlign = "left"; ctx.fillText("GPU →", Math.max(M.left, w - 40), h - M.bottom + 2);
+    for (let g = 0; g < d.G; g += step) ctx.fillText(String(g), M.left + (g + 0.5) * cw, M.top + ph + STRIP + 1);
+    ctx.textAlign = "left"; ctx.fillText("GPU →", Math.max(M.left, w - 40), M.top + ph + STRIP + 1);
     this.geom = { cw, ch, pw, ph };
     Object.assign(c.dataset, {
       layer: l, slots: d.S, gpus: d.G, moved: movedHere, movedTotal: d.movedTotal, version: d.version,
@@ -120,7 +133,7 @@ export class PlacementView {
     this.summaryEl.textContent = !d.hasPrevious ? `${head} · the default table, nothing moved yet`
       : `${head} · the change from v${d.version - 1} moved ${fmtInt(d.movedTotal)} of ${fmtInt(d.S * d.L)} slots `
         + `(${fmt((100 * d.movedTotal) / (d.S * d.L), 1)}%) in ${layers} layers, ${d.movedPerLayer[this.layer]} in this layer `
-        + "(outlined)";
+        + "(outlined, or dark under their GPU when cells are small)";
     this.canvas.dataset.summary = this.summaryEl.textContent;
   }
 
