@@ -255,6 +255,18 @@ def measure(browser, slots_per_rank: int, repeats: int, sweep_ms: int, shot: pat
         server.shutdown()
 
 
+NOTES = """Reading it:
+- 1 slot per GPU is DeepSeek's decode layout (256 experts + 64 replicas on 320 GPUs); 9 slots per GPU
+  (2,880 slots a layer, both placement tables 2 x 167k numbers) is a stress case for the placement view.
+- derive() and the three canvas panels take milliseconds: no per-cell DOM, one ImageData for the heatmap.
+  The cost that grows with size is fetching and parsing the JSON matrices on the main thread.
+- "poll cycle" includes this script's Python server drawing a new synthetic window per request
+  (multinomial over 58 x 256 and json.dumps), so it is an upper bound of what a controller adds.
+- Frame intervals stay at 16.7 ms (60 Hz) while the pointer sweeps the heatmap; the max is the frame in
+  which a poll's JSON parse and re-render ran (one long task at 9 slots per GPU, none at 1).
+"""
+
+
 def table(results: list[dict]) -> str:
     rows = ["| case | load JSON | page load → first render | fetch + parse | derive() | render (3 panels) | "
             "poll cycle | frame interval p50 / p95 / max (hover + polling) | long tasks > 50 ms |",
@@ -300,7 +312,7 @@ def main() -> None:
             f"{platform.machine()} machine with 2 cores, viewport 1440×900. Median (p95) of {args.repeats} runs; "
             f"frames over a {args.sweep_ms / 1000:.0f} s pointer sweep of the heatmap while the page polls every "
             f"2 s and each poll refetches the matrices (worst case). Reproduce: "
-            f"`OMP_NUM_THREADS=1 python -m benchmarks.dashboard`.\n\n{table(results)}\n")
+            f"`OMP_NUM_THREADS=1 python -m benchmarks.dashboard`.\n\n{table(results)}\n\n{NOTES}")
     print(text)
     if not args.no_write:
         out = ROOT / "benchmarks" / "results" / f"dashboard-{today}.md"
