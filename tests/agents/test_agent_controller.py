@@ -61,7 +61,8 @@ def make_group(url: str, *, api_token: str = API_TOKEN, poster_kwargs=None, cloc
     group = ThreadGroup(EP_SIZE)
     engines = [SimEngine(sim_config(r, EP_SIZE, seed=7), group=group.rank(r)) for r in range(EP_SIZE)]
     agents = [Agent(engines[r], identity=identity(r, EP_SIZE), model=SIM_MODEL, registry=CollectorRegistry(),
-                    controller_url=url, agent_token=AGENT_TOKEN, api_token=api_token, window_seconds=1.0,
+                    controller_url=url, agent_token=AGENT_TOKEN, api_token=api_token if r == 0 else "",
+                    window_seconds=1.0,
                     num_speculative_tokens=2, runtime="sim",
                     policy={"mode": "auto", "cooldown_seconds": 0, "sustained_windows": 1},
                     poster_kwargs=poster_kwargs, clock=clock)

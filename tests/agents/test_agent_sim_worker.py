@@ -25,11 +25,16 @@ def test_sim_worker_reports_and_follows_the_controller(settings):
     settings = settings.model_copy(update={"port": free_port(), "window_seconds": 1.0, "reconcile_seconds": 0.5})
     controller = Controller(settings)
     thread = controller.start()
+    # a low threshold: the simulated skew at ep_size 2 swings between ~1.1 and ~1.3 over its period
+    model = {"name": "sim-tiny", "num_layers": 4, "num_experts": 32, "num_groups": 4, "top_k": 4}
+    policy = {"mode": "auto", "imbalance_threshold": 1.05, "cooldown_seconds": 3, "sustained_windows": 2}
+    httpx.put(f"{controller.url}/v1/deployments/tiny", json={"model": model, "policy": policy},
+              headers={"Authorization": f"Bearer {API_TOKEN}"}).raise_for_status()
     ports = [free_port(), free_port()]
     worker = subprocess.Popen(
         [sys.executable, "-m", "agents.worker", "--sim", "--role", "decode", "--ep-size", "2", "--ports",
          ",".join(map(str, ports)), "--controller", controller.url, "--window-seconds", "1"],
-        env=os.environ | {"MOECTL_AGENT_TOKEN": AGENT_TOKEN, "MOECTL_API_TOKEN": API_TOKEN, "OMP_NUM_THREADS": "1"})
+        env=os.environ | {"MOECTL_AGENT_TOKEN": AGENT_TOKEN, "OMP_NUM_THREADS": "1"})
     try:
         for port in ports:
             wait_http(f"http://127.0.0.1:{port}/healthz", timeout=60)
@@ -38,11 +43,11 @@ def test_sim_worker_reports_and_follows_the_controller(settings):
             overview = httpx.get(f"{controller.url}/v1/deployments/tiny/overview").json()
             imbalances = [p["imbalance"] for p in overview["pools"][0]["history"] if p["imbalance"]] \
                 if overview.get("pools") else []
-            if overview.get("placement_version", {}).get("decode") and imbalances and imbalances[-1] < 1.1:
+            if overview.get("placement_version", {}).get("decode") and imbalances and imbalances[-1] < 1.04:
                 break
             time.sleep(1)
         assert overview["placement_version"]["decode"] >= 1, overview  # both ranks run the new version
-        assert imbalances[0] > 1.15 and imbalances[-1] < 1.1, imbalances  # 1.15: the default policy threshold
+        assert imbalances[0] > 1.05 and imbalances[-1] < 1.04, imbalances
         for port in ports:
             text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
             names = {line.split("{")[0] for line in text.splitlines() if line and not line.startswith("#")}
