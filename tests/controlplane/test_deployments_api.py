@@ -67,3 +67,27 @@ def test_pool_load_matrices_for_the_dashboard(client, sessions, settings, clock)
     assert abs(sum(map(sum, load["gpu_tokens"])) - sum(map(sum, load["expert_tokens"]))) < 0.01 * sum(
         map(sum, load["expert_tokens"]))
     assert client.get("/v1/deployments/sim-0/pools/prefill/load").status_code == 404
+
+
+def test_concurrent_registration_is_idempotent(settings, sessions):
+    """Every rank of a new instance may register at once: one creates, the others see it (no 500)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+    from support.servers import free_port
+
+    from controlplane.serve import Controller
+
+    controller = Controller(settings.model_copy(update={"port": free_port()}), run_loop=False)
+    controller.start()
+    try:
+        def register(_):
+            return httpx.put(f"{controller.url}/v1/deployments/raced", json={"model": MODEL}, headers=operator(),
+                             timeout=30)
+
+        with ThreadPoolExecutor(8) as pool:
+            responses = list(pool.map(register, range(16)))
+        assert [r.status_code for r in responses] == [200] * 16, [r.text for r in responses if r.status_code != 200]
+        assert sum(r.json()["created"] for r in responses) == 1
+    finally:
+        controller.stop()

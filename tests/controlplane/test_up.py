@@ -17,7 +17,7 @@ from support.servers import free_port
 def test_up_serves_the_status_page_and_the_imbalance_falls(tmp_path):
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "controlplane", "up", "--port", str(port), "--window-seconds", "1",
+        [sys.executable, "-m", "controlplane", "up", "--sim", "--port", str(port), "--window-seconds", "1",
          "--database-url", f"sqlite:///{tmp_path / 'up.db'}"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ | {"PYTHONUNBUFFERED": "1"})
     try:

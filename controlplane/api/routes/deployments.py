@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from agents.protocol import is_valid_name
@@ -39,15 +40,27 @@ def put_deployment(name: str, body: DeploymentIn, session: SessionDep, now: NowD
     if not is_valid_name(name):
         raise HTTPException(422, f"deployment name {name!r} must be a DNS label: lowercase letters, digits "
                                  f"and '-', at most 63 characters")
-    with session.begin():
-        existing = deployments.get(session, name)
-        if existing is not None:
-            if deployments.model_of(existing) != body.model:
-                raise HTTPException(409, f"deployment {name!r} exists with another model shape "
-                                         f"{existing.model}; use a new name for a new model")
-            return {"name": name, "created": False}
-        deployments.create(session, name=name, model=body.model, policy=body.policy, created_by=caller.name, now=now)
+    try:
+        with session.begin():
+            if _is_registered(session, name, body):
+                return {"name": name, "created": False}
+            deployments.create(session, name=name, model=body.model, policy=body.policy, created_by=caller.name,
+                               now=now)
+    except IntegrityError:  # registered concurrently (every rank of a new instance may try): same answer
+        with session.begin():
+            if _is_registered(session, name, body):
+                return {"name": name, "created": False}
+        raise
     return {"name": name, "created": True}
+
+
+def _is_registered(session: Session, name: str, body: DeploymentIn) -> bool:
+    """True if `name` exists with this model shape; 409 if with another."""
+    existing = deployments.get(session, name)
+    if existing is not None and deployments.model_of(existing) != body.model:
+        raise HTTPException(409, f"deployment {name!r} exists with another model shape {existing.model}; "
+                                 f"use a new name for a new model")
+    return existing is not None
 
 
 @router.get("/{name}/overview", response_model=Overview)
