@@ -5,6 +5,7 @@
 import uPlot from "./vendor/uplot-1.6.32/uPlot.esm.js";
 import { fmt, pct } from "./colours.js";
 
+const PLOT_HEIGHT = 150;
 const POOL_COLOURS = ["#2f5fd0", "#d8763b", "#3ba86a", "#8a3ffc"];
 const STATUS_COLOURS = { awaiting_approval: "#e0a800", applied: "#1e88e5", verified: "#2e7d32", planned: "#90a4ae",
   rolled_back: "#c62828", failed: "#c62828", rejected: "#9e9e9e", superseded: "#9e9e9e" };
@@ -14,6 +15,7 @@ function tile(label, value, { cls = "", sub = "", field = "" } = {}) {
   div.className = `tile ${cls}`;
   const span = document.createElement("span"); span.textContent = label;
   const b = document.createElement("b"); b.textContent = value;
+  if (String(value).length > 12) b.className = "long"; // lists (pools, versions) wrap less in a smaller font
   if (field) b.dataset.field = field;
   div.append(span, b);
   if (sub) { const small = document.createElement("small"); small.textContent = ` ${sub}`; div.append(small); }
@@ -29,8 +31,8 @@ export function renderTiles(root, o, policy) {
   const a2aTarget = p.all2all_share_target ?? 0.3;
   const a2aCls = o.all2all_share === null ? "" : o.all2all_share > a2aTarget ? "bad" : "good";
   const mtpCls = o.mtp_acceptance === null || !p.mtp_acceptance_floor ? "" : o.mtp_acceptance < p.mtp_acceptance_floor ? "bad" : "good";
-  const pools = o.pools.map((x) => `${x.role} EP${x.ep_size}×${x.slots_per_rank}`).join(", ") || "none reporting";
-  const versions = o.pools.map((x) => `${x.role} v${x.applied_placement_version ?? `${x.placement_version}…`}`).join(", ") || "–";
+  const pools = o.pools.map((x) => `${x.role} EP${x.ep_size}×${x.slots_per_rank}`).join(" · ") || "none reporting";
+  const versions = o.pools.map((x) => `${x.role} v${x.applied_placement_version ?? `${x.placement_version}…`}`).join(" · ") || "–";
   root.replaceChildren(
     tile("mode", o.mode, { sub: `policy v${o.policy_version}`, field: "mode" }),
     tile("busiest GPU / mean", fmt(o.imbalance), { cls: imbalanceCls, sub: `rebalance > ${fmt(threshold)}`, field: "imbalance" }),
@@ -62,13 +64,14 @@ class Chart {
   constructor(el, makeOpts) { this.el = el; this.makeOpts = makeOpts; this.u = null; this.key = ""; this.marks = []; }
 
   update(key, seriesMeta, data) {
-    const width = Math.max(200, this.el.clientWidth), height = this.el.clientHeight || 170;
+    const width = Math.max(200, this.el.clientWidth), height = PLOT_HEIGHT;
     if (!this.u || key !== this.key) {
       if (this.u) this.u.destroy();
       this.u = new uPlot(this.makeOpts(seriesMeta, width, height, this), data, this.el);
       this.key = key;
       if (!this.observer) {
-        this.observer = new ResizeObserver(() => this.u && this.u.setSize({ width: Math.max(200, this.el.clientWidth), height: this.el.clientHeight || 170 }));
+        // width follows the panel; height is fixed (the legend below the plot adds its own height)
+        this.observer = new ResizeObserver(() => this.u && this.u.setSize({ width: Math.max(200, this.el.clientWidth), height: PLOT_HEIGHT }));
         this.observer.observe(this.el);
       }
     } else {
@@ -80,7 +83,7 @@ class Chart {
 
 function baseOpts(width, height, series, yRange) {
   return {
-    width, height: height - 30, series, legend: { live: true },
+    width, height, series, legend: { live: true },
     scales: { x: { time: true }, y: { range: yRange } },
     axes: [{ size: 28, grid: { stroke: "#eef0f3" } }, { size: 44, grid: { stroke: "#eef0f3" } }],
     cursor: { points: { size: 5 } },

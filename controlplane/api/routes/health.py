@@ -1,4 +1,4 @@
-"""Liveness, the controller's /metrics, and the status page."""
+"""Liveness, the controller's /metrics, and the web dashboard's files (dashboards/web)."""
 
 from __future__ import annotations
 
