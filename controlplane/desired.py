@@ -57,6 +57,9 @@ class Policy(BaseModel):
     replicas: dict[str, ReplicaBounds] = Field(default_factory=dict,
                                                description="pool role -> instance count bounds")
     gpu_budget: int | None = Field(default=None, ge=1, description="GPUs all pools together may use")
+    local_prefill_threshold: int | None = Field(default=None, ge=0, le=1_000_000,
+                                                description="PD-aware: prompts up to this many tokens prefill on "
+                                                            "the decode instance; unset: the router's default")
     # timing and safety
     cooldown_seconds: float = Field(default=30.0, ge=0, description="minimum time between placement changes")
     max_actions_per_hour: int = Field(default=60, ge=1)

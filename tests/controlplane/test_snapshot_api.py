@@ -106,3 +106,9 @@ def test_a_retried_window_is_counted_once(client, sessions, clock, registered):
 def test_the_answer_carries_the_table_only_to_ranks_that_run_another_version(client, clock, registered):
     answer = post(client, good(clock)).json()
     assert answer["placement_version"] == 0 and "slot_to_expert" not in answer
+
+
+def test_the_answer_carries_the_policys_knobs(client, clock, registered):
+    client.put("/v1/deployments/tiny/policy", json={"local_prefill_threshold": 512}, headers=operator())
+    answer = post(client, good(clock)).json()
+    assert answer["local_prefill_threshold"] == 512 and answer["window_seconds"] == 10
