@@ -270,8 +270,8 @@ def prometheus(tmp_path_factory):
     controller = Controller(Settings(database_url=f"sqlite:///{tmp / 'c.db'}", port=free_port(), api_token=ADMIN,
                                      agent_token=AGENT, window_seconds=1.0, reconcile_seconds=0.5))
     controller.start()
-    # registered once up front: six agents registering at the same moment race on the insert (their posters
-    # retry, but the controller logs a 500 for each loser)
+    # registered up front with the policy this test wants (auto, no cooldown: a placement change lands within
+    # seconds, so the placement-change annotation has data), rather than by whichever agent posts first
     model = {"name": "sim-moe-32e", "num_layers": 4, "num_experts": 32, "num_groups": 4, "top_k": 4}
     registered = httpx.put(f"{controller.url}/v1/deployments/sim-g", headers={"Authorization": f"Bearer {ADMIN}"},
                            json={"model": model, "policy": {"mode": "auto", "cooldown_seconds": 0}})
