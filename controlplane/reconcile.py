@@ -88,9 +88,12 @@ def _reconcile_pool(session: Session, deployment: Deployment, pool: Pool, settin
 def _actuate(session: Session, deployment: Deployment, pool: Pool, state, policy, plan: Plan, settings: Settings,
              now: float) -> None:
     """Records (and in auto mode applies) the plan."""
-    # one proposal at a time: the same plan recorded again each pass would only be noise
+    # one proposal at a time: the same plan recorded again each pass would only be noise, and a proposal
+    # waiting for a person stands until decided (approving a stale one supersedes it)
     since = now - max(policy.cooldown_seconds, settings.window_seconds)
-    if actions.open_for(session, pool, since=since, statuses=(actions.PLANNED, *actions.IN_FLIGHT)) is None:
+    is_open = (actions.open_for(session, pool, since=since, statuses=(actions.PLANNED, *actions.IN_FLIGHT))
+               or actions.open_for(session, pool, since=0.0, statuses=(actions.AWAITING_APPROVAL,)))
+    if not is_open:
         decisions.record_plan(session, deployment=deployment, pool=pool, state=state, policy=policy, plan=plan,
                               trigger="loop", created_by="loop", now=now)
 

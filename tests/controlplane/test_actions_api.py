@@ -17,9 +17,9 @@ def test_dry_run_returns_the_plan_and_records_nothing(client, sessions, settings
 
 def test_approve_mode_waits_for_a_person(client, sessions, settings, clock):
     fleet = start_fleet(client, {"mode": "approve", "cooldown_seconds": 0})
-    overviews = run_windows(client, sessions, settings, clock, fleet, 3)
+    overviews = run_windows(client, sessions, settings, clock, fleet, 6)
     waiting = [a for a in overviews[-1]["last_actions"] if a["status"] == "awaiting_approval"]
-    assert len(waiting) == 1 and fleet[0].placement_version == 0  # one proposal, not one per pass
+    assert len(waiting) == 1 and fleet[0].placement_version == 0  # one proposal stands until decided
     before = overviews[-1]["imbalance"]
     approved = client.post(f"/v1/actions/{waiting[0]['id']}/approve", headers=operator())
     assert approved.status_code == 200 and approved.json()["status"] == "applied"
