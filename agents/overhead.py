@@ -29,7 +29,7 @@ def measure(num_steps: int = 200, batch_size: int = 8, block: int = 10) -> dict[
     engine = Engine(EngineConfig(num_speculative_tokens=2, num_slots_per_rank=40), model=model)
     mc = model.cfg
     shape = ModelShape(name=name, num_layers=mc.num_moe_layers, num_experts=mc.num_experts,
-                       num_groups=mc.num_groups, top_k=mc.topk)
+                       num_groups=mc.num_groups, top_k=mc.topk, topk_group=mc.topk_group)
     identity = Identity(deployment="bench", instance="bench-0", role=Role.decode, rank=0, ep_size=1, slots_per_rank=40)
     clock = [1000.0]
     agent = Agent(engine, identity=identity, model=shape, registry=CollectorRegistry(), window_seconds=1.0,

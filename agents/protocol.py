@@ -84,6 +84,8 @@ class ModelShape(_Frozen):
     num_experts: int = Field(ge=1, le=4096, description="routed logical experts per MoE layer")
     num_groups: int = Field(ge=1, description="expert groups for group-limited routing")
     top_k: int = Field(ge=1, description="routed experts per token")
+    topk_group: int | None = Field(default=None, ge=1,
+                                   description="the model's own group limit (groups per token); None: none")
 
     @model_validator(mode="after")
     def _check(self) -> ModelShape:
@@ -91,6 +93,8 @@ class ModelShape(_Frozen):
             raise ValueError(f"num_experts {self.num_experts} is not a multiple of num_groups {self.num_groups}")
         if self.top_k > self.num_experts:
             raise ValueError(f"top_k {self.top_k} exceeds num_experts {self.num_experts}")
+        if self.topk_group is not None and self.topk_group > self.num_groups:
+            raise ValueError(f"topk_group {self.topk_group} exceeds num_groups {self.num_groups}")
         return self
 
 

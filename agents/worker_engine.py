@@ -43,7 +43,7 @@ def build_engine(args: argparse.Namespace, group: EPGroup) -> BuiltEngine:
         cfg = SimConfig(ep_size=args.ep_size, ep_rank=args.rank, num_slots_per_rank=args.slots_per_rank,
                         num_speculative_tokens=args.num_speculative_tokens)
         shape = ModelShape(name="sim-tiny", num_layers=cfg.num_layers, num_experts=cfg.num_experts,
-                           num_groups=cfg.num_groups, top_k=cfg.topk)
+                           num_groups=cfg.num_groups, top_k=cfg.topk, topk_group=cfg.topk_group)
         return BuiltEngine(SimEngine(cfg, group), shape, "moectl-sim")
 
     from agents.runtime.engine import Engine
@@ -55,6 +55,6 @@ def build_engine(args: argparse.Namespace, group: EPGroup) -> BuiltEngine:
                        max_num_seqs=args.max_num_seqs)
     mc = model.cfg
     shape = ModelShape(name=name, num_layers=mc.num_moe_layers, num_experts=mc.num_experts,
-                       num_groups=mc.num_groups, top_k=mc.topk)
+                       num_groups=mc.num_groups, top_k=mc.topk, topk_group=mc.topk_group)
     gpu_uuid = str(torch.cuda.get_device_properties(0).uuid) if device == "cuda" else ""
     return BuiltEngine(Engine(cfg, group, model), shape, "moectl-runtime", gpu_uuid, cfg.max_num_batched_tokens)

@@ -118,7 +118,7 @@ def parser() -> argparse.ArgumentParser:
     q.set_defaults(func=cmd_sim)
 
     q = sub.add_parser("up", help="the whole system on this machine: controller + prefill and decode workers "
-                                  "+ router + workload + status page (--sim: a simulated fleet instead)")
+                                  "+ router + workload + dashboard (--sim: a simulated fleet instead)")
     db_args(q)
     q.add_argument("--host"), q.add_argument("--port", type=int)
     q.add_argument("--window-seconds", type=float, default=2.0)

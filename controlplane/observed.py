@@ -89,6 +89,7 @@ class PoolState:
     topk_group: int | None = None  # the routing limit the controller issued; None: unlimited
     routing_changed_at: float | None = None
     top_k: int = 1
+    model_topk_group: int | None = None  # the limit the model routes with when the controller sets none
 
     @property
     def num_slots(self) -> int:

@@ -95,7 +95,7 @@ def up(settings: Settings, *, ep_size: int, router_port: int | None = None, rate
     thread = controller.start()
     url = controller.url
     print(f"controller: {url}", flush=True)
-    print(f"status page: {url}/", flush=True)
+    print(f"dashboard: {url}/", flush=True)
     print(f"api token: {settings.api_token}", flush=True)
     env = os.environ | {"MOECTL_AGENT_TOKEN": settings.agent_token, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     processes = Processes(env)
@@ -148,7 +148,7 @@ def up_sim(settings: Settings, *, num_deployments: int, ep_size: int) -> int:
     thread = controller.start()
     url = controller.url
     print(f"controller: {url}", flush=True)
-    print(f"status page: {url}/", flush=True)
+    print(f"dashboard: {url}/", flush=True)
     print(f"api token: {settings.api_token}", flush=True)
     stop = threading.Event()
     sim = threading.Thread(target=run_sim, name="sim", daemon=True, kwargs=dict(

@@ -28,8 +28,11 @@ class RoutingStep:
 
 def plan_topk_group(*, current: int | None, num_groups: int, num_experts: int, top_k: int,
                     all2all_share: list[float], recall: list[float], target: float,
-                    recall_floor: float, min_groups: int | None = None, max_groups: int | None = None) -> RoutingStep:
+                    recall_floor: float, min_groups: int | None = None, max_groups: int | None = None,
+                    default: int | None = None) -> RoutingStep:
     """all2all_share, recall: the recent windows' values, oldest first, all the same length (sustained).
+    current: the limit the controller issued (None: none, so the model routes with `default`, its own
+    limit, or with every group).
 
     min_groups/max_groups: the policy's range; the floor is also what top_k needs:
     topk_group * experts_per_group >= top_k.
@@ -39,7 +42,7 @@ def plan_topk_group(*, current: int | None, num_groups: int, num_experts: int, t
     highest = min(max_groups or num_groups, num_groups)
     if lowest > highest:
         return RoutingStep(current, f"no legal topk_group: range [{lowest}, {highest}]")
-    groups = current or num_groups
+    groups = current or default or num_groups
     if not all2all_share:
         return RoutingStep(current, "no all-to-all measurements yet")
     if not lowest <= groups <= highest:

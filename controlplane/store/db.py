@@ -18,7 +18,7 @@ def make_engine(url: str) -> Engine:
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(conn, _record):  # noqa: ANN001
-            # WAL lets the status page read while the loop writes; FKs make ondelete real
+            # WAL lets the dashboard read while the loop writes; FKs make ondelete real
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA foreign_keys=ON")
 

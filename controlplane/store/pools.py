@@ -39,5 +39,6 @@ def read_state(session: Session, deployment: Deployment, pool: Pool, *, now: flo
         slot_share=applied.slot_share,
         last_change_at=applied.created_at if applied.version > 0 else None, moved_slots_last_hour=moved,
         topk_group=pool.topk_group, routing_changed_at=pool.routing_changed_at, top_k=model.top_k,
+        model_topk_group=model.topk_group,
         num_actions_last_hour=actions.count_since(session, pool, since=now - HOUR,
                                                   statuses=(actions.APPLIED, actions.VERIFIED, actions.ROLLED_BACK)))

@@ -24,3 +24,9 @@ def test_steps(current, shares, recall, extra, expected):
     step = plan_topk_group(current=current, all2all_share=shares, recall=recall, **(BASE | extra))
     assert step.topk_group == expected, step.reason
     assert step.is_change_from(current) == (expected != current)
+
+
+def test_steps_start_from_the_models_own_limit():
+    # the model routes with 2 of 8 groups when told nothing: tightening goes to 1, never "up" to 7
+    step = plan_topk_group(current=None, default=2, all2all_share=[0.5, 0.5], recall=[1.0, 1.0], **BASE)
+    assert step.topk_group == 1, step.reason

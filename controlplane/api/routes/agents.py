@@ -33,7 +33,7 @@ def _ingest(snapshot: Snapshot, session, settings, now: float) -> DesiredState:
     deployment = deployments.get(session, ident.deployment)
     if deployment is None:
         raise HTTPException(404, f"deployment {ident.deployment!r} is not registered; create it with "
-                                 f"PUT /v1/deployments/{ident.deployment} (or `moectl deploy`)")
+                                 f"PUT /v1/deployments/{ident.deployment} (a worker started with --api-token does)")
     pool = deployments.get_pool(session, deployment, ident.role.value)
     latest = placements.latest(session, pool) if pool else None
     try:
