@@ -125,5 +125,6 @@ def plan_routing(policy: Policy, pool: PoolState, now: float) -> RoutingStep:
         return RoutingStep(current, "cooling down")
     return plan_topk_group(current=current, default=pool.model_topk_group, num_groups=pool.num_groups,
                            num_experts=pool.num_experts, top_k=pool.top_k, all2all_share=shares,
-                           recall=[r for r in recall if r is not None], target=policy.all2all_share_target, recall_floor=policy.routing_recall_floor,
-                           min_groups=policy.topk_group_min, max_groups=policy.topk_group_max)
+                           recall=[r for r in recall if r is not None], target=policy.all2all_share_target,
+                           recall_floor=policy.routing_recall_floor, min_groups=policy.topk_group_min,
+                           max_groups=policy.topk_group_max)
