@@ -48,10 +48,12 @@ class Policy(BaseModel):
                                         description="never limit routing below this share of the free top-k")
     min_gain: float = Field(default=0.05, ge=0, description="minimum predicted drop in max/mean load")
     # bounds
+    group_locality: bool = Field(default=False, description="keep each expert group's replicas on one node "
+                                                            "(bounds cross-node traffic under group-limited routing)")
     max_moved_slots_fraction: float = Field(default=0.25, gt=0, le=1,
-                                            description="share of all slots one change may move")
+                                            description="share of all (layer, slot) residencies one change may move")
     max_moved_slots_per_hour_fraction: float = Field(default=2.0, gt=0,
-                                                     description="moved slots per hour, as a share of all slots")
+                                                     description="moved residencies per hour, as a share of all")
     topk_group_min: int | None = Field(default=None, ge=1, description="routing limit range, groups per token")
     topk_group_max: int | None = Field(default=None, ge=1)
     replicas: dict[str, ReplicaBounds] = Field(default_factory=dict,

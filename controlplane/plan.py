@@ -61,8 +61,10 @@ def plan_pool(policy: Policy, pool: PoolState, now: float, *, is_forced: bool = 
     if pool.last_change_at is not None and now - pool.last_change_at < policy.cooldown_seconds:
         return plan(Decision.hold, f"cooling down: last change {now - pool.last_change_at:.0f}s ago, "
                                    f"cooldown {policy.cooldown_seconds:.0f}s", **inputs)
-    max_moved = min(int(policy.max_moved_slots_fraction * pool.num_slots),
-                    int(policy.max_moved_slots_per_hour_fraction * pool.num_slots) - pool.moved_slots_last_hour)
+    # budgets count expert residencies (layer, slot): weights moved, whatever the layer
+    num_residencies = pool.num_layers * pool.num_slots
+    max_moved = min(int(policy.max_moved_slots_fraction * num_residencies),
+                    int(policy.max_moved_slots_per_hour_fraction * num_residencies) - pool.moved_slots_last_hour)
     if max_moved <= 0:
         return plan(Decision.hold, f"hourly moves budget spent ({pool.moved_slots_last_hour} slots moved)",
                     **inputs)
@@ -71,9 +73,12 @@ def plan_pool(policy: Policy, pool: PoolState, now: float, *, is_forced: bool = 
     load = forecast_load(history)
     topology = pool_topology(pool)
     current = imbalance_of(pool.slot_to_expert, load, topology, pool.slot_share)
-    solved = solve_placement(load, topology, current=pool.slot_to_expert, max_moved_slots=max_moved)
+    solved = solve_placement(load, topology, current=pool.slot_to_expert, max_moved_slots=max_moved,
+                             group_locality=policy.group_locality)
     gain = current - solved.imbalance
-    inputs |= {"forecast_imbalance_current": round(current, 4), "max_moved_slots": max_moved}
+    inputs |= {"forecast_imbalance_current": round(current, 4), "max_moved_slots": max_moved,
+               "is_group_local": bool(solved.is_group_local),
+               "mean_nodes_per_group": round(float(solved.mean_nodes_per_group), 3)}
     if gain < policy.min_gain or solved.num_moved_slots == 0:
         return plan(Decision.keep, f"best plan gains {gain:.3f} < min_gain {policy.min_gain}", **inputs)
     change = PlacementChange(solved.slot_to_expert, getattr(solved, "slot_share", None), current,

@@ -40,7 +40,7 @@ def test_sustained_imbalance_is_rebalanced_within_the_moves_budget():
     assert plan.decision == Decision.rebalance, plan.reason
     change = plan.change
     assert change.predicted_imbalance < change.current_imbalance - AUTO.min_gain
-    assert 0 < change.num_moved_slots <= AUTO.max_moved_slots_fraction * EP * SPR
+    assert 0 < change.num_moved_slots <= AUTO.max_moved_slots_fraction * NUM_LAYERS * EP * SPR
     assert change.num_moved_slots == int((change.slot_to_expert != pool().slot_to_expert).sum())
 
 
@@ -71,3 +71,23 @@ def test_verify_waits_then_judges_against_the_prior():
     assert outcome == VerifyOutcome.verified and value == pytest.approx(measured)
     outcome, _ = verify_change(policy, state, version=0, prior_imbalance=measured - 0.5)
     assert outcome == VerifyOutcome.rolled_back
+
+
+def test_group_locality_keeps_each_groups_replicas_on_one_node():
+    """4 GPUs on 2 nodes, 4 groups of 4 experts, one hot expert per group: replicas stay in their node."""
+    table = default_slot_to_expert(NUM_LAYERS, NUM_EXPERTS, EP * SPR)
+    load = np.full((NUM_LAYERS, NUM_EXPERTS), 100.0)
+    load[:, [1, 6, 11, 12]] *= 6
+    counts = np.stack([np.bincount(row, minlength=NUM_EXPERTS) for row in table])
+    slot_tokens = np.take_along_axis(load, table, axis=1) / np.take_along_axis(counts, table, axis=1)
+    windows = tuple(Window(index=i, start=i * 10.0, seconds=10.0, placement_version=0, num_reports=EP,
+                           num_slot_reports=EP, expert_tokens=load, slot_tokens=slot_tokens) for i in range(3))
+    two_nodes = PoolState(**{**pool().__dict__, "gpus_per_node": 2, "windows": windows})
+    local = plan_pool(Policy(mode=Mode.auto, group_locality=True, max_moved_slots_fraction=1.0), two_nodes,
+                      now=1000.0)
+    assert local.decision == Decision.rebalance, local.reason
+    assert local.inputs["is_group_local"] and local.inputs["mean_nodes_per_group"] == 1.0
+    for layer in local.change.slot_to_expert:  # node n holds slots 10n..10n+9
+        for group in range(4):
+            nodes = {slot // 10 for slot, expert in enumerate(layer) if expert // 4 == group}
+            assert len(nodes) == 1, (group, layer)
