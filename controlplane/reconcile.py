@@ -129,22 +129,17 @@ def _verify(session: Session, deployment: Deployment, pool: Pool, state, policy,
         if outcome == VerifyOutcome.wait:
             continue
         result = {"imbalance_after": round(measured, 4), "imbalance_before": prior}
-        if outcome == VerifyOutcome.rolled_back and action.placement_version == state.placement_version:
-            previous = placements.get(session, pool, action.placement_version - 1)
-            placements.add(session, pool=pool, version=state.placement_version + 1,
-                           slot_to_expert=previous.slot_to_expert, slot_share=previous.slot_share,
-                           action_id=action.id, now=now)
-            result["restored_version"] = state.placement_version + 1
-        actions.settle(action, status=outcome.value, measured=result, now=now)
-
-
-def run_forever(sessions: sessionmaker[Session], settings: Settings, *, stop: threading.Event,
-                clock: Callable[[], float] = time.time, on_pass: Callable[[PassResult], None] | None = None) -> None:
-    while not stop.is_set():
-        result = reconcile_once(sessions, settings, now=clock())
-        if on_pass is not None:
-            on_pass(result)
-        stop.wait(settings.reconcile_seconds)
+        status = outcome.value
+        if outcome == VerifyOutcome.rolled_back:
+            if action.placement_version == state.placement_version:
+                previous = placements.get(session, pool, action.placement_version - 1)
+                placements.add(session, pool=pool, version=state.placement_version + 1,
+                               slot_to_expert=previous.slot_to_expert, slot_share=previous.slot_share,
+                               action_id=action.id, now=now)
+                result["restored_version"] = state.placement_version + 1
+            else:  # worse, but a later placement already replaced it: nothing to restore
+                status = actions.FAILED
+        actions.settle(action, status=status, measured=result, now=now)
 
 
 def _verify_routing(action, state, policy, now: float) -> None:
@@ -157,3 +152,13 @@ def _verify_routing(action, state, policy, now: float) -> None:
     measured = {"all2all_share_after": round(sum(after) / len(after), 4),
                 "all2all_share_before": round(sum(before) / len(before), 4) if before else None}
     actions.settle(action, status=actions.VERIFIED, measured=measured, now=now)
+
+
+def run_forever(sessions: sessionmaker[Session], settings: Settings, *, stop: threading.Event,
+                clock: Callable[[], float] = time.time, on_pass: Callable[[PassResult], None] | None = None) -> None:
+    while not stop.is_set():
+        result = reconcile_once(sessions, settings, now=clock())
+        if on_pass is not None:
+            on_pass(result)
+        stop.wait(settings.reconcile_seconds)
+
