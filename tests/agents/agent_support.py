@@ -7,7 +7,7 @@ import threading
 from agents.protocol import Identity, ModelShape, Role
 from agents.sim_engine import SimConfig
 
-SIM_MODEL = ModelShape(name="sim-tiny", num_layers=4, num_experts=32, num_groups=4, top_k=4)
+SIM_MODEL = ModelShape(name="sim-tiny", num_layers=4, num_experts=32, num_groups=4, top_k=4, topk_group=2)
 
 
 class ThreadGroup:

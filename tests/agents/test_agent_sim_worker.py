@@ -26,7 +26,7 @@ def test_sim_worker_reports_and_follows_the_controller(settings):
     controller = Controller(settings)
     thread = controller.start()
     # a low threshold: the simulated skew at ep_size 2 swings between ~1.1 and ~1.3 over its period
-    model = {"name": "sim-tiny", "num_layers": 4, "num_experts": 32, "num_groups": 4, "top_k": 4}
+    model = {"name": "sim-tiny", "num_layers": 4, "num_experts": 32, "num_groups": 4, "top_k": 4, "topk_group": 2}
     policy = {"mode": "auto", "imbalance_threshold": 1.05, "cooldown_seconds": 3, "sustained_windows": 2}
     httpx.put(f"{controller.url}/v1/deployments/tiny", json={"model": model, "policy": policy},
               headers={"Authorization": f"Bearer {API_TOKEN}"}).raise_for_status()
