@@ -156,6 +156,8 @@ class Snapshot(_Frozen):
     spec_drafts: int = _Count
     spec_draft_tokens: int = _Count
     spec_accepted_tokens: int = _Count
+    spec_accepted_by_position: list[int] = Field(default=[], max_length=16,
+                                                 description="accepted draft tokens at draft position 0, 1, ...")
     requests_running: int = _Count
     requests_waiting: int = _Count
     ttft: LatencySummary = LatencySummary()
@@ -181,6 +183,9 @@ class Snapshot(_Frozen):
             raise ValueError("prefix_hit_tokens exceeds prefix_query_tokens")
         if self.spec_accepted_tokens > self.spec_draft_tokens:
             raise ValueError("spec_accepted_tokens exceeds spec_draft_tokens")
+        if any(n < 0 for n in self.spec_accepted_by_position) or sum(self.spec_accepted_by_position) > \
+                self.spec_accepted_tokens:
+            raise ValueError("spec_accepted_by_position must be counts that sum to at most spec_accepted_tokens")
         return self
 
 

@@ -53,6 +53,7 @@ class WindowSums:
     spec_drafts: int = 0
     spec_draft_tokens: int = 0
     spec_accepted_tokens: int = 0
+    spec_accepted_by_position: list[int] = field(default_factory=list)
     requests_running: int = 0
     requests_waiting: int = 0
     placement_version: int = 0
@@ -75,6 +76,10 @@ class WindowSums:
         self.spec_drafts += stats.spec_num_drafts
         self.spec_draft_tokens += stats.spec_draft_tokens
         self.spec_accepted_tokens += stats.spec_accepted_tokens
+        for position, count in enumerate(stats.spec_accepted_by_position):
+            if position == len(self.spec_accepted_by_position):
+                self.spec_accepted_by_position.append(0)
+            self.spec_accepted_by_position[position] += count
         self.requests_running, self.requests_waiting = stats.num_running, stats.num_waiting  # at window end
         self.placement_version = stats.placement_version  # the version the window ended on
         self.ttft += samples.ttft
@@ -156,6 +161,7 @@ class WindowBuilder:
             prefix_hit_tokens=min(sums.prefix_hit_tokens, sums.prefix_query_tokens),
             spec_drafts=sums.spec_drafts, spec_draft_tokens=sums.spec_draft_tokens,
             spec_accepted_tokens=min(sums.spec_accepted_tokens, sums.spec_draft_tokens),
+            spec_accepted_by_position=_by_position(sums),
             requests_running=sums.requests_running, requests_waiting=sums.requests_waiting,
             ttft=summarize(sums.ttft), itl=summarize(sums.itl),
             routing_recall=min(1.0, int(kept.sum()) / num_total) if num_total else None)
@@ -170,3 +176,10 @@ def _host(value, shape: tuple[int, ...]) -> np.ndarray:
     if array.shape != shape:
         raise ValueError(f"engine counters have shape {array.shape}, the model shape needs {shape}")
     return array
+
+
+def _by_position(sums: WindowSums) -> list[int]:
+    """Per-position acceptance as the wire allows it: at most 16 positions, summing to the accepted total."""
+    counts = sums.spec_accepted_by_position[:16]
+    budget = min(sums.spec_accepted_tokens, sums.spec_draft_tokens)
+    return counts if sum(counts) <= budget else []

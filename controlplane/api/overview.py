@@ -7,7 +7,7 @@ import functools
 from sqlalchemy.orm import Session
 
 from controlplane.api.schemas import ActionOut, AgentsHealth, Latency, Overview, PoolOverview, Queue, WindowPoint
-from controlplane.collect.aggregate import merge_counters
+from controlplane.collect.aggregate import ACCEPTED_AT, merge_counters
 from controlplane.config import Settings
 from controlplane.observed import PoolState, Window
 from controlplane.store import actions, deployments, policies, pools
@@ -70,6 +70,7 @@ def build(session: Session, deployment: Deployment, settings: Settings, now: flo
         if total.get("forward_seconds", 0) > 0 else None,
         prefix_hit_ratio=ratio("prefix_hit_tokens", "prefix_query_tokens"),
         mtp_acceptance=ratio("spec_accepted_tokens", "spec_draft_tokens"),
+        mtp_acceptance_by_position=_by_position(total),
         queue=Queue(running=int(total.get("requests_running", 0)), waiting=int(total.get("requests_waiting", 0))),
         ttft_seconds=Latency(mean=ratio("ttft_sum", "ttft_count"), p99=total.get("ttft_p99") or None),
         itl_seconds=Latency(mean=ratio("itl_sum", "itl_count"), p99=total.get("itl_p99") or None),
@@ -81,3 +82,11 @@ def build(session: Session, deployment: Deployment, settings: Settings, now: flo
         last_actions=[action_out(a, role_of) for a in actions.recent(session, deployment, limit=num_actions)],
         updated_at=now)
 
+
+
+def _by_position(total: dict[str, float]) -> list[float]:
+    """Acceptance at each draft position: a draft reaches position i only if 0..i-1 were accepted, so
+    the ratio is per draft, not per token proposed there."""
+    drafts = total.get("spec_drafts", 0.0)
+    positions = sorted(int(k[len(ACCEPTED_AT):]) for k in total if k.startswith(ACCEPTED_AT))
+    return [round(total[f"{ACCEPTED_AT}{i}"] / drafts, 4) for i in positions] if drafts > 0 else []

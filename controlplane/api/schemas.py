@@ -79,6 +79,8 @@ class Overview(BaseModel):
     all2all_share: float | None = Field(description="all-to-all seconds / forward seconds, last window")
     prefix_hit_ratio: float | None
     mtp_acceptance: float | None
+    mtp_acceptance_by_position: list[float] = Field(
+        default=[], description="accepted / drafts at draft position 0, 1, ...: the MTP module's depth-wise view")
     queue: Queue
     ttft_seconds: Latency
     itl_seconds: Latency

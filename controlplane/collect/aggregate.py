@@ -17,6 +17,7 @@ COUNTERS = (
 )
 # worst over reports: a percentile cannot be summed, the max is an honest upper bound
 MAXIMA = ("ttft_p99", "itl_p99")
+ACCEPTED_AT = "spec_accepted_at_"  # + draft position: accepted tokens there, summed like COUNTERS
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ def to_report(snapshot: Snapshot, grid_seconds: float) -> Report:
         "routing_recall_sum": s.routing_recall or 0.0, "routing_recall_count": int(s.routing_recall is not None),
         "ttft_p99": s.ttft.p99 or 0.0, "itl_p99": s.itl.p99 or 0.0,
     }
+    counters |= {f"{ACCEPTED_AT}{i}": float(n) for i, n in enumerate(s.spec_accepted_by_position)}
     return Report(window_index(s.window_start, grid_seconds), s.expert_tokens.to_numpy(),
                   s.slot_tokens.to_numpy(), s.identity.rank * s.identity.slots_per_rank, counters)
 

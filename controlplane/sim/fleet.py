@@ -71,7 +71,7 @@ class SimInstance:
         traffic, recall = routing_effect(self.topk_group, self.model.num_groups, self.model.top_k)
         times = window_times(gpu_load, num_tokens, self.ep_size, traffic)
         queries = num_tokens // self.ep_size * 4
-        drafts = num_tokens // self.ep_size // 2
+        drafts = num_tokens // self.ep_size // 4
         snapshots = []
         for rank in range(self.ep_size):
             ident = Identity(deployment=self.deployment, instance=self.instance, role=self.role, rank=rank,
@@ -79,6 +79,9 @@ class SimInstance:
                              gpus_per_node=self.gpus_per_node, node=f"{self.instance}-node{rank // 8}")
             columns = slice(rank * self.slots_per_rank, (rank + 1) * self.slots_per_rank)
             ttft = rng.gamma(4.0, 0.05, 32)
+            # two MTP draft positions: the second is verified only where the first was accepted
+            accepted = [int(rng.binomial(drafts, 0.85))]
+            accepted.append(int(rng.binomial(accepted[0], 0.7)))
             snapshots.append(Snapshot(
                 identity=ident, model=self.model, window_start=window_start, window_seconds=window_seconds,
                 placement_version=self.placement_version, num_steps=int(window_seconds * 20),
@@ -87,7 +90,8 @@ class SimInstance:
                 forward_seconds=times.forward_seconds, dispatch_seconds=times.dispatch_seconds,
                 combine_seconds=times.combine_seconds, prefix_query_tokens=queries,
                 prefix_hit_tokens=int(rng.binomial(queries, 0.55)), spec_drafts=drafts,
-                spec_draft_tokens=drafts, spec_accepted_tokens=int(rng.binomial(drafts, 0.82)),
+                spec_draft_tokens=2 * drafts, spec_accepted_tokens=sum(accepted),
+                spec_accepted_by_position=accepted,
                 requests_running=int(rng.poisson(24)), requests_waiting=int(rng.poisson(3)),
                 ttft=LatencySummary(count=len(ttft), sum=float(ttft.sum()), p50=float(np.quantile(ttft, 0.5)),
                                     p90=float(np.quantile(ttft, 0.9)), p99=float(np.quantile(ttft, 0.99))),

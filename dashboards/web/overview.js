@@ -31,6 +31,9 @@ export function renderTiles(root, o, policy) {
   const a2aTarget = p.all2all_share_target ?? 0.3;
   const a2aCls = o.all2all_share === null ? "" : o.all2all_share > a2aTarget ? "bad" : "good";
   const mtpCls = o.mtp_acceptance === null || !p.mtp_acceptance_floor ? "" : o.mtp_acceptance < p.mtp_acceptance_floor ? "bad" : "good";
+  // per draft position: where speculation stops paying shows up as a steep drop from one position to the next
+  const byPosition = (o.mtp_acceptance_by_position || []).map((v, i) => `#${i + 1} ${pct(v)}`).join(" · ");
+  const mtpSub = [byPosition, p.mtp_acceptance_floor ? `floor ${pct(p.mtp_acceptance_floor)}` : ""].filter(Boolean).join(" · ");
   const pools = o.pools.map((x) => `${x.role} EP${x.ep_size}×${x.slots_per_rank}`).join(" · ") || "none reporting";
   const versions = o.pools.map((x) => `${x.role} v${x.applied_placement_version ?? `${x.placement_version}…`}`).join(" · ") || "–";
   root.replaceChildren(
@@ -38,7 +41,7 @@ export function renderTiles(root, o, policy) {
     tile("busiest GPU / mean", fmt(o.imbalance), { cls: imbalanceCls, sub: `rebalance > ${fmt(threshold)}`, field: "imbalance" }),
     tile("all-to-all share", pct(o.all2all_share), { cls: a2aCls, sub: `target ${pct(a2aTarget)}`, field: "all2all_share" }),
     tile("prefix cache hit", pct(o.prefix_hit_ratio), { field: "prefix_hit_ratio" }),
-    tile("MTP acceptance", pct(o.mtp_acceptance), { cls: mtpCls, sub: p.mtp_acceptance_floor ? `floor ${pct(p.mtp_acceptance_floor)}` : "", field: "mtp_acceptance" }),
+    tile("MTP acceptance", pct(o.mtp_acceptance), { cls: mtpCls, sub: mtpSub, field: "mtp_acceptance" }),
     tile("requests running / waiting", `${o.queue.running} / ${o.queue.waiting}`, { cls: o.queue.waiting > o.queue.running ? "warn" : "", field: "queue" }),
     tile("TTFT mean / p99", `${seconds(o.ttft_seconds.mean)} / ${seconds(o.ttft_seconds.p99)}`, { field: "ttft" }),
     tile("ITL mean / p99", `${seconds(o.itl_seconds.mean)} / ${seconds(o.itl_seconds.p99)}`, { field: "itl" }),

@@ -79,6 +79,8 @@ def test_up_runs_the_real_thing_and_stops_clean(tmp_path):
         assert all((overview.get(s) or 0) > 0 for s in SIGNALS), overview
         assert 1.0 <= overview["imbalance"] < 4 and 0 < overview["all2all_share"] < 1
         assert overview["agents"]["total"] == 4 and overview["agents"]["stale"] == 0
+        by_position = overview["mtp_acceptance_by_position"]  # the runtime drafts with its MTP head
+        assert by_position and all(0 <= a <= 1 for a in by_position), overview
         def metrics_ready() -> tuple[bool, str]:
             text = "\n".join(httpx.get(rank + "/metrics").text for rank in ranks)  # which rank served what varies
             router_text = httpx.get(router + "/metrics").text

@@ -91,3 +91,14 @@ def test_concurrent_registration_is_idempotent(settings, sessions):
         assert sum(r.json()["created"] for r in responses) == 1
     finally:
         controller.stop()
+
+
+def test_mtp_acceptance_by_draft_position(client, sessions, settings, clock):
+    from support.fleet import run_windows, start_fleet
+
+    fleet = start_fleet(client, {"mode": "observe"})
+    overview = run_windows(client, sessions, settings, clock, fleet, 3)[-1]
+    first, second = overview["mtp_acceptance_by_position"]
+    # the simulator accepts position 0 with p=0.85 and position 1 with p=0.7 given position 0
+    assert abs(first - 0.85) < 0.02 and abs(second - 0.85 * 0.7) < 0.02
+    assert abs(overview["mtp_acceptance"] - (first + second) / 2) < 1e-3

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import re
 import threading
 import time
 from pathlib import Path
@@ -136,6 +137,9 @@ def test_the_page_loads_with_no_console_errors(page):
     assert tiles.count() >= 10
     assert page.page.locator("#tiles [data-field=mode]").inner_text() == "approve"
     assert page.page.locator("#whoami").get_attribute("data-role") == "viewer"
+    # MTP acceptance by draft position beside the total (the simulator drafts two positions)
+    mtp_tile = page.page.locator("#tiles .tile", has=page.page.locator("[data-field=mtp_acceptance]"))
+    assert re.search(r"#1 \d+% · #2 \d+%", mtp_tile.inner_text()), mtp_tile.inner_text()
     page.page.wait_for_timeout(2500)  # a poll or two more: errors in the refresh path count too
     page.shot("overview")
     assert page.errors == []
