@@ -20,6 +20,7 @@ class Settings(BaseSettings):
     alert_deployment_label: str = Field(default="deployment", description="alert label naming the deployment")
     window_seconds: float = Field(default=5.0, gt=0, description="the window agents aggregate over")
     reconcile_seconds: float = Field(default=5.0, gt=0, description="time between reconcile passes")
+    warmup_windows: int = Field(default=1, ge=0, description="a new agent's first windows are not aggregated")
     stale_after_windows: float = Field(default=3.0, gt=0, description="an agent silent this long is stale")
     max_snapshot_age_seconds: float = Field(default=300.0, gt=0, description="older windows are refused")
     max_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0)

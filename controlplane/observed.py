@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+RANK_REPORTS = "slot_reports_rank_"  # + EP rank: window counter, reports whose slot load the window counted
+
 
 @dataclass(frozen=True)
 class Window:
@@ -36,10 +38,17 @@ class Window:
         return self.slot_tokens.reshape(num_layers, ep_size, num_slots // ep_size).sum(axis=2)
 
     def imbalance(self, ep_size: int) -> float | None:
-        """Mean over MoE layers of max/mean GPU load: the straggler factor of each layer's step."""
-        if self.num_slot_reports == 0:
+        """Mean over MoE layers of max/mean GPU load: the straggler factor of each layer's step.
+
+        None unless every rank's slot load is in, from as many instances as any rank's: a GPU that did
+        not report would read as idle and fake a straggler elsewhere."""
+        if not self.is_slot_load_complete(ep_size):
             return None
         return imbalance_from_gpu_load(self.gpu_load(ep_size))
+
+    def is_slot_load_complete(self, ep_size: int) -> bool:
+        reports = [self.counters.get(f"{RANK_REPORTS}{rank}", 0) for rank in range(ep_size)]
+        return min(reports) > 0 and min(reports) == max(reports)
 
     @property
     def all2all_share(self) -> float | None:

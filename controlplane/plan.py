@@ -43,7 +43,7 @@ def plan_pool(policy: Policy, pool: PoolState, now: float, *, is_forced: bool = 
                                    f" need {num_needed}")
     measured = [w.imbalance(pool.ep_size) for w in windows]
     if any(m is None for m in measured):
-        return plan(Decision.hold, "a recent window carries no expert load")
+        return plan(Decision.hold, "a recent window misses some rank's expert load (or carries none)")
     acceptance = [w.ratio("spec_accepted_tokens", "spec_draft_tokens") for w in windows]
     inputs = {"measured_imbalance": [round(m, 4) for m in measured], "windows": [w.index for w in windows],
               "placement_version": pool.placement_version}

@@ -56,8 +56,9 @@ def create_pool(session: Session, *, deployment: Deployment, identity: Identity,
 
 
 def record_agent(session: Session, *, pool: Pool, identity: Identity, window_index: int, placement_version: int,
-                 now: float) -> bool:
-    """Notes that an agent reported; False when it already reported this window (a retry: not counted twice)."""
+                 now: float) -> int:
+    """Notes that an agent reported. Returns how many windows it has reported, this one included, or 0
+    when it already reported this window (a retry: not counted twice)."""
     agent = session.scalar(select(Agent).where(Agent.pool_id == pool.id, Agent.instance == identity.instance,
                                                Agent.rank == identity.rank).with_for_update())
     if agent is None:
@@ -67,10 +68,10 @@ def record_agent(session: Session, *, pool: Pool, identity: Identity, window_ind
     agent.last_seen = now
     agent.node, agent.gpu_uuid, agent.placement_version = identity.node, identity.gpu_uuid, placement_version
     if window_index <= agent.last_window_index:
-        return False
+        return 0
     agent.last_window_index = window_index
     agent.num_windows += 1
-    return True
+    return agent.num_windows
 
 
 def agent_counts(session: Session, pool: Pool, *, now: float, stale_after_seconds: float) -> tuple[int, int]:

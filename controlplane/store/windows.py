@@ -7,7 +7,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from controlplane.collect.aggregate import Report, merge_counters
-from controlplane.observed import Window
+from controlplane.observed import RANK_REPORTS, Window
 from controlplane.store.arrays import pack, unpack
 from controlplane.store.tables import LoadWindow, Pool
 
@@ -35,6 +35,7 @@ def add_report(session: Session, *, pool: Pool, report: Report, report_version: 
         slot_tokens[:, report.slot_offset:report.slot_offset + width] += report.slot_tokens
         row.slot_tokens = pack(slot_tokens)
         row.num_slot_reports += 1
+        row.counters = merge_counters(row.counters, {f"{RANK_REPORTS}{report.slot_offset // width}": 1})
     session.flush()
 
 

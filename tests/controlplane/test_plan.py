@@ -7,10 +7,11 @@ import pytest
 
 from agents.protocol import default_slot_to_expert
 from controlplane.desired import Decision, Mode, Policy, VerifyOutcome
-from controlplane.observed import PoolState, Window
+from controlplane.observed import RANK_REPORTS, PoolState, Window
 from controlplane.plan import plan_pool, verify_change
 
 NUM_LAYERS, NUM_EXPERTS, EP, SPR = 2, 16, 4, 5
+EVERY_RANK = {f"{RANK_REPORTS}{rank}": 1 for rank in range(EP)}  # each rank's slot load is in
 
 
 def skewed_window(index: int, table: np.ndarray, version: int = 0, hot: float = 20.0) -> Window:
@@ -19,7 +20,7 @@ def skewed_window(index: int, table: np.ndarray, version: int = 0, hot: float = 
     counts = np.stack([np.bincount(row, minlength=NUM_EXPERTS) for row in table])
     slot_tokens = np.take_along_axis(load, table, axis=1) / np.take_along_axis(counts, table, axis=1)
     return Window(index=index, start=index * 10.0, seconds=10.0, placement_version=version, num_reports=EP,
-                  num_slot_reports=EP, expert_tokens=load, slot_tokens=slot_tokens)
+                  num_slot_reports=EP, expert_tokens=load, slot_tokens=slot_tokens, counters=EVERY_RANK)
 
 
 def pool(num_windows: int = 3, *, fresh: int = EP, last_change_at=None, moved_last_hour: int = 0,
@@ -81,7 +82,8 @@ def test_group_locality_keeps_each_groups_replicas_on_one_node():
     counts = np.stack([np.bincount(row, minlength=NUM_EXPERTS) for row in table])
     slot_tokens = np.take_along_axis(load, table, axis=1) / np.take_along_axis(counts, table, axis=1)
     windows = tuple(Window(index=i, start=i * 10.0, seconds=10.0, placement_version=0, num_reports=EP,
-                           num_slot_reports=EP, expert_tokens=load, slot_tokens=slot_tokens) for i in range(3))
+                           num_slot_reports=EP, expert_tokens=load, slot_tokens=slot_tokens, counters=EVERY_RANK)
+                    for i in range(3))
     two_nodes = PoolState(**{**pool().__dict__, "gpus_per_node": 2, "windows": windows})
     local = plan_pool(Policy(mode=Mode.auto, group_locality=True, max_moved_slots_fraction=1.0), two_nodes,
                       now=1000.0)
@@ -91,3 +93,15 @@ def test_group_locality_keeps_each_groups_replicas_on_one_node():
         for group in range(4):
             nodes = {slot // 10 for slot, expert in enumerate(layer) if expert // 4 == group}
             assert len(nodes) == 1, (group, layer)
+
+
+def test_a_window_missing_a_ranks_load_has_no_imbalance():
+    """A rank that did not report would read as an idle GPU and fake a straggler: hold instead."""
+    state = pool()
+    partial = {f"{RANK_REPORTS}{rank}": 1 for rank in range(EP - 1)}
+    windows = tuple(Window(**{**w.__dict__, "counters": partial}) for w in state.windows)
+    assert windows[-1].imbalance(EP) is None
+    unequal = tuple(Window(**{**w.__dict__, "counters": EVERY_RANK | {f"{RANK_REPORTS}0": 2}}) for w in state.windows)
+    assert unequal[-1].imbalance(EP) is None  # two instances for rank 0, one for the others
+    plan = plan_pool(AUTO, PoolState(**{**state.__dict__, "windows": windows}), now=1000.0)
+    assert plan.decision == Decision.hold and "misses" in plan.reason

@@ -112,3 +112,12 @@ def test_the_answer_carries_the_policys_knobs(client, clock, registered):
     client.put("/v1/deployments/tiny/policy", json={"local_prefill_threshold": 512}, headers=operator())
     answer = post(client, good(clock)).json()
     assert answer["local_prefill_threshold"] == 512 and answer["window_seconds"] == 10
+
+
+def test_a_new_agents_first_window_counts_it_fresh_but_not_as_load(client, sessions, clock, registered):
+    client.app.state.settings = client.app.state.settings.model_copy(update={"warmup_windows": 1})
+    assert post(client, good(clock)).status_code == 200
+    assert stored(sessions) == (0, 1)  # the agent is known and fresh; its partial first window is dropped
+    clock.now += 10
+    assert post(client, good(clock)).status_code == 200
+    assert stored(sessions) == (1, 1)

@@ -46,9 +46,10 @@ def _ingest(snapshot: Snapshot, session, settings, now: float) -> DesiredState:
         pool = deployments.create_pool(session, deployment=deployment, identity=ident, now=now)
         latest = placements.latest(session, pool)
     report = to_report(snapshot, settings.window_seconds)
-    is_new = deployments.record_agent(session, pool=pool, identity=ident, window_index=report.window_index,
-                                      placement_version=snapshot.placement_version, now=now)
-    if is_new:
+    num_windows = deployments.record_agent(session, pool=pool, identity=ident, window_index=report.window_index,
+                                           placement_version=snapshot.placement_version, now=now)
+    # a new rank's first windows start mid-window on cold caches: counted as fresh, not as load
+    if num_windows > settings.warmup_windows:
         windows.add_report(session, pool=pool, report=report, report_version=snapshot.placement_version,
                            current_version=latest.version, grid_seconds=settings.window_seconds,
                            empty=deployments.zeros_for(deployment, pool))
