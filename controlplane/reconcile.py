@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from controlplane import decisions
 from controlplane.config import Settings
 from controlplane.desired import Decision, Plan, VerifyOutcome
-from controlplane.plan import plan_pool, plan_routing, verify_change
+from controlplane.plan import diagnose_prefix_hits, plan_pool, plan_routing, verify_change
 from controlplane.store import actions, deployments, placements, policies, pools, windows
 from controlplane.store.tables import Deployment, Pool
 
@@ -82,7 +82,21 @@ def _reconcile_pool(session: Session, deployment: Deployment, pool: Pool, settin
                 _actuate(session, deployment, pool, state, policy, plan, settings, now)
             else:  # one change per pass: routing limits move only when the placement does not
                 _actuate_routing(session, deployment, pool, state, policy, settings, now)
+            _record_findings(session, deployment, pool, state, policy, now)
         return plan
+
+
+def _record_findings(session: Session, deployment: Deployment, pool: Pool, state, policy, now: float) -> None:
+    """Findings go to the audit trail at most once an hour each, where the dashboard's timeline shows them."""
+    finding = diagnose_prefix_hits(policy, state)
+    if finding is None or actions.open_for(session, pool, since=now - 3600.0, kind="diagnosis",
+                                           statuses=(actions.RECORDED,)) is not None:
+        return
+    ratios = [w.ratio("prefix_hit_tokens", "prefix_query_tokens") for w in state.windows[-policy.sustained_windows:]]
+    actions.record(session, deployment=deployment, pool=pool, kind="diagnosis", trigger="loop",
+                   mode=policy.mode.value, status=actions.RECORDED, reason=finding,
+                   inputs={"prefix_hit_ratio": [round(r, 4) for r in ratios]}, predicted={}, created_by="loop",
+                   now=now)
 
 
 def _actuate(session: Session, deployment: Deployment, pool: Pool, state, policy, plan: Plan, settings: Settings,

@@ -11,6 +11,7 @@ from controlplane.store.timestamps import utc
 PLANNED, AWAITING_APPROVAL, APPLIED = "planned", "awaiting_approval", "applied"
 VERIFIED, ROLLED_BACK, FAILED, REJECTED = "verified", "rolled_back", "failed", "rejected"
 SUPERSEDED = "superseded"  # its placement was no longer the applied one when approved
+RECORDED = "recorded"  # a finding for people: nothing to apply
 
 
 def record(session: Session, *, deployment: Deployment, pool: Pool | None, kind: str, trigger: str, mode: str,

@@ -8,7 +8,7 @@ import { fmt, pct } from "./colours.js";
 const PLOT_HEIGHT = 150;
 const POOL_COLOURS = ["#2f5fd0", "#d8763b", "#3ba86a", "#8a3ffc"];
 const STATUS_COLOURS = { awaiting_approval: "#e0a800", applied: "#1e88e5", verified: "#2e7d32", planned: "#90a4ae",
-  rolled_back: "#c62828", failed: "#c62828", rejected: "#9e9e9e", superseded: "#9e9e9e" };
+  rolled_back: "#c62828", failed: "#c62828", rejected: "#9e9e9e", superseded: "#9e9e9e", recorded: "#6d4c41" };
 
 function tile(label, value, { cls = "", sub = "", field = "" } = {}) {
   const div = document.createElement("div");

@@ -93,3 +93,12 @@ def test_a_change_that_made_things_worse_is_rolled_back(client, sessions, settin
     assert rolled["measured"]["imbalance_after"] > prior + 0.05
     assert rolled["measured"]["restored_version"] == 2 and fleet[0].placement_version == 2
     np.testing.assert_array_equal(fleet[0].slot_to_expert, state.slot_to_expert)
+
+
+def test_prefix_hits_under_the_floor_are_recorded_once_not_acted_on(client, sessions, settings, clock):
+    # the simulator hits ~55% of prefix tokens: a 0.8 floor is missed every window
+    fleet = start_fleet(client, {"mode": "auto", "prefix_hit_floor": 0.8, "imbalance_threshold": 100})
+    overviews = run_windows(client, sessions, settings, clock, fleet, 5)
+    findings = [a for a in overviews[-1]["last_actions"] if a["kind"] == "diagnosis"]
+    assert len(findings) == 1 and findings[0]["status"] == "recorded"
+    assert "prefix hit ratio 0.5" in findings[0]["reason"] and fleet[0].placement_version == 0
