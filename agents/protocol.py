@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import re
 import zlib
 from enum import StrEnum
 from typing import Literal
@@ -229,5 +228,3 @@ def default_slot_to_expert(num_layers: int, num_experts: int, num_slots: int) ->
     return np.tile(np.arange(num_slots, dtype=np.int64) % num_experts, (num_layers, 1))
 
 
-def is_valid_name(name: str) -> bool:
-    return re.fullmatch(NAME_PATTERN, name) is not None

@@ -7,9 +7,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, Header, HTTPException, Request
+from fastapi import Depends, Header, HTTPException, Path, Request
 from sqlalchemy.orm import Session
 
+from agents.protocol import NAME_PATTERN
 from controlplane.config import Settings
 from controlplane.store import tokens
 
@@ -87,3 +88,7 @@ OperatorDep = Annotated[Caller, Depends(require("operator"))]
 AdminDep = Annotated[Caller, Depends(require("admin"))]
 AgentDep = Annotated[Caller, Depends(require("agent"))]
 AlertsDep = Annotated[Caller, Depends(require("alerts", "operator"))]
+DeploymentName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=63,
+                                      description="a DNS label: lowercase letters, digits and '-', at most 63")]
+# ids and versions are 32-bit INTEGER columns (PostgreSQL): larger path values are a 422, not a database error
+RowId = Annotated[int, Path(ge=1, le=2**31 - 1)]

@@ -108,7 +108,7 @@ class PolicyOut(BaseModel):
 
 
 class RevertIn(BaseModel):
-    version: int = Field(ge=1)
+    version: int = Field(ge=1, le=2**31 - 1)
 
 
 class RebalanceIn(BaseModel):

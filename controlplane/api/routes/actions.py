@@ -6,7 +6,7 @@ from fastapi import APIRouter, HTTPException, Query
 
 from controlplane import decisions
 from controlplane.api import overview
-from controlplane.api.deps import NowDep, OperatorDep, SessionDep, SettingsDep, ViewerDep
+from controlplane.api.deps import DeploymentName, NowDep, OperatorDep, RowId, SessionDep, SettingsDep, ViewerDep
 from controlplane.api.routes.deployments import get_or_404
 from controlplane.api.schemas import ActionOut, RebalanceIn, RebalanceOut
 from controlplane.desired import Mode
@@ -18,7 +18,7 @@ router = APIRouter(tags=["actions"])
 
 
 @router.get("/v1/deployments/{name}/actions", response_model=list[ActionOut])
-def list_actions(name: str, session: SessionDep, _: ViewerDep,
+def list_actions(name: DeploymentName, session: SessionDep, _: ViewerDep,
                  limit: int = Query(50, ge=1, le=1000)) -> list[ActionOut]:
     deployment = get_or_404(session, name)
     role_of = {p.id: p.role for p in deployments.pools_of(session, deployment)}
@@ -26,7 +26,7 @@ def list_actions(name: str, session: SessionDep, _: ViewerDep,
 
 
 @router.post("/v1/deployments/{name}/rebalance", response_model=list[RebalanceOut])
-def rebalance(name: str, body: RebalanceIn, session: SessionDep, settings: SettingsDep, now: NowDep,
+def rebalance(name: DeploymentName, body: RebalanceIn, session: SessionDep, settings: SettingsDep, now: NowDep,
               caller: OperatorDep) -> list[RebalanceOut]:
     """Plans a placement change now, skipping the trigger thresholds but not the safety rails.
     With dry_run the plan is returned and nothing is recorded; otherwise the policy's mode decides
@@ -66,7 +66,7 @@ def _waiting(session, action_id: int):
 
 
 @router.post("/v1/actions/{action_id}/approve", response_model=ActionOut)
-def approve(action_id: int, session: SessionDep, now: NowDep, caller: OperatorDep) -> ActionOut:
+def approve(action_id: RowId, session: SessionDep, now: NowDep, caller: OperatorDep) -> ActionOut:
     with session.begin():
         action = _waiting(session, action_id)
         pool = session.get(Pool, action.pool_id)
@@ -76,7 +76,7 @@ def approve(action_id: int, session: SessionDep, now: NowDep, caller: OperatorDe
 
 
 @router.post("/v1/actions/{action_id}/reject", response_model=ActionOut)
-def reject(action_id: int, session: SessionDep, now: NowDep, caller: OperatorDep) -> ActionOut:
+def reject(action_id: RowId, session: SessionDep, now: NowDep, caller: OperatorDep) -> ActionOut:
     with session.begin():
         action = _waiting(session, action_id)
         actions.settle(action, status=actions.REJECTED, measured={"rejected_by": caller.name}, now=now)

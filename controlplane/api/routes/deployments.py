@@ -6,9 +6,8 @@ from fastapi import APIRouter, HTTPException
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from agents.protocol import is_valid_name
 from controlplane.api import overview
-from controlplane.api.deps import AdminDep, NowDep, SessionDep, SettingsDep, ViewerDep
+from controlplane.api.deps import AdminDep, DeploymentName, NowDep, SessionDep, SettingsDep, ViewerDep
 from controlplane.api.schemas import DeploymentIn, DeploymentSummary, Overview, PoolLoad
 from controlplane.store import deployments, placements, pools
 from controlplane.store.tables import Deployment
@@ -34,12 +33,10 @@ def list_deployments(session: SessionDep, settings: SettingsDep, now: NowDep, _:
 
 
 @router.put("/{name}", status_code=200)
-def put_deployment(name: str, body: DeploymentIn, session: SessionDep, now: NowDep, caller: AdminDep) -> dict:
+def put_deployment(name: DeploymentName, body: DeploymentIn, session: SessionDep, now: NowDep,
+                   caller: AdminDep) -> dict:
     """Registers a deployment (idempotent for the same model shape). The shape cannot change in place:
     placements and windows are sized by it."""
-    if not is_valid_name(name):
-        raise HTTPException(422, f"deployment name {name!r} must be a DNS label: lowercase letters, digits "
-                                 f"and '-', at most 63 characters")
     try:
         with session.begin():
             if _is_registered(session, name, body):
@@ -64,12 +61,13 @@ def _is_registered(session: Session, name: str, body: DeploymentIn) -> bool:
 
 
 @router.get("/{name}/overview", response_model=Overview)
-def get_overview(name: str, session: SessionDep, settings: SettingsDep, now: NowDep, _: ViewerDep) -> Overview:
+def get_overview(name: DeploymentName, session: SessionDep, settings: SettingsDep, now: NowDep,
+                 _: ViewerDep) -> Overview:
     return overview.build(session, get_or_404(session, name), settings, now)
 
 
 @router.get("/{name}/pools/{role}/load", response_model=PoolLoad)
-def get_pool_load(name: str, role: str, session: SessionDep, settings: SettingsDep, now: NowDep,
+def get_pool_load(name: DeploymentName, role: str, session: SessionDep, settings: SettingsDep, now: NowDep,
                   _: ViewerDep) -> PoolLoad:
     deployment = get_or_404(session, name)
     pool = deployments.get_pool(session, deployment, role)

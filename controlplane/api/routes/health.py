@@ -21,7 +21,7 @@ def healthz(session: SessionDep) -> dict:
     return {"status": "ok"}
 
 
-@router.get("/metrics")
+@router.get("/metrics", include_in_schema=False)  # Prometheus exposition text, not part of the JSON API
 def metrics(request: Request) -> Response:
     return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 

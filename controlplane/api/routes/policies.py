@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, HTTPException, Response
 
-from controlplane.api.deps import AdminDep, NowDep, SessionDep, ViewerDep
+from controlplane.api.deps import AdminDep, DeploymentName, NowDep, RowId, SessionDep, ViewerDep
 from controlplane.api.routes.deployments import get_or_404
 from controlplane.api.schemas import PolicyOut, RevertIn
 from controlplane.desired import Policy
@@ -27,15 +27,15 @@ def _check_if_match(if_match: str | None, version: int) -> None:
 
 
 @router.get("", response_model=PolicyOut)
-def get_policy(name: str, session: SessionDep, response: Response, _: ViewerDep) -> PolicyOut:
+def get_policy(name: DeploymentName, session: SessionDep, response: Response, _: ViewerDep) -> PolicyOut:
     row = policies.latest_row(session, get_or_404(session, name))
     response.headers["ETag"] = _etag(row.version)
     return policies.out(row)
 
 
 @router.put("", response_model=PolicyOut)
-def put_policy(name: str, policy: Policy, session: SessionDep, now: NowDep, caller: AdminDep, response: Response,
-               if_match: Annotated[str | None, Header()] = None) -> PolicyOut:
+def put_policy(name: DeploymentName, policy: Policy, session: SessionDep, now: NowDep, caller: AdminDep,
+               response: Response, if_match: Annotated[str | None, Header()] = None) -> PolicyOut:
     with session.begin():
         deployment = get_or_404(session, name)
         _check_if_match(if_match, policies.latest_row(session, deployment).version)
@@ -46,12 +46,12 @@ def put_policy(name: str, policy: Policy, session: SessionDep, now: NowDep, call
 
 
 @router.get("/versions", response_model=list[PolicyOut])
-def list_versions(name: str, session: SessionDep, _: ViewerDep) -> list[PolicyOut]:
+def list_versions(name: DeploymentName, session: SessionDep, _: ViewerDep) -> list[PolicyOut]:
     return [policies.out(row) for row in policies.history(session, get_or_404(session, name))]
 
 
 @router.get("/versions/{version}", response_model=PolicyOut)
-def get_version(name: str, version: int, session: SessionDep, _: ViewerDep) -> PolicyOut:
+def get_version(name: DeploymentName, version: RowId, session: SessionDep, _: ViewerDep) -> PolicyOut:
     row = policies.version_row(session, get_or_404(session, name), version)
     if row is None:
         raise HTTPException(404, f"policy version {version} of {name!r} not found")
@@ -59,7 +59,7 @@ def get_version(name: str, version: int, session: SessionDep, _: ViewerDep) -> P
 
 
 @router.post("/revert", response_model=PolicyOut)
-def revert(name: str, body: RevertIn, session: SessionDep, now: NowDep, caller: AdminDep, response: Response,
+def revert(name: DeploymentName, body: RevertIn, session: SessionDep, now: NowDep, caller: AdminDep, response: Response,
            if_match: Annotated[str | None, Header()] = None) -> PolicyOut:
     """Makes a past version current again, as a new version (history is never rewritten)."""
     with session.begin():
