@@ -68,3 +68,8 @@ def test_bad_payloads_are_refused(client):
     no_alerts = client.post("/v1/alerts/alertmanager", json={"version": "4"}, headers=operator())
     assert no_alerts.status_code == 422 and "alerts" in no_alerts.json()["detail"]
     assert client.post("/v1/alerts/alertmanager", json=payload()).status_code == 401
+    wrong = client.post("/v1/alerts/alertmanager", json=payload(alert("x")), headers={"Authorization": "Bearer no"})
+    assert wrong.status_code == 401
+    bad_status = payload({**alert("y"), "status": "exploded"})
+    assert client.post("/v1/alerts/alertmanager", json=bad_status, headers=operator()).status_code == 422
+    assert client.get("/v1/alerts").json() == []  # nothing stored from any of them
