@@ -24,7 +24,8 @@ def test_changes_need_an_operator_token(client):
 
 def test_invalid_input_names_the_field(client):
     bad_name = client.put("/v1/deployments/Bad_Name", json={"model": MODEL}, headers=operator())
-    assert bad_name.status_code == 422 and bad_name.json()["detail"].startswith("path.name: String should match pattern")
+    assert bad_name.status_code == 422
+    assert bad_name.json()["detail"].startswith("path.name: String should match pattern")
     bad_model = client.put("/v1/deployments/tiny", json={"model": MODEL | {"num_groups": 3}}, headers=operator())
     assert bad_model.status_code == 422 and "not a multiple of num_groups" in bad_model.json()["detail"]
     client.put("/v1/deployments/tiny", json={"model": MODEL}, headers=operator())
