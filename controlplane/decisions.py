@@ -26,8 +26,7 @@ def record_plan(session: Session, *, deployment: Deployment, pool: Pool, state: 
         return None
     change = plan.change
     status = STATUS_BY_MODE[policy.mode]
-    predicted = {"imbalance_before": round(change.current_imbalance, 4),
-                 "imbalance_after": round(change.predicted_imbalance, 4), "moved_slots": change.num_moved_slots}
+    predicted = change.predicted()
     action = actions.record(session, deployment=deployment, pool=pool, kind="placement", trigger=trigger,
                             mode=policy.mode.value, status=status, reason=plan.reason, inputs=plan.inputs,
                             predicted=predicted, created_by=created_by, now=now, alerts=alerts)

@@ -103,6 +103,11 @@ class PlacementChange:
     predicted_imbalance: float
     num_moved_slots: int
 
+    def predicted(self) -> dict:
+        """The effect recorded on the action and shown to people."""
+        return {"imbalance_before": round(self.current_imbalance, 4),
+                "imbalance_after": round(self.predicted_imbalance, 4), "moved_slots": self.num_moved_slots}
+
 
 @dataclass(frozen=True)
 class Plan:

@@ -135,15 +135,16 @@ def plan_routing(policy: Policy, pool: PoolState, now: float) -> RoutingStep:
                            max_groups=policy.topk_group_max)
 
 
-def diagnose_prefix_hits(policy: Policy, pool: PoolState) -> str | None:
+def diagnose_prefix_hits(policy: Policy, pool: PoolState) -> tuple[str, list[float]] | None:
     """A finding when the prefix-cache hit ratio stays under the policy's floor. Nothing in the
     placement fixes it (requests miss the instances holding their prefixes, or the cache thrashes),
-    so the loop records it for people instead of acting."""
+    so the loop records it for people instead of acting. Returns the finding and the ratios it read."""
     if policy.mode == Mode.off or policy.prefix_hit_floor is None:
         return None
     windows = pool.windows[-policy.sustained_windows:]
     ratios = [w.ratio("prefix_hit_tokens", "prefix_query_tokens") for w in windows]
     if len(windows) < policy.sustained_windows or any(r is None or r >= policy.prefix_hit_floor for r in ratios):
         return None
-    return (f"prefix hit ratio {ratios[-1]:.2f} under floor {policy.prefix_hit_floor} for {len(ratios)} windows: "
-            f"check the router's prefix affinity and the KV cache's size (no placement change helps)")
+    finding = (f"prefix hit ratio {ratios[-1]:.2f} under floor {policy.prefix_hit_floor} for {len(ratios)} windows: "
+               f"check the router's prefix affinity and the KV cache's size (no placement change helps)")
+    return finding, ratios

@@ -88,11 +88,11 @@ def _reconcile_pool(session: Session, deployment: Deployment, pool: Pool, settin
 
 def _record_findings(session: Session, deployment: Deployment, pool: Pool, state, policy, now: float) -> None:
     """Findings go to the audit trail at most once an hour each, where the dashboard's timeline shows them."""
-    finding = diagnose_prefix_hits(policy, state)
-    if finding is None or actions.open_for(session, pool, since=now - 3600.0, kind="diagnosis",
-                                           statuses=(actions.RECORDED,)) is not None:
+    diagnosis = diagnose_prefix_hits(policy, state)
+    if diagnosis is None or actions.open_for(session, pool, since=now - 3600.0, kind="diagnosis",
+                                             statuses=(actions.RECORDED,)) is not None:
         return
-    ratios = [w.ratio("prefix_hit_tokens", "prefix_query_tokens") for w in state.windows[-policy.sustained_windows:]]
+    finding, ratios = diagnosis
     actions.record(session, deployment=deployment, pool=pool, kind="diagnosis", trigger="loop",
                    mode=policy.mode.value, status=actions.RECORDED, reason=finding,
                    inputs={"prefix_hit_ratio": [round(r, 4) for r in ratios]}, predicted={}, created_by="loop",

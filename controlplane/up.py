@@ -88,15 +88,21 @@ def wait_ready(urls: list[str], processes: Processes, timeout: float, stop: thre
         time.sleep(0.2)
 
 
+def start_controller(settings: Settings) -> tuple[Controller, threading.Thread]:
+    """The controller in this process, its loop paced to the window; prints where to find it."""
+    controller = Controller(settings.model_copy(update={"reconcile_seconds": settings.window_seconds}))
+    thread = controller.start()
+    print(f"controller: {controller.url}", flush=True)
+    print(f"dashboard: {controller.url}/", flush=True)
+    print(f"api token: {settings.api_token}", flush=True)
+    return controller, thread
+
+
 def up(settings: Settings, *, ep_size: int, router_port: int | None = None, rate: float = 4.0,
        is_loadgen: bool = True) -> int:
     started = time.monotonic()
-    controller = Controller(settings.model_copy(update={"reconcile_seconds": settings.window_seconds}))
-    thread = controller.start()
+    controller, thread = start_controller(settings)
     url = controller.url
-    print(f"controller: {url}", flush=True)
-    print(f"dashboard: {url}/", flush=True)
-    print(f"api token: {settings.api_token}", flush=True)
     env = os.environ | {"MOECTL_AGENT_TOKEN": settings.agent_token, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     processes = Processes(env)
     stop = threading.Event()
@@ -144,12 +150,8 @@ def up(settings: Settings, *, ep_size: int, router_port: int | None = None, rate
 
 def up_sim(settings: Settings, *, num_deployments: int, ep_size: int) -> int:
     """The simulated fleet in this process: hundreds of GPUs' worth of snapshots, no model."""
-    controller = Controller(settings.model_copy(update={"reconcile_seconds": settings.window_seconds}))
-    thread = controller.start()
+    controller, thread = start_controller(settings)
     url = controller.url
-    print(f"controller: {url}", flush=True)
-    print(f"dashboard: {url}/", flush=True)
-    print(f"api token: {settings.api_token}", flush=True)
     stop = threading.Event()
     sim = threading.Thread(target=run_sim, name="sim", daemon=True, kwargs=dict(
         url=url, api_token=settings.api_token, agent_token=settings.agent_token, num_deployments=num_deployments,

@@ -47,10 +47,7 @@ def rebalance(name: DeploymentName, body: RebalanceIn, session: SessionDep, sett
             action = None if body.dry_run else decisions.record_plan(
                 session, deployment=deployment, pool=pool, state=state, policy=policy, plan=plan, trigger="manual",
                 created_by=caller.name, now=now)
-            predicted = None if plan.change is None else {
-                "imbalance_before": round(plan.change.current_imbalance, 4),
-                "imbalance_after": round(plan.change.predicted_imbalance, 4),
-                "moved_slots": plan.change.num_moved_slots}
+            predicted = None if plan.change is None else plan.change.predicted()
             out.append(RebalanceOut(role=pool.role, decision=plan.decision.value, reason=plan.reason,
                                     predicted=predicted, action=action and overview.action_out(action, role_of)))
     return out
