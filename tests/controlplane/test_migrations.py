@@ -9,8 +9,8 @@ from sqlalchemy import create_engine, inspect
 from controlplane.store.db import downgrade, upgrade
 from controlplane.store.tables import Base
 
-TABLES = {"deployments", "pools", "agents", "load_windows", "placements", "policies", "actions", "tokens",
-          "alert_events"}
+TABLES = {"deployments", "pools", "agents", "load_windows", "placements", "routing_limits", "policies", "actions",
+          "requests", "tokens", "alert_events"}
 
 
 def tables(url: str) -> set[str]:
