@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-import numpy as np
 from sqlalchemy import func, select
 from support.auth import operator
 from support.fleet import run_windows, start_fleet
