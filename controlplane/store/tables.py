@@ -1,6 +1,6 @@
 """Tables. Arrays are stored as .npy bytes (`store.arrays`), counters as columns.
 
-Migrations in top-level `migrations/` must match these (`tests/controlplane/test_migrations.py`
+Migrations in top-level `migrations/` must match these (`tests/controlplane/store/test_migrations.py`
 runs alembic's autogenerate comparison).
 """
 
