@@ -24,11 +24,12 @@ from controlplane.actuate.in_flight import in_flight, join
 from controlplane.actuate.placement import PLACEMENT
 from controlplane.actuate.routing import ROUTING
 from controlplane.config import Settings
-from controlplane.desired import Decision, Plan, Policy, VerifyOutcome
+from controlplane.desired import Decision, Plan, Policy
 from controlplane.observed import PoolState
-from controlplane.plan import diagnose_prefix_hits, plan_pool, plan_routing, verify_change
+from controlplane.plan import diagnose_prefix_hits, plan_pool, plan_routing
 from controlplane.store import actions, deployments, policies, pools, requests, windows
 from controlplane.store.tables import Action, Deployment, Pool, Request
+from controlplane.verify import verify_pool
 
 log = logging.getLogger("moectl.reconcile")
 
@@ -95,7 +96,7 @@ def reconcile_pool(session: Session, deployment: Deployment, pool: Pool, setting
             state = pools.read_state(session, deployment, pool, now=now, settings=settings)
         if not dry_run:
             with tracer.start_as_current_span("verify"):
-                _verify(session, pool, state, policy, now)
+                verify_pool(session, pool, state, policy, now)
                 state = pools.read_state(session, deployment, pool, now=now, settings=settings)
         with tracer.start_as_current_span("plan"):
             plan = plan_pool(policy, state, now, is_forced=is_forced or bool(pending))
@@ -169,37 +170,6 @@ def _record_findings(session: Session, deployment: Deployment, pool: Pool, state
                    mode=policy.mode.value, status=actions.RECORDED, reason=finding,
                    inputs={"prefix_hit_ratio": [round(r, 4) for r in ratios]}, predicted={}, created_by="loop",
                    now=now)
-
-
-def _verify(session: Session, pool: Pool, state: PoolState, policy: Policy, now: float) -> None:
-    """Settles applied changes once measured; one that made things worse is rolled back (`actuate.change`)."""
-    for action in actions.awaiting_verification(session, pool):
-        if action.kind == ROUTING.kind:
-            _verify_routing(session, pool, action, state, policy, now)
-            continue
-        prior = (action.inputs.get("measured_imbalance") or [None])[-1]
-        if prior is None or action.version is None:
-            change.settle(session, PLACEMENT, pool=pool, action=action, outcome=VerifyOutcome.verified, measured={},
-                          now=now)
-            continue
-        outcome, measured = verify_change(policy, state, action.version, prior)
-        if outcome != VerifyOutcome.wait:
-            change.settle(session, PLACEMENT, pool=pool, action=action, outcome=outcome, now=now,
-                          measured={"imbalance_after": round(measured, 4), "imbalance_before": prior})
-
-
-def _verify_routing(session: Session, pool: Pool, action: Action, state: PoolState, policy: Policy,
-                    now: float) -> None:
-    """Records the all-to-all share measured under the new limit once enough windows ran under it."""
-    after = [w.all2all_share for w in state.windows
-             if w.start >= (state.routing_changed_at or now) and w.all2all_share is not None]
-    if len(after) < policy.verify_windows:
-        return
-    before = action.inputs.get("all2all_share") or []
-    measured = {"all2all_share_after": round(sum(after) / len(after), 4),
-                "all2all_share_before": round(sum(before) / len(before), 4) if before else None}
-    change.settle(session, ROUTING, pool=pool, action=action, outcome=VerifyOutcome.verified, measured=measured,
-                  now=now)
 
 
 def run_forever(sessions: sessionmaker[Session], settings: Settings, *, stop: threading.Event,
