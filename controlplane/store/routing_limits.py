@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from controlplane.store import versions
 from controlplane.store.tables import Pool, RoutingLimit
 from controlplane.store.timestamps import seconds, utc
 
@@ -31,13 +31,9 @@ def add(session: Session, *, pool: Pool, version: int, topk_group: int | None, a
 
 
 def latest(session: Session, pool: Pool) -> StoredRouting:
-    row = session.scalar(select(RoutingLimit).where(RoutingLimit.pool_id == pool.id)
-                         .order_by(RoutingLimit.version.desc()).limit(1))
-    if row is None:
-        raise LookupError(f"pool {pool.id} has no routing limit")
-    return _load(row)
+    return _load(versions.latest(session, RoutingLimit, pool))
 
 
 def get(session: Session, pool: Pool, version: int) -> StoredRouting | None:
-    row = session.scalar(select(RoutingLimit).where(RoutingLimit.pool_id == pool.id, RoutingLimit.version == version))
+    row = versions.get(session, RoutingLimit, pool, version)
     return None if row is None else _load(row)

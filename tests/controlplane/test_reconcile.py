@@ -7,9 +7,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from sqlalchemy import func, select
-from support.auth import operator
 from support.fleet import run_windows, start_fleet
-from support.placements import BAD_PLAN, apply_bad_placement
+from support.placements import BAD_PLAN, fleet_on_a_bad_placement
 
 from controlplane.reconcile import reconcile_once
 from controlplane.store.tables import Action, Placement
@@ -64,11 +63,8 @@ def test_a_broken_pool_is_isolated(client, sessions, settings, clock, monkeypatc
 
 
 def test_a_change_that_made_things_worse_is_rolled_back(client, sessions, settings, clock):
-    fleet = start_fleet(client, {"mode": "off"})
-    run_windows(client, sessions, settings, clock, fleet, 3, reconcile=False)
-    bad = apply_bad_placement(sessions, settings, now=clock.now)
-    client.put("/v1/deployments/sim-0/policy", json={"mode": "auto", "imbalance_threshold": 100,
-                                                     "rollback_tolerance": 0.05}, headers=operator())
+    fleet, bad = fleet_on_a_bad_placement(client, sessions, settings, clock, {
+        "mode": "auto", "imbalance_threshold": 100, "rollback_tolerance": 0.05})
     overviews = run_windows(client, sessions, settings, clock, fleet, 5)
     [rolled] = [a for a in overviews[-1]["last_actions"] if a["reason"] == BAD_PLAN]
     assert rolled["status"] == "rolled_back", (rolled["measured"], bad.prior)

@@ -10,6 +10,8 @@ from controlplane.actuate import change
 from controlplane.actuate.placement import PLACEMENT
 from controlplane.desired import Policy
 from controlplane.store import deployments, pools
+from support.auth import operator
+from support.fleet import run_windows, start_fleet
 
 BAD_PLAN = "a deliberately bad plan"
 
@@ -40,3 +42,13 @@ def apply_bad_placement(sessions, settings, *, now: float, deployment: str = "si
                                 predicted={}, trigger="manual", created_by="test", now=now)
         assert action.status == "applied" and np.any(table != state.slot_to_expert)
         return Applied(action.id, prior, table, state.slot_to_expert)
+
+
+def fleet_on_a_bad_placement(client, sessions, settings, clock, policy: dict):
+    """A simulated fleet that ran 3 windows with the loop off, then a bad placement applied and `policy`
+    put in force. Returns the fleet and what was applied."""
+    fleet = start_fleet(client, {"mode": "off"})
+    run_windows(client, sessions, settings, clock, fleet, 3, reconcile=False)
+    bad = apply_bad_placement(sessions, settings, now=clock.now)
+    assert client.put("/v1/deployments/sim-0/policy", json=policy, headers=operator()).status_code == 200
+    return fleet, bad

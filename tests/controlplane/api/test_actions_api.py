@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from support.auth import operator
 from support.fleet import run_windows, start_fleet
-from support.placements import apply_bad_placement
+from support.placements import fleet_on_a_bad_placement
 
 
 def test_dry_run_returns_the_plan_and_records_nothing(client, sessions, settings, clock):
@@ -48,11 +48,8 @@ def test_reject_and_one_proposal_at_a_time(client, sessions, settings, clock):
 
 
 def test_a_proposal_made_stale_by_a_rollback_is_superseded(client, sessions, settings, clock):
-    fleet = start_fleet(client, {"mode": "off"})
-    run_windows(client, sessions, settings, clock, fleet, 3, reconcile=False)
-    bad = apply_bad_placement(sessions, settings, now=clock.now)
-    client.put("/v1/deployments/sim-0/policy", json={"mode": "approve", "cooldown_seconds": 0,
-                                                     "imbalance_threshold": 100}, headers=operator())
+    fleet, bad = fleet_on_a_bad_placement(client, sessions, settings, clock, {
+        "mode": "approve", "cooldown_seconds": 0, "imbalance_threshold": 100})
     run_windows(client, sessions, settings, clock, fleet, 2)  # the agents take v1; one window runs under it
     clock.now += settings.window_seconds / 2 + 0.1  # ...and is complete: a forced plan needs one
     [proposal] = client.post("/v1/deployments/sim-0/rebalance", json={}, headers=operator()).json()
