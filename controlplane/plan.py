@@ -88,7 +88,7 @@ def plan_pool(policy: Policy, pool: PoolState, now: float, *, is_forced: bool = 
                "mean_nodes_per_group": round(float(solved.mean_nodes_per_group), 3)}
     if gain < policy.min_gain or solved.num_moved_slots == 0:
         return plan(Decision.keep, f"best plan gains {gain:.3f} < min_gain {policy.min_gain}", **inputs)
-    change = PlacementChange(solved.slot_to_expert, getattr(solved, "slot_share", None), current,
+    change = PlacementChange(solved.slot_to_expert, solved.slot_share, current,
                              solved.imbalance, solved.num_moved_slots)
     if is_forced:
         why = f"requested at imbalance {measured[-1]:.3f}"

@@ -119,14 +119,6 @@ class PlacementTable:
     def default(cls, num_layers: int, num_experts: int, num_slots: int) -> PlacementTable:
         return cls(default_slot_to_expert(num_layers, num_experts, num_slots))
 
-    @property
-    def num_layers(self) -> int:
-        return self.slot_to_expert.shape[0]
-
-    @property
-    def num_slots(self) -> int:
-        return self.slot_to_expert.shape[1]
-
     def replica_counts(self, num_experts: int) -> np.ndarray:
         """[L, E] int64 slots holding each expert."""
         return replica_counts(self.slot_to_expert, num_experts)

@@ -13,11 +13,15 @@ from agents.protocol.placement import effective_share, imbalance, layer_imbalanc
 from agents.runtime.placement import Placement
 
 
-def test_imbalance_leaves_layers_without_load_out_and_is_none_without_any():
-    gpu_load = np.array([[3.0, 1.0], [0.0, 0.0], [2.0, 2.0]])
+def test_imbalance_is_max_over_mean_per_layer_averaged_over_loaded_layers():
+    placement = PlacementTable(np.array([[0, 1], [0, 1], [1, 0]]))  # 2 GPUs x 1 slot
+    load = np.array([[3.0, 1.0], [0.0, 0.0], [2.0, 2.0]])
+    gpu_load = placement.gpu_load(load, 2)
+    np.testing.assert_allclose(gpu_load, load)
     np.testing.assert_array_equal(np.isnan(layer_imbalance(gpu_load)), [False, True, False])
-    assert imbalance(gpu_load) == pytest.approx((1.5 + 1.0) / 2)  # not (1.5 + 1 + 1) / 3
-    assert imbalance(np.zeros((2, 4))) is None
+    # the layer without load has no straggler and is left out of the mean, not counted as 1.0
+    assert placement.imbalance(load, 2) == imbalance(gpu_load) == pytest.approx((1.5 + 1.0) / 2)
+    assert placement.imbalance(np.zeros_like(load), 2) is None
 
 
 def test_gpu_load_splits_an_expert_over_its_replicas_by_share():
