@@ -1,11 +1,12 @@
 """Expert placement: which logical expert each physical slot holds, per MoE layer.
 
 Public and stable (the controller, the simulator and benchmarks call it): `Topology`,
-`PlacementPlan`, `solve_placement`. Per-GPU load and imbalance of any table are the wire contract's
+`PlacementPlan`, `solve_placement`, and `plan_of`, which any algorithm (solve/algorithm.py) uses to
+report a table. Per-GPU load and imbalance of any table are the wire contract's
 (agents/protocol/placement.py), so a plan's forecast and a window's measurement are the same number.
 Shapes: L = num_layers, E = num_experts, S = num_slots, G = num_gpus. Load is in tokens.
-Invariants of every plan: each expert has >= 1 replica, no GPU holds two replicas of one expert,
-and each expert's slot shares sum to 1.
+Invariants of every plan `solve_placement` returns: each expert has >= 1 replica, no GPU holds two
+replicas of one expert, and each expert's slot shares sum to 1.
 """
 
 from __future__ import annotations
