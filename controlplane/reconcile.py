@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from opentelemetry import trace
 from sqlalchemy.orm import Session, sessionmaker
 
+from agents.protocol.placement import PlacementTable
 from controlplane.actuate import change
 from controlplane.actuate.in_flight import in_flight, join
 from controlplane.actuate.placement import PLACEMENT
@@ -134,7 +135,7 @@ def _actuate_placement(session: Session, deployment: Deployment, pool: Pool, pol
         return None, False
     trigger, created_by = (pending[0].trigger, pending[0].created_by) if pending else ("loop", "loop")
     action = change.propose(session, PLACEMENT, deployment=deployment, pool=pool,
-                            value=(plan.change.slot_to_expert, plan.change.slot_share), policy=policy,
+                            value=PlacementTable(plan.change.slot_to_expert, plan.change.slot_share), policy=policy,
                             reason=plan.reason, inputs=plan.inputs, predicted=plan.change.predicted(),
                             trigger=trigger, created_by=created_by, alerts=alerts, now=now)
     return action, action is not None

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from support.store import make_pool
 
+from agents.protocol.placement import PlacementTable
 from controlplane.actuate import change
 from controlplane.actuate.placement import PLACEMENT
 from controlplane.actuate.routing import ROUTING
@@ -42,7 +43,7 @@ def test_a_placement_is_judged_against_the_imbalance_before_it(sessions, gpu_tok
         deployment, pool = make_pool(session, now=NOW)
         original = PLACEMENT.get(session, pool, 0)
         action = change.propose(session, PLACEMENT, deployment=deployment, pool=pool, policy=AUTO,
-                                value=(np.zeros((2, 10), np.int64), None), reason="test",
+                                value=PlacementTable(np.zeros((2, 10), np.int64)), reason="test",
                                 inputs={"measured_imbalance": [1.3, 1.2]}, predicted={}, trigger="loop",
                                 created_by="loop", now=NOW)
         verify_pool(session, pool, state_with(session, deployment, pool, [window(1, 1, gpu_tokens)]), AUTO, NOW + 20)
@@ -53,7 +54,7 @@ def test_a_placement_is_judged_against_the_imbalance_before_it(sessions, gpu_tok
         assert action.measured["imbalance_after"] == pytest.approx(max(gpu_tokens) / 200)
         if status == "rolled_back":
             assert action.measured["restored_version"] == 2
-            np.testing.assert_array_equal(PLACEMENT.get(session, pool, 2)[0], original[0])
+            np.testing.assert_array_equal(PLACEMENT.get(session, pool, 2).slot_to_expert, original.slot_to_expert)
         else:
             assert PLACEMENT.latest_version(session, pool) == 1
 

@@ -8,6 +8,7 @@ import pytest
 from sqlalchemy import func, select
 from support.store import make_pool
 
+from agents.protocol.placement import PlacementTable
 from controlplane.actuate import change
 from controlplane.actuate.placement import PLACEMENT
 from controlplane.actuate.routing import ROUTING
@@ -18,10 +19,10 @@ NOW = 1_800_000_000.0
 NUM_LAYERS, NUM_SLOTS = 2, 10
 
 
-def table(seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """A placement value: slot_to_expert [2, 10] and slot_share [2, 10]."""
+def table(seed: int) -> PlacementTable:
+    """slot_to_expert [2, 10] with a slot_share."""
     rng = np.random.default_rng(seed)
-    return rng.integers(0, 8, (NUM_LAYERS, NUM_SLOTS)), rng.random((NUM_LAYERS, NUM_SLOTS))
+    return PlacementTable(rng.integers(0, 8, (NUM_LAYERS, NUM_SLOTS)), rng.random((NUM_LAYERS, NUM_SLOTS)))
 
 
 # per knob: two values unlike each other and unlike version 0, and how to tell values apart
@@ -29,8 +30,9 @@ KNOBS = {"placement": (PLACEMENT, table(1), table(2)), "routing": (ROUTING, 1, 2
 
 
 def same(a, b) -> bool:
-    if isinstance(a, tuple):
-        return all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+    """Values alike, whatever version they were stored as."""
+    if isinstance(a, PlacementTable):
+        return np.array_equal(a.slot_to_expert, b.slot_to_expert) and np.array_equal(a.slot_share, b.slot_share)
     return a == b
 
 
