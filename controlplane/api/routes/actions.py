@@ -52,7 +52,7 @@ def rebalance(name: DeploymentName, body: RebalanceIn, session: SessionDep, sett
             result = reconcile_pool(session, deployment, pool, settings, now=now, dry_run=body.dry_run,
                                     is_forced=body.dry_run)
             plan, action = result.plan, result.action
-            predicted = action.predicted if action else None if plan.change is None else plan.change.predicted()
+            predicted = action.predicted if action else plan.change and plan.change.predicted()
             reason = plan.reason if action is None or result.is_new else f"{result.outcome}: {plan.reason}"
             out.append(RebalanceOut(role=pool.role, decision=plan.decision.value, reason=reason,
                                     predicted=predicted, action=action and overview.action_out(action, role_of)))
