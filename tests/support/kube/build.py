@@ -4,7 +4,7 @@ repo keyed by the Kubernetes version: `${MOECTL_KUBE_CACHE:-~/.cache/moectl/kube
 kube-apiserver, kube-controller-manager and etcd come from the build module next to this file
 (tests/support/kube/gomod/go.mod pins k8s.io/kubernetes and replaces its staging modules with their
 published twins; `--pin vX.Y.Z` rewrites it from that release's own go.mod). helm and kwok are built
-with `go install module@version` against their own go.mod.
+with `go install module@version` against their own go.mod; kwok (fake nodes) only when asked for by name.
 
 One progress line per binary with its elapsed time; what is cached is skipped. A failed build exits 1
 under CI=true (make test stops); elsewhere it says so and exits 0, and the tests needing the cluster skip.
@@ -42,7 +42,7 @@ class Binary:
     package: str
     stamp: str  # what the cached binary was built from; a different stamp means rebuild
     version: str | None = None
-    is_optional: bool = False
+    is_opt_in: bool = False  # built only when named on the command line
 
 
 def cache_root() -> Path:
@@ -72,7 +72,7 @@ def binaries() -> list[Binary]:
         Binary("kube-controller-manager", "k8s.io/kubernetes/cmd/kube-controller-manager", f"k8s.io/kubernetes@{kube}"),
         Binary("etcd", "./cmd/etcd", f"go.etcd.io/etcd/server/v3@{etcd}"),
         Binary("helm", HELM[2], f"{HELM[0]}@{HELM[1]}", version=HELM[1]),
-        Binary("kwok", KWOK[2], f"{KWOK[0]}@{KWOK[1]}", version=KWOK[1], is_optional=True),
+        Binary("kwok", KWOK[2], f"{KWOK[0]}@{KWOK[1]}", version=KWOK[1], is_opt_in=True),
     ]
 
 
@@ -144,7 +144,7 @@ def build_all(only: list[str] | None = None) -> int:
         return 1 if is_ci else 0
     failed: list[str] = []
     with locked(directory):
-        wanted = [b for b in binaries() if not only or b.name in only]
+        wanted = [b for b in binaries() if b.name in only] if only else [b for b in binaries() if not b.is_opt_in]
         if any(not is_cached(directory, b) and b.version is None for b in wanted):
             started = time.monotonic()
             done = subprocess.run([go, "mod", "download"], cwd=GOMOD_DIR, env=go_env(), capture_output=True,
@@ -162,10 +162,8 @@ def build_all(only: list[str] | None = None) -> int:
             if ok:
                 print(f"==> kube: {binary.name} built in {elapsed:.0f}s -> {directory / binary.name}", flush=True)
                 continue
-            print(f"==> kube: {binary.name} FAILED after {elapsed:.0f}s{' (optional)' if binary.is_optional else ''}"
-                  f"\n{log}", flush=True)
-            if not binary.is_optional:
-                failed.append(binary.name)
+            print(f"==> kube: {binary.name} FAILED after {elapsed:.0f}s\n{log}", flush=True)
+            failed.append(binary.name)
     if failed and is_ci:
         print(f"error: failed to build {', '.join(failed)} (CI=true: the Kubernetes tests must run)")
         return 1
@@ -212,7 +210,7 @@ def pin(version: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("names", nargs="*", help="build only these binaries (default: all)")
+    parser.add_argument("names", nargs="*", help="build only these binaries (default: all but kwok, which is opt-in)")
     parser.add_argument("--pin", metavar="VERSION", help="rewrite the build module for k8s.io/kubernetes@VERSION")
     parser.add_argument("--print-bin-dir", action="store_true", help="print where the binaries are cached")
     args = parser.parse_args()

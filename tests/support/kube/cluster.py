@@ -127,7 +127,8 @@ def _start_apiserver(stack: ExitStack, bin_dir: Path, workdir: Path, etcd_url: s
         f"--cert-dir={cert_dir}", f"--client-ca-file={client_ca.cert}", "--authorization-mode=RBAC",
         f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}", f"--service-account-key-file={sa_pub}",
         f"--service-account-signing-key-file={sa_key}", f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
-        "--profiling=false", "--v=1",
+        # no endpoints for the `kubernetes` Service: it refuses a loopback address, and nothing here dials it
+        "--endpoint-reconciler-type=none", "--profiling=false", "--v=1",
     ], log)
     server, ca_bundle = f"https://127.0.0.1:{port}", cert_dir / "apiserver.crt"
 
