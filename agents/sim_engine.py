@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from agents.protocol.placement import effective_share, gpu_load, slot_load
 from agents.runtime.ep import EPGroup
 from agents.runtime.placement import Placement, RoutingLimits
 from agents.runtime.sequence import SamplingParams
@@ -136,11 +137,8 @@ class SimEngine:
 
     def _shares(self, placement: Placement) -> np.ndarray:
         """[num_layers, num_slots] share of its expert's tokens each slot takes."""
-        table = placement.slot_to_expert.numpy()
-        share = placement.slot_share.numpy() if placement.slot_share is not None else np.ones(table.shape)
-        totals = np.stack([np.bincount(row, weights=w, minlength=self.cfg.num_experts)
-                           for row, w in zip(table, share, strict=True)])
-        return share / np.take_along_axis(totals, table, axis=1)
+        share = placement.slot_share.numpy() if placement.slot_share is not None else None
+        return effective_share(placement.slot_to_expert.numpy(), share, self.cfg.num_experts)
 
     def step(self) -> tuple[list[RequestOutput], StepStats]:
         t0 = time.perf_counter()
@@ -160,8 +158,8 @@ class SimEngine:
         expert_tokens = np.stack([rng.multinomial(num_tokens * cfg.topk, p) for p in popularity])  # [L, E]
         table = self.placement.slot_to_expert.numpy()  # [L, S]
         # what every slot of the group receives, if the other ranks route like this one
-        group_slot_tokens = np.take_along_axis(expert_tokens, table, axis=1) * self._slot_share * cfg.ep_size
-        rank_rows = group_slot_tokens.reshape(cfg.num_layers, cfg.ep_size, cfg.slots_per_rank).sum(axis=2)
+        group_slot_tokens = slot_load(table, expert_tokens, self._slot_share) * cfg.ep_size
+        rank_rows = gpu_load(group_slot_tokens, cfg.ep_size)
         busiest = float(rank_rows.max(axis=1).sum())
         local = slice(cfg.ep_rank * cfg.slots_per_rank, (cfg.ep_rank + 1) * cfg.slots_per_rank)
         remote = 1.0 - 1.0 / cfg.ep_size if cfg.ep_size > 1 else 0.05  # share of rows that cross ranks
