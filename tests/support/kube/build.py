@@ -82,7 +82,7 @@ def is_cached(directory: Path, binary: Binary) -> bool:
 
 
 def go_binary() -> str | None:
-    return shutil.which("go") or next((p for p in ["/usr/local/go/bin/go"] if os.access(p, os.X_OK)), None)
+    return shutil.which("go") or shutil.which("go", path="/usr/local/go/bin")
 
 
 def go_env() -> dict[str, str]:
@@ -212,13 +212,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", help="build only these binaries (default: all but kwok, which is opt-in)")
     parser.add_argument("--pin", metavar="VERSION", help="rewrite the build module for k8s.io/kubernetes@VERSION")
-    parser.add_argument("--print-bin-dir", action="store_true", help="print where the binaries are cached")
     args = parser.parse_args()
     if args.pin:
         pin(args.pin)
-        return 0
-    if args.print_bin_dir:
-        print(bin_dir())
         return 0
     return build_all(args.names)
 

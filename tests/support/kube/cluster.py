@@ -74,7 +74,7 @@ def _wait_until(is_ready: Callable[[], bool], what: str, process: subprocess.Pop
         try:
             if is_ready():
                 return time.monotonic() - started
-        except (httpx.HTTPError, OSError):
+        except (httpx.HTTPError, OSError, ValueError):  # not listening yet, or half-started
             pass
         time.sleep(0.1)
     raise TimeoutError(f"{what} not ready within {START_TIMEOUT_S:.0f}s:\n{_tail(log)}")

@@ -20,13 +20,11 @@ from support.kube import build
 from support.kube.client import KubeCluster
 from support.kube.cluster import running_cluster
 
-REQUIRED = ("etcd", "kube-apiserver", "kube-controller-manager", "helm")
-
 
 def require_built() -> Path:
-    """The cache dir holding the required binaries; otherwise skip (or fail under CI=true)."""
+    """The cache dir holding the binaries that `make test` builds; otherwise skip (or fail under CI=true)."""
     bin_dir = build.bin_dir()
-    missing = [name for name in REQUIRED if not build.is_cached(bin_dir, _binary(name))]
+    missing = [b.name for b in build.binaries() if not b.is_opt_in and not build.is_cached(bin_dir, b)]
     if shutil.which("openssl") is None:
         missing.append("openssl (the Debian package)")
     if not missing:
@@ -35,10 +33,6 @@ def require_built() -> Path:
     if os.environ.get("CI") == "true":
         pytest.fail(message)
     pytest.skip(message)
-
-
-def _binary(name: str) -> build.Binary:
-    return next(binary for binary in build.binaries() if binary.name == name)
 
 
 @pytest.hookimpl(tryfirst=True)  # before the mark plugin deselects by -m
