@@ -58,11 +58,12 @@ def run_trace(trace: Trace, cost: EngineCost = EngineCost()) -> list[Run]:
     static = StaticPools.for_peak(trace, config, max_replicas=MAX_REPLICAS)
     config = replace(config, initial=dict(static.sizes))
     dynamo_args = dict(profile=profile(cost), ttft_target=TARGETS[0].seconds, itl_target=TARGETS[2].seconds,
-                       prefill_gpus=cost.prefill_gpus, decode_gpus=cost.decode_gpus)
+                       prefill_gpus=cost.prefill_gpus, decode_gpus=cost.decode_gpus,
+                       max_num_batched_tokens=cost.prefill_max_batch_tokens)
     planners = [
         (static, config),
         (DynamoSla(**dynamo_args), replace(config, drain=False)),
-        (DynamoSla(**dynamo_args, name="dynamo-sla+drain"), config),
+        (DynamoSla(**dynamo_args, enable_load_scaling=True, name="dynamo-sla+load"), replace(config, drain=False)),
         (MoectlPoolPlanner(), config),
     ]
     runs, static_hours = [], None
@@ -120,8 +121,8 @@ def main() -> None:
             f"{cost.warmup_factor:g}x slower for {cost.warmup_seconds:g}s; flaps counted within {COOLDOWN_SECONDS:g}s. "
             "Every planner starts at the static peak sizes. static-peak: the fewest replicas per pool meeting every "
             "target under the trace's busiest 5 minutes replayed steadily. dynamo-sla: benchmarks/baselines/dynamo.py "
-            "with its published defaults (its replicas are removed without drain, as Dynamo does); dynamo-sla+drain: "
-            "the same planner with our drain. moectl: controlplane/plan_pools.py. "
+            "with its published defaults; dynamo-sla+load: the same with its load-based loop on (the two-loop planner of its "
+            "current releases); both remove replicas without drain, as Dynamo does. moectl: controlplane/plan_pools.py. "
             f"Simulated on a shared 2-core {platform.processor() or platform.machine()}.")
     text = table(runs)
     print(text)

@@ -11,17 +11,32 @@ margin of backtest errors, never below the rate measured now.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from controlplane.desired import LatencySlo, Policy
 from controlplane.learn.forecast import forecast_series
 from controlplane.learn.latency import COLD_START_WINDOWS, MIN_SAMPLES, PoolLatency, fit_decode, fit_prefill
 from controlplane.solve.pool_capacity import LoadForecast
 from controlplane.solve.pool_decision import PoolPlan
 from controlplane.solve.pool_load import load_series, measured_load
-from controlplane.solve.pool_view import PoolsView, PoolWindow
+from controlplane.solve.pool_view import PoolsView, PoolWindow, SloTarget
 from controlplane.solve.pools import PoolRules, is_predictive_tick, plan_pools
+
+
+def targets_of(slo: LatencySlo) -> tuple[SloTarget, ...]:
+    """The policy's latency targets as the pool planner reads them."""
+    return tuple(SloTarget(metric, percentile, seconds)
+                 for metric in ("ttft", "itl") for percentile in (90, 99)
+                 if (seconds := getattr(slo, f"{metric}_p{percentile}_seconds")) is not None)
+
+
+def rules_of(policy: Policy, rules: PoolRules = PoolRules()) -> PoolRules:
+    """`rules` with the policy's cooldown and predictive interval."""
+    return replace(rules, cooldown_seconds=policy.pool_cooldown_seconds,
+                   predictive_interval_seconds=policy.pool_predictive_interval_seconds,
+                   threshold=replace(rules.threshold, cooldown_seconds=policy.pool_cooldown_seconds))
 
 
 def fit_latency(windows: tuple[PoolWindow, ...], cold_start_windows: int = COLD_START_WINDOWS,

@@ -13,7 +13,14 @@ takes the rest). The profile interpolation is Dynamo's: cubic in prompt length f
 griddata over (KV usage, context) on a 100x100 grid, NaN filled by nearest, for decode.
 
 Defaults are the published ones: adjustment_interval 180 s, min_endpoint 1, correction on, the
-throughput (SLA) loop only (load-based scaling is off by default). Two deliberate, documented
+throughput (SLA) loop only (load-based scaling is off by default). With `enable_load_scaling` it adds
+the load-based loop of its current releases (`core/load_scaling.py`, notes section 1.5) every window:
+1-D regressions of step time on the last 64 per-engine samples (prefill: prompt tokens per step;
+decode: KV tokens), at least 5 of them; +1 when every engine's estimated TTFT (its queue prefilled in
+chunks of max_num_batched_tokens, then its own prompt) or ITL is over target; -1 only when
+consolidation is safe (prefill: the queue x N/(N-1) keeps the queue-induced TTFT under 80 % of what
+the target leaves after the prompt's own prefill; decode: KV x N/(N-1) fits and keeps ITL under 80 %
+of target); the SLA loop's answer is its floor. Two deliberate, documented
 substitutions: the default predictor is `arima` (pmdarima.auto_arima), which is not a dependency
 here, so the `kalman` predictor Dynamo ships (local linear trend, q_level 1.0, q_trend 0.1, r 10.0,
 min points 5; its docs recommend it for bursty traffic) stands in; and the targets it is given are
@@ -25,6 +32,7 @@ it does not drain: the benchmark removes its replicas at once (its documented li
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -107,6 +115,27 @@ class Interpolators:
         return float(self.thpt_grid[row, 0])
 
 
+class StepRegression:
+    """Step seconds against one load variable, over the last `max_samples` engine samples."""
+
+    def __init__(self, max_samples: int = 64, min_observations: int = 5) -> None:
+        self.samples: deque = deque(maxlen=max_samples)
+        self.min_observations = min_observations
+
+    def add(self, load: float, seconds: float) -> None:
+        self.samples.append((load, seconds))
+
+    def fit(self) -> tuple[float, float] | None:
+        """(seconds at no load, seconds per unit of load), or None with too few samples."""
+        if len(self.samples) < self.min_observations:
+            return None
+        x, y = np.array(self.samples).T
+        if np.ptp(x) == 0:
+            return float(y.mean()), 0.0
+        slope, intercept = np.polyfit(x, y, 1)
+        return max(float(intercept), 0.0), max(float(slope), 0.0)
+
+
 @dataclass
 class DynamoSla:
     profile: Profile
@@ -116,15 +145,22 @@ class DynamoSla:
     decode_gpus: int
     adjustment_interval: float = 180.0
     min_endpoint: int = 1
+    enable_load_scaling: bool = False
+    max_num_batched_tokens: int = 8192  # the prefill engines' chunk, for the load loop's TTFT estimate
+    load_scaling_down_sensitivity: float = 0.8
     name: str = "dynamo-sla"
     interpolators: Interpolators = field(init=False)
     predictors: dict = field(init=False)
+    regressions: dict = field(init=False)
+    floor: dict = field(init=False)  # the SLA loop's last answer, the load loop's lower bound
     p_correction: float = 1.0
     d_correction: float = 1.0
 
     def __post_init__(self) -> None:
         self.interpolators = Interpolators(self.profile)
         self.predictors = {name: Kalman() for name in ("num_req", "isl", "osl")}
+        self.regressions = {role: StepRegression() for role in ROLES}
+        self.floor = {role: self.min_endpoint for role in ROLES}
 
     def _observe(self, view: PoolsView) -> dict | None:
         """Averages over the last adjustment interval, from the windows, as its Prometheus queries compute them."""
@@ -153,27 +189,21 @@ class DynamoSla:
         itl = self.itl_target / self.d_correction if self.d_correction > 0 else self.itl_target
         thpt = self.interpolators.best_decode_thpt_per_gpu(itl, isl + osl / 2)
         num_d = math.ceil(num_req * osl / interval / thpt / self.decode_gpus)
-        num_p, num_d = max(num_p, self.min_endpoint), max(num_d, self.min_endpoint)
+        return self._budget(max(num_p, self.min_endpoint), max(num_d, self.min_endpoint), budget)
+
+    def _budget(self, num_p: int, num_d: int, budget: int | None) -> tuple[int, int]:
+        """Over the GPU budget: scale both proportionally, prefill rounded, decode takes the rest."""
         total = num_p * self.prefill_gpus + num_d * self.decode_gpus
         if budget is not None and total > budget:
             num_p = max(self.min_endpoint, round(num_p * budget / total))
             num_d = max(self.min_endpoint, round((budget - num_p * self.prefill_gpus) / self.decode_gpus))
         return num_p, num_d
 
-    def plan(self, view: PoolsView) -> PoolPlan:
-        current = {role: view.pools[role].num_serving for role in ROLES}
-
-        def keep(reason: str) -> PoolPlan:
-            return PoolPlan(view.now, tuple(PoolDecision(view.now, role, current[role], current[role],
-                                                         DecisionKind.keep, reason) for role in ROLES))
-
-        window = view.latest.seconds if view.latest else 0.0
-        if not view.latest or math.floor(view.now / self.adjustment_interval) == \
-                math.floor((view.now - window) / self.adjustment_interval):
-            return keep("between adjustment intervals")
+    def _sla(self, view: PoolsView) -> tuple[dict | None, str]:
+        """The throughput (SLA) loop, on its interval: (role -> replicas, or None to skip; why)."""
         metrics = self._observe(view)
         if metrics is None:
-            return keep("metrics contain None or NaN (no active requests): skipping adjustment")
+            return None, "metrics contain None or NaN (no active requests): skipping adjustment"
         num_decode = max(view.pools["decode"].num_ready, 1)
         self.p_correction = metrics["ttft"] / self.interpolators.prefill_ttft(metrics["isl"])
         concurrency = metrics["num_req"] / num_decode * metrics["request_duration"] / self.adjustment_interval
@@ -183,12 +213,72 @@ class DynamoSla:
             self.predictors[name].add(metrics[name])
         num_req, isl, osl = (self.predictors[name].predict() for name in ("num_req", "isl", "osl"))
         num_p, num_d = self._replicas(max(num_req, 0.0), max(isl, 1.0), max(osl, 1.0), view.gpu_budget)
+        return {"prefill": num_p, "decode": num_d}, (
+            f"predicted {num_req:.0f} req/{self.adjustment_interval:.0f}s isl {isl:.0f} osl {osl:.0f}; "
+            f"correction p={self.p_correction:.2f} d={self.d_correction:.2f}")
+
+    def _load(self, view: PoolsView) -> dict:
+        """The load loop, every window: role -> -1, 0 or +1."""
+        latest, out = view.latest, {}
+        isl = latest.mean_input_tokens or 0.0
+        osl = latest.mean_output_tokens or 0.0
+        for role in ROLES:
+            engines = [r for r in latest.of_role(role) if r.num_steps]
+            for r in engines:
+                load = r.prefill_tokens / r.num_steps if role == "prefill" else r.kv_tokens
+                self.regressions[role].add(load, r.busy_seconds / r.num_steps)
+            fit = self.regressions[role].fit()
+            n = view.pools[role].num_ready
+            if fit is None or not engines or n == 0:
+                out[role] = 0
+                continue
+            base, per_unit = fit
+            if role == "prefill":
+                def ttft(queued: float, base=base, per_unit=per_unit) -> float:
+                    tokens = queued + isl
+                    return math.ceil(tokens / self.max_num_batched_tokens) * base + per_unit * tokens
+                own = ttft(0.0)
+                is_up = all(ttft(r.queued_tokens) > self.ttft_target for r in engines)
+                is_down = n > 1 and all(ttft(r.queued_tokens * n / (n - 1)) - own
+                                        < (self.ttft_target - own) * self.load_scaling_down_sensitivity
+                                        for r in engines)
+            else:
+                def kv(r) -> float:
+                    return r.kv_tokens + r.num_waiting * (isl + osl)
+                is_up = all(base + per_unit * kv(r) > self.itl_target for r in engines)
+                is_down = n > 1 and all(kv(r) * n / (n - 1) < r.kv_capacity_tokens and base + per_unit * kv(r) * n
+                                        / (n - 1) < self.itl_target * self.load_scaling_down_sensitivity
+                                        for r in engines)
+            out[role] = 1 if is_up else -1 if is_down else 0
+        return out
+
+    def plan(self, view: PoolsView) -> PoolPlan:
+        current = {role: view.pools[role].num_serving for role in ROLES}
+
+        def keep(reason: str) -> PoolPlan:
+            return PoolPlan(view.now, tuple(PoolDecision(view.now, role, current[role], current[role],
+                                                         DecisionKind.keep, reason) for role in ROLES))
+
+        if not view.latest:
+            return keep("no metrics yet")
+        window = view.latest.seconds
+        is_tick = math.floor(view.now / self.adjustment_interval) != \
+            math.floor((view.now - window) / self.adjustment_interval)
+        targets, reason = None, "between adjustment intervals"
+        if is_tick:
+            targets, reason = self._sla(view)
+            if targets is not None and self.enable_load_scaling:
+                self.floor, targets = targets, None
+        if self.enable_load_scaling:
+            step = self._load(view)
+            targets = dict(zip(ROLES, self._budget(*(max(current[role] + step[role], self.floor[role])
+                                                      for role in ROLES), view.gpu_budget), strict=True))
+            reason = f"load loop {step}, throughput floor {self.floor}"
+        if targets is None:
+            return keep(reason)
         if any(view.pools[role].num_starting for role in ROLES):
-            return keep(f"deployment not ready (replicas starting): skip scaling to P={num_p} D={num_d}")
-        reason = (f"predicted {num_req:.0f} req/{self.adjustment_interval:.0f}s isl {isl:.0f} osl {osl:.0f}; "
-                  f"correction p={self.p_correction:.2f} d={self.d_correction:.2f}")
-        targets = {"prefill": num_p, "decode": num_d}
+            return keep(f"deployment not ready (replicas starting): skip scaling to {targets}")
         return PoolPlan(view.now, tuple(
             PoolDecision(view.now, role, current[role],
                          min(max(targets[role], view.pools[role].min_replicas), view.pools[role].max_replicas),
-                         DecisionKind.predictive, reason) for role in ROLES))
+                         DecisionKind.predictive if is_tick else DecisionKind.reactive, reason) for role in ROLES))

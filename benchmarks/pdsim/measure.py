@@ -52,21 +52,23 @@ class WindowLog:
 def _replica_window(replica: Replica, window_seconds: float, now: float) -> ReplicaWindow:
     age = max(0, int((now - replica.ready_at) // window_seconds) - 1)
     if isinstance(replica, PrefillReplica):
-        out = ReplicaWindow(replica.name, "prefill", age, replica.busy_seconds, replica.prefill_tokens,
-                            replica.num_prefilled, replica.queued_tokens, ttft=summarize(replica.ttft_samples))
+        out = ReplicaWindow(replica.name, "prefill", age, replica.busy_seconds, num_steps=replica.window_steps,
+                            prefill_tokens=replica.prefill_tokens, num_prefilled=replica.num_prefilled,
+                            queued_tokens=replica.queued_tokens, ttft=summarize(replica.ttft_samples))
         replica.num_prefilled, replica.ttft_samples = 0, []
     else:
         assert isinstance(replica, DecodeReplica)
         steps = np.asarray(replica.itl_steps, dtype=np.float64).reshape(-1, 2)
-        out = ReplicaWindow(replica.name, "decode", age, replica.busy_seconds, replica.prefill_tokens,
-                            replica.num_local, float(sum(item[1] for item in replica.prefilling)),
-                            batch=replica.batch_seconds / window_seconds, kv_tokens=replica.kv_seconds / window_seconds,
-                            kv_capacity_tokens=float(replica.kv_capacity), max_batch=replica.max_batch,
-                            num_waiting=len(replica.pending),
-                            itl=summarize(steps[:, 0], steps[:, 1]))
+        out = ReplicaWindow(replica.name, "decode", age, replica.busy_seconds, num_steps=replica.window_steps,
+                            prefill_tokens=replica.prefill_tokens, num_prefilled=replica.num_local,
+                            queued_tokens=float(sum(item[1] for item in replica.prefilling)),
+                            num_waiting=len(replica.pending), batch=replica.batch_seconds / window_seconds,
+                            kv_tokens=replica.kv_seconds / window_seconds, kv_capacity_tokens=float(replica.kv_capacity),
+                            max_batch=replica.max_batch, itl=summarize(steps[:, 0], steps[:, 1]))
         replica.batch_seconds = replica.kv_seconds = 0.0
         replica.itl_steps, replica.num_local = [], 0
     replica.busy_seconds = replica.prefill_tokens = 0.0
+    replica.window_steps = 0
     return out
 
 

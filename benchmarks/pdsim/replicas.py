@@ -29,6 +29,7 @@ class Replica:
     # window accumulators, reset by measure.py
     busy_seconds: float = 0.0
     prefill_tokens: float = 0.0
+    window_steps: int = 0
 
     def is_warm(self, now: float, cost: EngineCost) -> bool:
         return now >= self.ready_at + cost.warmup_seconds
@@ -64,6 +65,7 @@ class PrefillReplica(Replica):
         seconds = cost.prefill_step(taken, self.is_warm(now, cost))
         self.busy_seconds += seconds
         self.prefill_tokens += taken
+        self.window_steps += 1
         self.is_busy = True
         return seconds, done
 
@@ -182,6 +184,7 @@ class DecodeReplica(Replica):
         if size:
             self.itl_steps.append((seconds / num_steps, size * num_steps))
         self.num_steps += num_steps
+        self.window_steps += num_steps
         self.clock += seconds
         self.kv_tokens += size * num_steps
         finished = []

@@ -35,10 +35,15 @@ PERCENTILES = (90, 99)
 
 
 def _fit(features: np.ndarray, target: np.ndarray, weight: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+    """(intercept, coefficients), all non-negative. The intercept is a column of ones under the same
+    constraint (sklearn leaves its own intercept free): with a feature that barely varies (a steady prompt
+    length) the two are collinear, and a free intercept runs off to -inf against a huge coefficient."""
+    ones = np.column_stack([np.ones(len(target)), features])
     # inputs are checked finite by the caller; the planner refits every window, so skip re-validation
     with sklearn.config_context(assume_finite=True, skip_parameter_validation=True):
-        model = LinearRegression(positive=True).fit(features, target, sample_weight=weight)
-    return float(max(model.intercept_, 0.0)), np.asarray(model.coef_, dtype=np.float64)
+        model = LinearRegression(positive=True, fit_intercept=False).fit(ones, target, sample_weight=weight)
+    coef = np.asarray(model.coef_, dtype=np.float64)
+    return float(coef[0]), coef[1:]
 
 
 def _usable(age: np.ndarray, cold_start_windows: int, *columns: np.ndarray) -> np.ndarray:

@@ -2,8 +2,8 @@
 
 When what the pools want fits, they get it. When it does not, each pool keeps what it has (up to what
 it wants, never under its minimum; if even that is over a budget that shrank, replicas go where they
-hurt least) and the GPUs left go one replica at a time to the pool where one
-more replica buys the most: the largest drop in its worst predicted latency/target ratio, per GPU.
+hurt least) and the GPUs left go one replica at a time to the pool where more replicas buy the most:
+the largest drop in its worst predicted latency/target ratio per GPU.
 Without predictions (no model yet) the replicas left go to the pool furthest below what it wants.
 """
 
@@ -31,10 +31,16 @@ def split_budget(wants: dict[PoolRole, int], pools: dict[PoolRole, PoolSize], bu
     left = budget - sum(got[r] * pools[r].gpus_per_replica for r in got)
 
     def benefit(role: PoolRole) -> float:
-        now, more = ratio(role, got[role]), ratio(role, got[role] + 1)
-        if now is None or more is None:
-            return (wants[role] - got[role]) / wants[role]
-        return (min(now, INFEASIBLE) - min(more, INFEASIBLE)) / pools[role].gpus_per_replica
+        # the best gain per GPU of k more replicas, k up to what the pool wants: a pool that cannot carry
+        # its load with one more replica may with two, and the first of them is worth buying
+        now = ratio(role, got[role])
+        best = 0.0
+        for more in range(1, wants[role] - got[role] + 1):
+            later = ratio(role, got[role] + more)
+            if now is None or later is None:
+                return (wants[role] - got[role]) / wants[role]
+            best = max(best, (min(now, INFEASIBLE) - min(later, INFEASIBLE)) / (more * pools[role].gpus_per_replica))
+        return best
 
     while left < 0:  # the budget shrank under what the pools hold: give back where it hurts least
         shrinkable = [r for r in got if got[r] > pools[r].min_replicas]

@@ -72,6 +72,7 @@ class ReplicaWindow:
     role: PoolRole
     age_windows: int  # complete windows since it became ready: 0 is its first (cold) one
     busy_seconds: float  # time inside engine steps
+    num_steps: int = 0  # engine steps (iterations) in the window
     prefill_tokens: float = 0.0
     num_prefilled: int = 0  # requests whose prefill finished here
     queued_tokens: float = 0.0  # prompt tokens waiting at the window's end
