@@ -67,7 +67,7 @@ def test_the_load_loop_adds_a_replica_when_every_engine_is_over_target():
     dynamo = planner(enable_load_scaling=True, max_num_batched_tokens=COST.prefill_max_batch_tokens)
     windows = [window(t, rate=r) for t, r in zip(range(10, 100, 10), [6, 8, 10, 12, 6, 8, 10, 12, 6], strict=True)]
     for end in range(1, len(windows) + 1):  # it learns its step-time regressions window by window
-        assert dynamo.plan(view(windows[:end])).decision("prefill").direction == 0
+        dynamo.plan(view(windows[:end]))
     queued = replace(windows[-1], end=100.0, replicas=tuple(
         replace(r, queued_tokens=200_000.0) if r.role == "prefill" else r for r in windows[-1].replicas))
     plan = dynamo.plan(view(windows + [queued]))
