@@ -96,7 +96,7 @@ class MoectlPoolPlanner:
     bucket_seconds: float = 30.0
     horizon_seconds: float = 300.0  # a replica's startup plus one predictive interval
     hold_seconds: float = 420.0  # a replica's startup plus the cooldown in which a scale-down cannot be undone
-    surge: float = 1.0  # backtest errors of headroom over the forecast peak
+    surge: float = 0.5  # backtest errors of headroom over the forecast peak
     num_folds: int = 12  # cut points the rate forecast is backtested on: the last six minutes' surprises
     load_windows: int = 2  # the load "now" is measured over this many windows
     cold_start_windows: int = COLD_START_WINDOWS

@@ -53,16 +53,16 @@ class PoolRules:
     # sizing and scale-down margins (predicted / target), per pool: TTFT is a queue and rises steeply
     # near saturation, ITL grows gently with the batch, so decode may run closer to its target
     plan_margin: float = 0.8
-    consolidate_margin: float = 0.7
+    consolidate_margin: float = 0.75
     decode_plan_margin: float = 0.9
-    decode_consolidate_margin: float = 0.8
+    decode_consolidate_margin: float = 0.85
 
     def margins(self, role: PoolRole) -> tuple[float, float]:
         """(plan, consolidate) margins of the pool."""
         if role == "decode":
             return self.decode_plan_margin, self.decode_consolidate_margin
         return self.plan_margin, self.consolidate_margin
-    max_step_down_share: float = 0.25  # of the pool, at least one replica
+    max_step_down_share: float = 0.34  # of the pool, at least one replica
     max_reactive_share: float = 0.5  # of the pool, at least one replica
     min_reactive_gain: float = 0.1  # a breach one more replica is predicted to cut by less is not acted on
     drain_seconds: float = 180.0  # a measured backlog is planned to be gone within this (startup included)

@@ -57,8 +57,9 @@ def test_series_forecast_smooths_noise_instead_of_extrapolating_it():
 def test_series_forecast_on_a_short_series_is_not_backtested():
     short = forecast_series([5.0, 6.0, 7.0], horizon=4)
     assert short.method == "ewma4" and np.isnan(short.error) and not short.is_backtested
-    partly = forecast_series(np.arange(1.0, 9.0), horizon=10)  # backtested over 5 windows, not the 10 asked
+    partly = forecast_series(np.arange(1.0, 9.0), horizon=12)  # backtested over 5 windows of the 12 asked
     assert not partly.is_backtested and not np.isnan(partly.error)
+    assert forecast_series(np.arange(1.0, 9.0), horizon=10).is_backtested  # 5 of 10: half the horizon
 
 
 def test_series_forecast_cannot_run_away():
