@@ -12,7 +12,6 @@ import asyncio
 import json
 import math
 import random
-import sys
 import sysconfig
 import time
 from dataclasses import dataclass, field
@@ -149,6 +148,3 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from agents.exporter import ITL_BUCKETS, TTFT_BUCKETS
-from agents.router_policy import Endpoint, Route
+from agents.router.policy import Endpoint, Route
+from agents.telemetry.buckets import ITL_BUCKETS, TTFT_BUCKETS
 
 TRANSFER_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 

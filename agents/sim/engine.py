@@ -1,13 +1,13 @@
 """A simulated engine with the real Engine's surface: `step() -> (outputs, StepStats)`, placements and
 routing limits staged and agreed across the EP group, requests that produce (made-up) tokens.
 
-Per-expert load is Zipf-skewed per layer and drifts: a lognormal walk plus a slow swing between two
-"kinds of text" with different hot experts, so hot experts persist but move. Every rank of a group
-draws the same popularity (same seed, same number of steps, kept in lockstep by the group's
-agreement), routes its own tokens, and estimates what its slots receive from the whole group under
-the placement it runs. All-to-all and expert time follow the busiest rank, so a better placement
-shows up as less time, as on real hardware. It needs no model and almost no CPU: `moectl worker
---sim` runs the real agent over it.
+Per-expert load comes from agents/sim/load.py with a swing between two kinds of text, so hot experts
+persist but move. Every rank of a group draws the same popularity (same seed, same number of steps,
+kept in lockstep by the group's agreement), routes its own tokens, and estimates what its slots
+receive from the whole group under the placement it runs. Step time comes from agents/sim/cost.py:
+all-to-all and expert time follow the busiest rank, so a better placement shows up as less time, as
+on real hardware. It needs no model and almost no CPU: `moectl worker --sim` runs the real agent
+over it.
 """
 
 from __future__ import annotations
@@ -16,20 +16,20 @@ import itertools
 import math
 import time
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
 
 from agents.runtime.ep import EPGroup
-from agents.runtime.placement import Placement, RoutingLimits
+from agents.runtime.placement import EngineRoutingLimits, Placement
 from agents.runtime.sequence import SamplingParams
 from agents.runtime.stats import MoECounters, RequestOutput, StepStats
 from agents.runtime.tokenizer import encode
+from agents.sim.cost import remote_share, step_times
+from agents.sim.load import LoadModel
 
-DENSE_SECONDS_PER_TOKEN = 40e-6  # attention + shared expert, per token on this rank
-EXPERT_SECONDS_PER_ROW = 6e-6  # routed expert GEMMs per token-expert row on the busiest rank
-ALL2ALL_SECONDS_PER_ROW = 4e-6  # per row the busiest rank receives (dispatch) or returns (combine)
-NOMINAL_STEP_SECONDS = 0.05
+NOMINAL_STEP_SECONDS = 0.05  # the walk's time step: a fixed one keeps it identical on every rank
 
 
 @dataclass(slots=True)
@@ -37,11 +37,11 @@ class SimConfig:
     num_layers: int = 4  # MoE layers
     num_experts: int = 32
     num_groups: int = 4
-    topk: int = 4
+    top_k: int = 4
     topk_group: int = 2
     ep_size: int = 1
     ep_rank: int = 0
-    num_slots_per_rank: int = 0  # 0: just enough for one copy of each expert
+    slots_per_rank: int = 0  # 0: just enough for one copy of each expert
     num_speculative_tokens: int = 2
     num_background_seqs: int = 16  # synthetic decode batch besides real requests
     prefill_tokens_per_step: int = 96  # synthetic prompt tokens admitted per step
@@ -52,9 +52,8 @@ class SimConfig:
     is_paced: bool = True  # sleep the simulated step time, so a sim worker runs at a real rate
     seed: int = 0
 
-    @property
-    def slots_per_rank(self) -> int:
-        return self.num_slots_per_rank or math.ceil(self.num_experts / self.ep_size)
+    def __post_init__(self) -> None:
+        self.slots_per_rank = self.slots_per_rank or math.ceil(self.num_experts / self.ep_size)
 
 
 class _Seq:
@@ -67,35 +66,24 @@ class _Seq:
 class SimEngine:
     """One simulated rank. With ep_size > 1, every rank calls step() in lockstep, as the real one."""
 
+    can_hand_off_kv: ClassVar[bool] = False  # no KV cache to hand off
+
     def __init__(self, cfg: SimConfig, group: EPGroup | None = None):
         self.cfg = cfg
         self.group = group or EPGroup(cfg.ep_rank, cfg.ep_size)
         self.num_slots = cfg.slots_per_rank * cfg.ep_size
         self.placement = Placement.default(cfg.num_layers, cfg.num_experts, self.num_slots)
-        self.routing_limits = RoutingLimits()
+        self.routing_limits = EngineRoutingLimits()
         self.pending_placement: Placement | None = None
-        self.pending_limits: RoutingLimits | None = None
-        self.popularity_rng = np.random.default_rng(cfg.seed)  # same on every rank of the group
+        self.pending_limits: EngineRoutingLimits | None = None
+        self.load = LoadModel(cfg.num_layers, cfg.num_experts, cfg.top_k, seed=cfg.seed,  # same on every rank
+                              drift_sigma=cfg.drift_sigma * math.sqrt(NOMINAL_STEP_SECONDS),
+                              swing_period_seconds=cfg.swing_period_seconds)
         self.rng = np.random.default_rng([cfg.seed, cfg.ep_rank])  # this rank's own draws
-        self.kinds = [self._zipf_profile() for _ in range(2)]  # [num_layers, num_experts] each
-        self.walk = np.ones((cfg.num_layers, cfg.num_experts))
         self.seqs: dict[str, _Seq] = {}
         self.num_steps, self.is_group_idle = 0, False
         self._ids = itertools.count()
         self._slot_share = self._shares(self.placement)
-
-    def _zipf_profile(self) -> np.ndarray:
-        exponents = self.popularity_rng.uniform(0.9, 1.3, self.cfg.num_layers)
-        ranks = np.arange(1, self.cfg.num_experts + 1, dtype=np.float64)
-        weights = ranks[None, :] ** -exponents[:, None]
-        return np.stack([row[self.popularity_rng.permutation(self.cfg.num_experts)] for row in weights])
-
-    def popularity(self) -> np.ndarray:
-        """[num_layers, num_experts], rows sum to 1: the two kinds mixed by the swing, times the walk."""
-        # wall clock, not step count: every rank and instance sees the same swing at the same time
-        mix = 0.5 - 0.5 * math.cos(2 * math.pi * time.time() / self.cfg.swing_period_seconds)
-        weights = ((1 - mix) * self.kinds[0] + mix * self.kinds[1]) * self.walk
-        return weights / weights.sum(axis=1, keepdims=True)
 
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
                     request_id: str | None = None) -> str:
@@ -115,7 +103,7 @@ class SimEngine:
         placement.validate(self.cfg.num_layers, self.cfg.num_experts, self.num_slots)
         self.pending_placement = placement
 
-    def apply_routing_limits(self, limits: RoutingLimits) -> None:
+    def apply_routing_limits(self, limits: EngineRoutingLimits) -> None:
         if limits.topk_group is not None and not 1 <= limits.topk_group <= self.cfg.num_groups:
             raise ValueError("topk_group out of range")
         self.pending_limits = limits
@@ -155,21 +143,19 @@ class SimEngine:
         num_decode_seqs = cfg.num_background_seqs + len(running)
         num_tokens = num_prefill + num_decode_seqs * (1 + cfg.num_speculative_tokens)
 
-        popularity = self.popularity()  # [L, E]
+        # wall clock, not step count: every rank and instance sees the same swing at the same time
+        popularity = self.load.popularity(time.time())  # [L, E]
         recall = self._recall(popularity)  # [L]
-        expert_tokens = np.stack([rng.multinomial(num_tokens * cfg.topk, p) for p in popularity])  # [L, E]
+        expert_tokens = self.load.route(popularity, num_tokens, rng)  # [L, E]
         table = self.placement.slot_to_expert.numpy()  # [L, S]
         # what every slot of the group receives, if the other ranks route like this one
         group_slot_tokens = np.take_along_axis(expert_tokens, table, axis=1) * self._slot_share * cfg.ep_size
         rank_rows = group_slot_tokens.reshape(cfg.num_layers, cfg.ep_size, cfg.slots_per_rank).sum(axis=2)
-        busiest = float(rank_rows.max(axis=1).sum())
         local = slice(cfg.ep_rank * cfg.slots_per_rank, (cfg.ep_rank + 1) * cfg.slots_per_rank)
-        remote = 1.0 - 1.0 / cfg.ep_size if cfg.ep_size > 1 else 0.05  # share of rows that cross ranks
         topk_group = self.routing_limits.topk_group or cfg.topk_group
-        remote *= 0.5 + 0.5 * topk_group / cfg.num_groups  # fewer groups per token, fewer ranks to reach
-        dispatch = combine = ALL2ALL_SECONDS_PER_ROW * busiest * remote
-        forward = DENSE_SECONDS_PER_TOKEN * num_tokens + EXPERT_SECONDS_PER_ROW * busiest + dispatch + combine
-        forward *= float(rng.lognormal(0.0, 0.05))
+        times = step_times(rank_rows, num_tokens, remote_share(cfg.ep_size, topk_group, cfg.num_groups, cfg.top_k))
+        dispatch, combine = times.dispatch_seconds, times.combine_seconds
+        forward = times.forward_seconds * float(rng.lognormal(0.0, 0.05))
 
         num_drafts = num_decode_seqs if cfg.num_speculative_tokens else 0
         accepted_by_position = self._accepted(num_drafts)
@@ -180,14 +166,14 @@ class SimEngine:
         counters = MoECounters(
             expert_tokens=torch.from_numpy(expert_tokens.astype(np.int64)),
             slot_tokens=torch.from_numpy(np.rint(group_slot_tokens[:, local]).astype(np.int64)),
-            recall_kept=torch.from_numpy(np.rint(recall * num_tokens * cfg.topk).astype(np.int64)),
-            recall_total=torch.full((cfg.num_layers,), num_tokens * cfg.topk, dtype=torch.int64),
+            recall_kept=torch.from_numpy(np.rint(recall * num_tokens * cfg.top_k).astype(np.int64)),
+            recall_total=torch.full((cfg.num_layers,), num_tokens * cfg.top_k, dtype=torch.int64),
             dropped_tokens=torch.zeros(cfg.num_layers, dtype=torch.int64),
             dispatch_seconds=dispatch, dispatch_exposed_seconds=dispatch * 0.6,
             combine_seconds=combine, combine_exposed_seconds=combine)
         if cfg.is_paced:
             time.sleep(max(0.0, forward - (time.perf_counter() - t0)))
-        self._drift()
+        self.load.drift()
         stats = StepStats(
             step=self.num_steps, timestamp=time.monotonic(), is_prefill=bool(new), num_scheduled_tokens=num_tokens,
             num_running=num_decode_seqs, num_waiting=int(rng.poisson(1.0)), num_preempted=0,
@@ -235,9 +221,3 @@ class SimEngine:
                 num_cached_tokens=0, num_output_tokens=len(seq.output), arrival_time=seq.arrival_time,
                 first_scheduled_time=seq.first_scheduled_time, first_token_time=seq.first_token_time))
         return outputs
-
-    def _drift(self) -> None:
-        # a fixed step per engine step keeps the walk identical on every rank of the group
-        sigma = self.cfg.drift_sigma * math.sqrt(NOMINAL_STEP_SECONDS)
-        self.walk *= self.popularity_rng.lognormal(0.0, sigma, self.walk.shape)
-        self.walk /= self.walk.mean(axis=1, keepdims=True)

@@ -1,6 +1,6 @@
 """Simulated EP groups that report windows to a controller and apply what it answers.
 
-Each instance routes tokens with a `LoadModel`, spreads every expert's tokens over the slots that
+Each instance routes tokens with a `LoadModel` (agents/sim/load.py), spreads every expert's tokens over the slots that
 hold it (per the placement it runs), and posts one `Snapshot` per rank per window over HTTP. All
 ranks of an instance switch placement together, at the next window, as real EP groups must.
 """
@@ -23,8 +23,8 @@ from agents.protocol import (
     Snapshot,
     default_slot_to_expert,
 )
-from controlplane.sim.cost import routing_effect, window_times
-from controlplane.sim.load import LoadModel
+from agents.sim.cost import remote_share, routing_effect, step_times
+from agents.sim.load import LoadModel
 
 log = logging.getLogger("moectl.sim")
 
@@ -63,13 +63,14 @@ class SimInstance:
 
     def window(self, window_start: float, window_seconds: float, num_tokens: int) -> list[Snapshot]:
         rng = self.load.rng
-        expert_tokens = self.load.route(num_tokens)
+        expert_tokens = self.load.route(self.load.popularity(), num_tokens)
         # each rank's attention is data parallel: it routes its own share of the tokens
         per_rank = rng.multinomial(expert_tokens, np.full(self.ep_size, 1.0 / self.ep_size))  # [L, E, R]
         slot_tokens = np.rint(np.take_along_axis(expert_tokens, self.slot_to_expert, axis=1) * self.shares())
         gpu_load = slot_tokens.reshape(self.model.num_layers, self.ep_size, self.slots_per_rank).sum(axis=2)
-        traffic, recall = routing_effect(self.topk_group, self.model.num_groups, self.model.top_k)
-        times = window_times(gpu_load, num_tokens, self.ep_size, traffic)
+        _, recall = routing_effect(self.topk_group, self.model.num_groups, self.model.top_k)
+        times = step_times(gpu_load, num_tokens / self.ep_size,
+                           remote_share(self.ep_size, self.topk_group, self.model.num_groups, self.model.top_k))
         queries = num_tokens // self.ep_size * 4
         drafts = num_tokens // self.ep_size // 4
         snapshots = []

@@ -1,15 +1,21 @@
-"""`moectl sim`: a simulated fleet in real time against a controller URL."""
+"""`moectl sim`: a simulated fleet in real time against a controller URL.
+
+  python -m agents.sim --url http://127.0.0.1:8600 --api-token T --agent-token A [--windows N]
+"""
 
 from __future__ import annotations
 
+import argparse
 import logging
 import math
+import os
+import signal
 import threading
 import time
 
 import httpx
 
-from controlplane.sim.fleet import FleetClient, make_fleet
+from agents.sim.fleet import FleetClient, make_fleet
 
 log = logging.getLogger("moectl.sim")
 
@@ -39,3 +45,35 @@ def run_sim(*, url: str, api_token: str, agent_token: str, num_deployments: int,
                 log.warning("controller unreachable (%s); retrying next window", exc)
             index, count = index + 1, count + 1
     return 0
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="moectl sim", description="run a simulated fleet against a controller")
+    p.add_argument("--url", default="http://127.0.0.1:8600", help="controller URL")
+    p.add_argument("--api-token", default=os.environ.get("MOECTL_API_TOKEN", ""),
+                   help="operator token, to register deployments (or MOECTL_API_TOKEN)")
+    p.add_argument("--agent-token", default=os.environ.get("MOECTL_AGENT_TOKEN", ""),
+                   help="agent token, to post snapshots (or MOECTL_AGENT_TOKEN)")
+    p.add_argument("--deployments", type=int, default=2)
+    p.add_argument("--ep-size", type=int, default=8)
+    p.add_argument("--slots-per-rank", type=int, default=10)
+    p.add_argument("--window-seconds", type=float, default=2.0)
+    p.add_argument("--mode", choices=["off", "observe", "approve", "auto"], default="auto",
+                   help="policy mode the simulated deployments are registered with")
+    p.add_argument("--windows", type=int, default=0, help="stop after this many windows (0: run until Ctrl-C)")
+    p.add_argument("-v", "--verbose", action="store_true", help="log debug detail")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.Formatter.converter = time.gmtime
+    logging.getLogger("httpx").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):  # finish the window being posted, then leave
+        signal.signal(signum, lambda *_: stop.set())
+    return run_sim(url=args.url, api_token=args.api_token, agent_token=args.agent_token,
+                   num_deployments=args.deployments, ep_size=args.ep_size, slots_per_rank=args.slots_per_rank,
+                   window_seconds=args.window_seconds, mode=args.mode, num_windows=args.windows, stop=stop)

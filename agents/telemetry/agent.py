@@ -23,14 +23,15 @@ import torch
 from prometheus_client import CollectorRegistry
 
 from agents import protocol
-from agents.exporter import Exporter
-from agents.imbalance import gpu_load_ratio
-from agents.latency import RequestTimer
-from agents.poster import SnapshotPoster
 from agents.protocol import DesiredState, Identity, ModelShape
-from agents.runtime.placement import Placement, RoutingLimits
+from agents.runtime.placement import EngineRoutingLimits, Placement
 from agents.runtime.stats import StepStats
-from agents.windows import ClosedWindow, WindowBuilder
+from agents.telemetry.engine import AgentEngine
+from agents.telemetry.exporter import Exporter
+from agents.telemetry.imbalance import gpu_load_ratio
+from agents.telemetry.latency import RequestTimer
+from agents.telemetry.poster import SnapshotPoster
+from agents.telemetry.windows import ClosedWindow, WindowBuilder
 
 log = logging.getLogger("moectl.agent")
 
@@ -43,7 +44,7 @@ def routing_version(limits: protocol.RoutingLimits, max_tokens_per_expert: int |
 
 
 class Agent:
-    def __init__(self, engine, *, identity: Identity, model: ModelShape, registry: CollectorRegistry,
+    def __init__(self, engine: AgentEngine, *, identity: Identity, model: ModelShape, registry: CollectorRegistry,
                  controller_url: str = "", agent_token: str = "", api_token: str = "",
                  window_seconds: float = 5.0, runtime: str = "moectl-runtime", num_speculative_tokens: int = 0,
                  max_batched_tokens: int | None = None, policy: dict | None = None,
@@ -139,10 +140,10 @@ class Agent:
             max_tokens = math.ceil(limits.expert_capacity_factor * self.max_batched_tokens * self.model.top_k
                                    / self.model.num_experts)
         version = routing_version(limits, max_tokens)
-        pending = getattr(self.engine, "pending_limits", None)
+        pending = self.engine.pending_limits
         if version in (self.engine.routing_limits.version, pending.version if pending else None):
             return
-        self.engine.apply_routing_limits(RoutingLimits(version, limits.topk_group, max_tokens))
+        self.engine.apply_routing_limits(EngineRoutingLimits(version, limits.topk_group, max_tokens))
 
     def _set_info(self) -> None:
         self.exporter.set_info(gpu_uuid=self.identity.gpu_uuid, node=self.identity.node, runtime=self.runtime,

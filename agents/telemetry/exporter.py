@@ -1,4 +1,5 @@
-"""Step stats and closed windows -> Prometheus metrics (DESIGN.md §4), on a registry passed in.
+"""Step stats and closed windows -> Prometheus metrics (the names dashboards/ queries), on a registry
+passed in.
 
 Every series carries the constant labels `deployment`, `role`, `ep_rank`; the only other labels are
 small enums (`phase`, `position`, `layer`, `reason`). No expert id is ever a label: the full
@@ -11,16 +12,12 @@ from __future__ import annotations
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from agents.latency import LatencySamples
 from agents.runtime.stats import StepStats
-from agents.windows import ClosedWindow
+from agents.telemetry.buckets import ITL_BUCKETS, TTFT_BUCKETS
+from agents.telemetry.latency import LatencySamples
+from agents.telemetry.windows import ClosedWindow
 
 CONSTANT_LABELS = ("deployment", "role", "ep_rank")
-# vLLM's buckets, so dashboards and SLOs compare across runtimes
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-                20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
-               40.0, 80.0)
 REQUEST_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
                    240.0, 480.0, 960.0, 1920.0, 7680.0)
 REPORT_FAILURE_REASONS = ("connect", "timeout", "http_4xx", "http_retry", "http_5xx", "queue_full", "invalid_answer",

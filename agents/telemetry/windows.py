@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from agents.latency import LatencySamples
 from agents.protocol import Array, Identity, LatencySummary, ModelShape, Snapshot
 from agents.runtime.stats import StepStats
+from agents.telemetry.latency import LatencySamples
 
 
 def to_numpy(value) -> np.ndarray:

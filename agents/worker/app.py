@@ -19,9 +19,9 @@ from fastapi.responses import StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import BaseModel, Field
 
-from agents.engine_loop import Command, EngineLoop, Stream
 from agents.runtime.kv_transfer import KVHandoff
 from agents.runtime.sequence import SamplingParams
+from agents.worker.engine_loop import Command, EngineLoop, Stream
 
 HANDOFF_TYPE = "application/octet-stream"
 NDJSON_TYPE = "application/x-ndjson"

@@ -14,13 +14,14 @@ from agents.protocol import ModelShape
 from agents.runtime.config import CHECKPOINT_DIR, EngineConfig, ModelConfig
 from agents.runtime.ep import EPGroup
 from agents.runtime.model import Transformer, load_checkpoint
+from agents.worker.engine import ServingEngine
 
 log = logging.getLogger("moectl.worker")
 
 
 @dataclass
 class BuiltEngine:
-    engine: object  # Engine or SimEngine: the same surface
+    engine: ServingEngine
     model: ModelShape
     runtime: str
     gpu_uuid: str = ""
@@ -38,23 +39,23 @@ def load_model(checkpoint: str, seed: int = 0) -> tuple[Transformer, str]:
 
 def build_engine(args: argparse.Namespace, group: EPGroup) -> BuiltEngine:
     if args.sim:
-        from agents.sim_engine import SimConfig, SimEngine
+        from agents.sim.engine import SimConfig, SimEngine
 
-        cfg = SimConfig(ep_size=args.ep_size, ep_rank=args.rank, num_slots_per_rank=args.slots_per_rank,
+        cfg = SimConfig(ep_size=args.ep_size, ep_rank=args.rank, slots_per_rank=args.slots_per_rank,
                         num_speculative_tokens=args.num_speculative_tokens)
         shape = ModelShape(name="sim-tiny", num_layers=cfg.num_layers, num_experts=cfg.num_experts,
-                           num_groups=cfg.num_groups, top_k=cfg.topk, topk_group=cfg.topk_group)
+                           num_groups=cfg.num_groups, top_k=cfg.top_k, topk_group=cfg.topk_group)
         return BuiltEngine(SimEngine(cfg, group), shape, "moectl-sim")
 
     from agents.runtime.engine import Engine
 
     model, name = load_model(args.checkpoint)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    cfg = EngineConfig(device=device, ep_size=args.ep_size, ep_rank=args.rank, num_slots_per_rank=args.slots_per_rank,
+    cfg = EngineConfig(device=device, ep_size=args.ep_size, ep_rank=args.rank, slots_per_rank=args.slots_per_rank,
                        num_speculative_tokens=args.num_speculative_tokens, num_kv_blocks=args.num_kv_blocks,
                        max_num_seqs=args.max_num_seqs)
     mc = model.cfg
     shape = ModelShape(name=name, num_layers=mc.num_moe_layers, num_experts=mc.num_experts,
-                       num_groups=mc.num_groups, top_k=mc.topk, topk_group=mc.topk_group)
+                       num_groups=mc.num_groups, top_k=mc.top_k, topk_group=mc.topk_group)
     gpu_uuid = str(torch.cuda.get_device_properties(0).uuid) if device == "cuda" else ""
     return BuiltEngine(Engine(cfg, group, model), shape, "moectl-runtime", gpu_uuid, cfg.max_num_batched_tokens)

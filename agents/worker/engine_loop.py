@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 
 from agents.runtime.kv_transfer import KVHandoff, export_kv, import_kv
 from agents.runtime.sequence import SamplingParams
+from agents.runtime.stats import RequestOutput
+from agents.telemetry.agent import Agent
+from agents.worker.engine import ServingEngine
 
 log = logging.getLogger("moectl.worker")
 
@@ -45,14 +48,13 @@ class Command:
 
 
 class EngineLoop:
-    def __init__(self, engine, agent, *, idle_seconds: float = 0.005):
+    def __init__(self, engine: ServingEngine, agent: Agent, *, idle_seconds: float = 0.005):
         self.engine, self.agent, self.idle_seconds = engine, agent, idle_seconds
         self.inbox: queue.Queue[Command] = queue.Queue()
         self.streams: dict[str, Stream] = {}
         self.handoffs: set[str] = set()  # prefill requests whose KV leaves after the first token
         self.pending_imports: list[Command] = []
         self.load = {"num_running": 0, "num_waiting": 0, "kv_cache_usage": 0.0, "num_steps": 0}
-        self.is_supporting_handoff = hasattr(engine, "runner")  # the simulated engine has no KV
 
     def submit(self, command: Command) -> None:
         self.inbox.put(command)
@@ -72,7 +74,7 @@ class EngineLoop:
                 is_stopping = bool(group.agree_max([int(is_stopping)])[0])
             if is_stopping:
                 return
-            if getattr(self.engine, "is_group_idle", False) and self.inbox.empty():
+            if self.engine.is_group_idle and self.inbox.empty():
                 time.sleep(self.idle_seconds)
 
     def _drain(self) -> None:
@@ -82,11 +84,11 @@ class EngineLoop:
             except queue.Empty:
                 break
             try:
+                if command.kind in ("prefill", "decode") and not self.engine.can_hand_off_kv:
+                    raise ValueError("this engine cannot hand KV off or take it over; send the request to /generate")
                 if command.kind == "decode":
                     self.pending_imports.append(command)
                     continue
-                if command.kind == "prefill" and not self.is_supporting_handoff:
-                    raise ValueError("this engine cannot hand KV off; send the request to /generate")
                 self.engine.add_request(command.token_ids, command.params, command.request_id)
                 self.streams[command.request_id] = command.stream
                 if command.kind == "prefill":
@@ -104,7 +106,7 @@ class EngineLoop:
                 command.stream.put({"error": str(exc)})
         self.pending_imports = still_pending
 
-    def _deliver(self, outputs) -> None:
+    def _deliver(self, outputs: list[RequestOutput]) -> None:
         for out in outputs:
             stream = self.streams.get(out.request_id)
             if stream is None:

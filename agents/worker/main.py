@@ -111,12 +111,12 @@ def run_rank(args: argparse.Namespace) -> int:
     import uvicorn
     from prometheus_client import CollectorRegistry, disable_created_metrics
 
-    from agents.agent import Agent
-    from agents.engine_loop import EngineLoop
     from agents.protocol import Identity, Role
     from agents.runtime.ep import init_ep_group
-    from agents.worker_app import create_app
-    from agents.worker_engine import build_engine
+    from agents.telemetry.agent import Agent
+    from agents.worker.app import create_app
+    from agents.worker.build import build_engine
+    from agents.worker.engine_loop import EngineLoop
 
     torch.set_num_threads(1)
     disable_created_metrics()  # a _created series per counter doubles the series for nothing
@@ -167,6 +167,3 @@ def main(argv: list[str] | None = None) -> int:
         return launch(args, argv)
     return run_rank(args)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

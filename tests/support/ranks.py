@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from agents.protocol import Identity, ModelShape, Role
-from agents.sim_engine import SimConfig
+from agents.sim.engine import SimConfig
 
 SIM_MODEL = ModelShape(name="sim-tiny", num_layers=4, num_experts=32, num_groups=4, top_k=4, topk_group=2)
 
@@ -39,7 +39,7 @@ def slots_per_rank(ep_size: int) -> int:
 
 
 def sim_config(rank: int, ep_size: int, **overrides) -> SimConfig:
-    return SimConfig(ep_size=ep_size, ep_rank=rank, num_slots_per_rank=slots_per_rank(ep_size), is_paced=False,
+    return SimConfig(ep_size=ep_size, ep_rank=rank, slots_per_rank=slots_per_rank(ep_size), is_paced=False,
                      **overrides)
 
 

@@ -10,18 +10,18 @@ from contextlib import contextmanager
 import torch
 import uvicorn
 from prometheus_client import CollectorRegistry
-from support.servers import free_port
 
-from agents.agent import Agent
-from agents.engine_loop import EngineLoop
 from agents.protocol import Identity, ModelShape, Role
-from agents.router import Router
-from agents.router import create_app as router_app
-from agents.router_policy import Endpoint
+from agents.router.app import Router
+from agents.router.app import create_app as router_app
+from agents.router.policy import Endpoint
 from agents.runtime.config import EngineConfig, ModelConfig
 from agents.runtime.engine import Engine
 from agents.runtime.model import Transformer
-from agents.worker_app import create_app as worker_app
+from agents.telemetry.agent import Agent
+from agents.worker.app import create_app as worker_app
+from agents.worker.engine_loop import EngineLoop
+from support.servers import free_port
 
 MODEL = ModelShape(name="tiny-test", num_layers=4, num_experts=32, num_groups=4, top_k=4)
 
@@ -41,7 +41,7 @@ def serve(app) -> tuple[uvicorn.Server, threading.Thread, str]:
 @contextmanager
 def worker(role: str):
     torch.manual_seed(0)  # the same weights in every rank
-    engine = Engine(EngineConfig(num_speculative_tokens=2, num_kv_blocks=128, max_num_seqs=8, num_slots_per_rank=40),
+    engine = Engine(EngineConfig(num_speculative_tokens=2, num_kv_blocks=128, max_num_seqs=8, slots_per_rank=40),
                     model=Transformer(ModelConfig(max_seq_len=512)))
     identity = Identity(deployment="tiny", instance=f"tiny-{role}-0", role=Role(role), rank=0, ep_size=1,
                         slots_per_rank=40)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import openai
 import pytest
-from serving_support import router, worker
+from support.serving import router, worker
 
 LONG = "def parse(path):\n    with open(path) as f:\n        return [line.split(',') for line in f]\n" * 2
 SHORT = "Hello"

@@ -9,13 +9,13 @@ import time
 
 import httpx
 import pytest
-from agent_support import SIM_MODEL, ThreadGroup, identity, sim_config
 from prometheus_client import CollectorRegistry
 from support.auth import AGENT_TOKEN, API_TOKEN
+from support.ranks import SIM_MODEL, ThreadGroup, identity, sim_config
 from support.servers import free_port
 
-from agents.agent import Agent
-from agents.sim_engine import SimEngine
+from agents.sim.engine import SimEngine
+from agents.telemetry.agent import Agent
 from controlplane.serve import Controller
 
 EP_SIZE = 2

@@ -1,26 +1,18 @@
-"""The exporter on a fresh registry: DESIGN.md §4 names, constant labels, bounded series."""
+"""The exporter on a fresh registry: the names the dashboards use, constant labels, bounded series."""
 
 from __future__ import annotations
 
 import pytest
-from agent_support import SIM_MODEL, identity
 from prometheus_client import CollectorRegistry, generate_latest
-from test_agent_windows import output, step
+from support.agent_metrics import AGENT_METRIC_NAMES
+from support.ranks import SIM_MODEL, identity
+from support.step_stats import output, step
 
-from agents.exporter import Exporter
-from agents.latency import RequestTimer
-from agents.windows import WindowBuilder
+from agents.telemetry.exporter import Exporter
+from agents.telemetry.latency import RequestTimer
+from agents.telemetry.windows import WindowBuilder
 
 LABELS = {"deployment": "tiny", "role": "decode", "ep_rank": "1"}
-DESIGN_NAMES = [
-    "moectl_prefix_cache_query_tokens_total", "moectl_prefix_cache_hit_tokens_total",
-    "moectl_spec_decode_drafts_total", "moectl_spec_decode_draft_tokens_total",
-    "moectl_spec_decode_accepted_tokens_total", "moectl_spec_decode_accepted_tokens_by_position_total",
-    "moectl_all2all_seconds_total", "moectl_forward_seconds_total", "moectl_expert_received_tokens_total",
-    "moectl_expert_load_max_to_mean_ratio", "moectl_routing_recall_ratio", "moectl_requests_running",
-    "moectl_requests_waiting", "moectl_kv_cache_usage_ratio", "moectl_time_to_first_token_seconds_bucket",
-    "moectl_inter_token_latency_seconds_bucket", "moectl_request_queue_seconds_bucket", "moectl_agent_info",
-]
 
 
 @pytest.fixture
@@ -80,7 +72,7 @@ def test_every_design_name_is_exported_with_bounded_labels(registry, exporter):
     exporter.set_info(gpu_uuid="", node="n0", runtime="sim", placement_version=0)
     text = generate_latest(registry).decode()
     names = {line.split("{")[0] for line in text.splitlines() if line and not line.startswith("#")}
-    assert set(DESIGN_NAMES) <= names, set(DESIGN_NAMES) - names
+    assert set(AGENT_METRIC_NAMES) <= names, set(AGENT_METRIC_NAMES) - names
     for line in text.splitlines():
         if line.startswith("moectl_") and "{" in line:
             labels = {kv.split("=")[0] for kv in line[line.index("{") + 1: line.rindex("}")].split(",")}

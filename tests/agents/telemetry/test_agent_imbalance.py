@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from agents.imbalance import gpu_load_ratio
 from agents.runtime.placement import Placement
+from agents.telemetry.imbalance import gpu_load_ratio
 
 
 def test_replicas_split_the_hot_expert_and_even_the_gpus():

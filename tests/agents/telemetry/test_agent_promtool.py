@@ -5,13 +5,13 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from agent_support import SIM_MODEL, identity, sim_config
 from prometheus_client import CollectorRegistry, generate_latest
+from support.ranks import SIM_MODEL, identity, sim_config
 from support.servers import require_binary
 
-from agents.agent import Agent
-from agents.router_metrics import RouterMetrics
-from agents.sim_engine import SimEngine
+from agents.router.metrics import RouterMetrics
+from agents.sim.engine import SimEngine
+from agents.telemetry.agent import Agent
 
 
 def promtool_check(text: bytes) -> subprocess.CompletedProcess:

@@ -1,5 +1,5 @@
 """`moectl worker --sim`: real rank processes (gloo agreement), the real agent over the simulated engine,
-against a real controller. Its /metrics carries the DESIGN.md §4 names; the controller rebalances and
+against a real controller. Its /metrics carries the names the dashboards use; the controller rebalances and
 the group's measured imbalance falls; stopping the launcher stops every rank."""
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import time
 
 import httpx
 import pytest
+from support.agent_metrics import AGENT_METRIC_NAMES
 from support.auth import AGENT_TOKEN, API_TOKEN
+from support.processes import descendants, is_running
 from support.servers import free_port, wait_http
-from test_agent_exporter import DESIGN_NAMES
 
 from controlplane.serve import Controller
 
@@ -51,7 +52,7 @@ def test_sim_worker_reports_and_follows_the_controller(settings):
         for port in ports:
             text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
             names = {line.split("{")[0] for line in text.splitlines() if line and not line.startswith("#")}
-            assert set(DESIGN_NAMES) <= names, set(DESIGN_NAMES) - names
+            assert set(AGENT_METRIC_NAMES) <= names, set(AGENT_METRIC_NAMES) - names
             assert 'runtime="moectl-sim"' in text and "_created" not in text
     finally:
         worker.send_signal(signal.SIGINT)
@@ -63,8 +64,6 @@ def test_sim_worker_reports_and_follows_the_controller(settings):
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_killed_rank_takes_its_group_down_loudly():
-    from test_agent_up import descendants, is_running
-
     ports = [free_port(), free_port()]
     worker = subprocess.Popen([sys.executable, "-m", "agents.worker", "--sim", "--ep-size", "2", "--ports",
                                ",".join(map(str, ports))], stderr=subprocess.PIPE, text=True,

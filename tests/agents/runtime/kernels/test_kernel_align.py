@@ -14,7 +14,7 @@ from agents.runtime.kernels import align, fused_moe, grouped_gemm, refs  # noqa:
 @pytest.mark.parametrize("block_m", [1, 16])
 def test_alignment_is_permute_with_padding(impl, block_m):
     num_bins = 12
-    ids, _, _ = align.make_inputs(3, num_tokens=45, topk=3, num_bins=num_bins, block_m=block_m)
+    ids, _, _ = align.make_inputs(3, num_tokens=45, top_k=3, num_bins=num_bins, block_m=block_m)
     ids[ids == 5] = 6  # bin 5 empty
     sorted_ids, block_bins, num_post_pad = impl(ids, num_bins, block_m)
     order, counts = moe_ops.permute(ids, num_bins)
@@ -36,7 +36,7 @@ def test_alignment_all_dropped():
     ids = torch.full((4, 2), -1)
     sorted_ids, _, num_post_pad = align.triton_impl(ids, 8, 16)
     assert int(num_post_pad) == 0 and (sorted_ids == ids.numel()).all()
-    x, w, _, w13, w2 = fused_moe.make_inputs(0, num_tokens=4, topk=2)
+    x, w, _, w13, w2 = fused_moe.make_inputs(0, num_tokens=4, top_k=2)
     out = fused_moe.triton_impl(x, torch.zeros(4, 2), ids, w13, w2)
     assert torch.equal(out, torch.zeros_like(out))
 
@@ -49,7 +49,7 @@ def test_grouped_swiglu_zero_rows():
 
 def test_swiglu_experts_weighted_rows_match_moe_ops():
     # the kernel path applies the routing weight inside the down GEMM; moe_ops applies it in combine
-    x, weights, ids, w13, w2 = fused_moe.make_inputs(4, num_tokens=9, topk=3)
+    x, weights, ids, w13, w2 = fused_moe.make_inputs(4, num_tokens=9, top_k=3)
     y = grouped_gemm.swiglu_experts(x, ids, w13, w2, weights)  # [N, D]
     order, counts = moe_ops.permute(ids, w13.shape[0])
     want = moe_ops.unpermute(moe_ops.grouped_swiglu(x[order // 3], counts, w13, w2), order, ids.numel())

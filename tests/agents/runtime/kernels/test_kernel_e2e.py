@@ -26,7 +26,7 @@ CFG = dict(
     moe_inter=16,
     num_experts=8,
     num_groups=4,
-    topk=2,
+    top_k=2,
     topk_group=2,
     max_seq_len=64,
 )

@@ -12,28 +12,28 @@ CASES = [
     ("routing", {}),
     ("routing", F16),
     ("routing", dict(num_tokens=1)),
-    ("routing", dict(num_experts=16, num_groups=4, topk_group=4, topk=16)),  # top-k = number of experts
-    ("routing", dict(num_groups=1, topk_group=1, topk=8)),  # no group limit
-    ("routing", dict(num_experts=64, num_groups=8, topk_group=3, topk=6, num_tokens=20)),  # non-power-of-2 picks
+    ("routing", dict(num_experts=16, num_groups=4, topk_group=4, top_k=16)),  # top-k = number of experts
+    ("routing", dict(num_groups=1, topk_group=1, top_k=8)),  # no group limit
+    ("routing", dict(num_experts=64, num_groups=8, topk_group=3, top_k=6, num_tokens=20)),  # non-power-of-2 picks
     ("routing", dict(hot_expert=5)),  # all tokens on one expert
     ("histogram", {}),
-    ("histogram", dict(num_tokens=1, topk=1)),
+    ("histogram", dict(num_tokens=1, top_k=1)),
     ("histogram", dict(num_bins=100, num_tokens=5)),  # most bins empty, non-power-of-2 bins
     ("histogram", dict(one_bin=3, num_tokens=300)),  # more than one program, one hot bin
     ("align", {}),
-    ("align", dict(num_tokens=1, topk=1)),
-    ("align", dict(num_tokens=37, topk=3, block_m=16)),  # ragged last block per expert
+    ("align", dict(num_tokens=1, top_k=1)),
+    ("align", dict(num_tokens=37, top_k=3, block_m=16)),  # ragged last block per expert
     ("align", dict(one_bin=0, num_tokens=50)),
-    ("align", dict(num_bins=64, num_tokens=200, topk=8, block_m=32)),  # several chunks, empty experts
+    ("align", dict(num_bins=64, num_tokens=200, top_k=8, block_m=32)),  # several chunks, empty experts
     ("permute", {}),
     ("permute", dict(one_bin=7, num_tokens=130)),
-    ("permute", dict(num_tokens=1, topk=1, drop_fraction=0.0)),
+    ("permute", dict(num_tokens=1, top_k=1, drop_fraction=0.0)),
     ("unpermute", {}),
     ("unpermute", dict(num_rows=64, **F16)),
     ("unpermute", dict(num_assignments=1, num_rows=1)),
     ("combine", {}),
     ("combine", F16),
-    ("combine", dict(num_tokens=1, topk=1, dim=16)),
+    ("combine", dict(num_tokens=1, top_k=1, dim=16)),
     ("grouped_gemm", {}),
     ("grouped_gemm", F16),
     ("grouped_gemm", dict(num_rows=1, drop_rows=0)),
@@ -42,9 +42,9 @@ CASES = [
     ("fused_moe", {}),
     ("fused_moe", F16),
     ("fused_moe", dict(num_tokens=1)),
-    ("fused_moe", dict(topk=8, num_slots=8, num_tokens=12)),  # top-k = number of experts
-    ("fused_moe", dict(topk=1, one_slot=2, num_tokens=33, drop_fraction=0.0)),  # all tokens on one expert
-    ("fused_moe", dict(num_slots=16, num_tokens=5, topk=2)),  # most experts get zero tokens
+    ("fused_moe", dict(top_k=8, num_slots=8, num_tokens=12)),  # top-k = number of experts
+    ("fused_moe", dict(top_k=1, one_slot=2, num_tokens=33, drop_fraction=0.0)),  # all tokens on one expert
+    ("fused_moe", dict(num_slots=16, num_tokens=5, top_k=2)),  # most experts get zero tokens
     ("quant", {}),
     ("quant", F16),
     ("quant", dict(dim=48, group_size=48, num_rows=3)),
