@@ -12,17 +12,11 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+from torch import Tensor
 
 from agents.protocol import Array, Identity, LatencySummary, ModelShape, Snapshot
 from agents.runtime.stats import StepStats
 from agents.telemetry.latency import LatencySamples
-
-
-def to_numpy(value) -> np.ndarray:
-    """A torch tensor (any device) or array-like -> a host NumPy array."""
-    if hasattr(value, "detach"):
-        value = value.detach().cpu().numpy()
-    return np.asarray(value)
 
 
 def summarize(samples: list[float]) -> LatencySummary:
@@ -36,15 +30,16 @@ def summarize(samples: list[float]) -> LatencySummary:
 
 @dataclass
 class WindowSums:
-    """Sums over the steps of one window. Arrays stay None until the first step adds them."""
+    """Sums over the steps of one window, on the engine's device. Arrays stay None until the first step adds
+    them."""
 
     index: int
     num_steps: int = 0
-    expert_tokens: object = None  # [num_layers, num_experts], engine's array type
-    slot_tokens: object = None  # [num_layers, slots_per_rank]
-    recall_kept: object = None  # [num_layers]
-    recall_total: object = None  # [num_layers]
-    dropped_tokens: object = None  # [num_layers]
+    expert_tokens: Tensor | None = None  # [num_layers, num_experts]
+    slot_tokens: Tensor | None = None  # [num_layers, slots_per_rank]
+    recall_kept: Tensor | None = None  # [num_layers]
+    recall_total: Tensor | None = None  # [num_layers]
+    dropped_tokens: Tensor | None = None  # [num_layers]
     forward_seconds: float = 0.0
     dispatch_seconds: float = 0.0
     combine_seconds: float = 0.0
@@ -86,10 +81,9 @@ class WindowSums:
         self.itl += samples.itl
 
 
-def _accumulate(total, step):
+def _accumulate(total: Tensor | None, step: Tensor) -> Tensor:
     # the engine reuses nothing between steps, but a copy keeps the window independent of it anyway
-    return step.clone() if total is None and hasattr(step, "clone") else (
-        np.array(step) if total is None else total + step)
+    return step.clone() if total is None else total + step
 
 
 @dataclass(frozen=True)
@@ -169,10 +163,10 @@ class WindowBuilder:
         return ClosedWindow(snapshot, expert_tokens, slot_tokens, recall, dropped)
 
 
-def _host(value, shape: tuple[int, ...]) -> np.ndarray:
+def _host(value: Tensor | None, shape: tuple[int, ...]) -> np.ndarray:
     if value is None:
         return np.zeros(shape, dtype=np.int64)
-    array = to_numpy(value).astype(np.int64)
+    array = value.detach().cpu().numpy().astype(np.int64)  # the one host copy per window
     if array.shape != shape:
         raise ValueError(f"engine counters have shape {array.shape}, the model shape needs {shape}")
     return array
