@@ -28,6 +28,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 
+from agents.protocol import PlacementTable
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 WEB = ROOT / "dashboards" / "web"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -70,9 +72,7 @@ def synthetic_api(num_layers: int = NUM_LAYERS, num_experts: int = NUM_EXPERTS, 
     def load() -> dict:
         state["index"] += 1
         tokens = np.stack([rng.multinomial(400_000, p) for p in popularity])  # [L, E] tokens in the window
-        counts = np.stack([np.bincount(row, minlength=num_experts) for row in current])
-        slot_tokens = np.take_along_axis(tokens, current, axis=1) / np.take_along_axis(counts, current, axis=1)
-        gpu = slot_tokens.reshape(num_layers, ep_size, slots_per_rank).sum(axis=2)
+        gpu = PlacementTable(current).gpu_load(tokens, ep_size)
         return {"role": "decode", "ep_size": ep_size, "slots_per_rank": slots_per_rank, "gpus_per_node": 8,
                 "window_index": state["index"], "window_start": now, "window_placement_version": 7,
                 "placement_version": 7, "expert_tokens": tokens.astype(float).tolist(),

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from agents.protocol.placement import PlacementTable, gpu_load, imbalance
+
 RANK_REPORTS = "slot_reports_rank_"  # + EP rank: window counter, reports whose slot load the window counted
 
 
@@ -34,17 +36,17 @@ class Window:
 
     def gpu_load(self, ep_size: int) -> np.ndarray:
         """[num_layers, ep_size] tokens per GPU (rank) under the window's placement."""
-        num_layers, num_slots = self.slot_tokens.shape
-        return self.slot_tokens.reshape(num_layers, ep_size, num_slots // ep_size).sum(axis=2)
+        return gpu_load(self.slot_tokens, ep_size)
 
     def imbalance(self, ep_size: int) -> float | None:
-        """Mean over MoE layers of max/mean GPU load: the straggler factor of each layer's step.
+        """Mean over loaded MoE layers of max/mean GPU load: the straggler factor of each layer's step
+        (agents/protocol/placement.py, the number the agents' gauge and the solver's forecast use).
 
-        None unless every rank's slot load is in, from as many instances as any rank's: a GPU that did
-        not report would read as idle and fake a straggler elsewhere."""
+        None when no layer carried load, and unless every rank's slot load is in, from as many instances
+        as any rank's: a GPU that did not report would read as idle and fake a straggler elsewhere."""
         if not self.is_slot_load_complete(ep_size):
             return None
-        return imbalance_from_gpu_load(self.gpu_load(ep_size))
+        return imbalance(self.gpu_load(ep_size))
 
     def is_slot_load_complete(self, ep_size: int) -> bool:
         reports = [self.counters.get(f"{RANK_REPORTS}{rank}", 0) for rank in range(ep_size)]
@@ -59,15 +61,6 @@ class Window:
     def ratio(self, numerator: str, denominator: str) -> float | None:
         den = self.counters.get(denominator, 0.0)
         return self.counters.get(numerator, 0.0) / den if den > 0 else None
-
-
-def imbalance_from_gpu_load(gpu_load: np.ndarray) -> float | None:
-    """gpu_load: [num_layers, num_gpus] tokens -> mean over loaded layers of max/mean; None if no load."""
-    means = gpu_load.mean(axis=1)
-    loaded = means > 0
-    if not loaded.any():
-        return None
-    return float((gpu_load[loaded].max(axis=1) / means[loaded]).mean())
 
 
 @dataclass(frozen=True)
@@ -103,6 +96,11 @@ class PoolState:
     @property
     def num_slots(self) -> int:
         return self.ep_size * self.slots_per_rank
+
+    @property
+    def placement(self) -> PlacementTable:
+        """The placement the controller last issued."""
+        return PlacementTable(self.slot_to_expert, self.slot_share, self.placement_version)
 
     def current_windows(self) -> tuple[Window, ...]:
         """Complete windows measured entirely under the issued placement, oldest first."""

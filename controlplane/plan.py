@@ -11,11 +11,13 @@ import numpy as np
 from controlplane.desired import Decision, Mode, PlacementChange, Plan, Policy, VerifyOutcome
 from controlplane.learn.forecast import forecast_load
 from controlplane.observed import PoolState
-from controlplane.solve.placement import Topology, imbalance_of, solve_placement
+from controlplane.solve.algorithm import MigrationAware, PlacementAlgorithm
+from controlplane.solve.placement import Topology
 from controlplane.solve.routing import RoutingStep, plan_topk_group
 
 HOUR = 3600.0
 MAX_FORECAST_WINDOWS = 16
+MIGRATION_AWARE = MigrationAware()
 
 
 def pool_topology(pool: PoolState) -> Topology:
@@ -25,9 +27,11 @@ def pool_topology(pool: PoolState) -> Topology:
                     slots_per_gpu=pool.slots_per_rank, num_groups=pool.num_groups)
 
 
-def plan_pool(policy: Policy, pool: PoolState, now: float, *, is_forced: bool = False) -> Plan:
+def plan_pool(policy: Policy, pool: PoolState, now: float, *, is_forced: bool = False,
+              algorithm: PlacementAlgorithm = MIGRATION_AWARE) -> Plan:
     """is_forced: a person or an alert asked for a rebalance; the trigger thresholds are skipped,
-    the data hygiene, cooldown, budgets and the minimum gain still hold."""
+    the data hygiene, cooldown, budgets and the minimum gain still hold. algorithm: what solves the
+    placement (solve/algorithm.py)."""
 
     def plan(decision: Decision, reason: str, change: PlacementChange | None = None, **inputs) -> Plan:
         return Plan(pool.deployment, pool.role, decision, reason, inputs, change)
@@ -72,8 +76,11 @@ def plan_pool(policy: Policy, pool: PoolState, now: float, *, is_forced: bool = 
     history = np.stack([w.expert_tokens for w in pool.windows[-MAX_FORECAST_WINDOWS:]]).astype(np.float64)
     load = forecast_load(history)
     topology = pool_topology(pool)
-    current = imbalance_of(pool.slot_to_expert, load, topology, pool.slot_share)
-    solved = solve_placement(load, topology, current=pool.slot_to_expert, max_moved_slots=max_moved,
+    # the same imbalance as the measured one above, of the forecast instead of a window
+    current = pool.placement.imbalance(load, topology.num_gpus)
+    if current is None:
+        return plan(Decision.hold, "the load forecast carries no expert load", **inputs)
+    solved = algorithm.solve(load, topology, current=pool.slot_to_expert, max_moved_slots=max_moved,
                              group_locality=policy.group_locality)
     gain = current - solved.imbalance
     inputs |= {"forecast_imbalance_current": round(current, 4), "max_moved_slots": max_moved,
@@ -81,7 +88,7 @@ def plan_pool(policy: Policy, pool: PoolState, now: float, *, is_forced: bool = 
                "mean_nodes_per_group": round(float(solved.mean_nodes_per_group), 3)}
     if gain < policy.min_gain or solved.num_moved_slots == 0:
         return plan(Decision.keep, f"best plan gains {gain:.3f} < min_gain {policy.min_gain}", **inputs)
-    change = PlacementChange(solved.slot_to_expert, getattr(solved, "slot_share", None), current,
+    change = PlacementChange(solved.slot_to_expert, solved.slot_share, current,
                              solved.imbalance, solved.num_moved_slots)
     if is_forced:
         why = f"requested at imbalance {measured[-1]:.3f}"

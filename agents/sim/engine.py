@@ -21,6 +21,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
+from agents.protocol.placement import effective_share, gpu_load, slot_load
 from agents.runtime.ep import EPGroup
 from agents.runtime.placement import EngineRoutingLimits, Placement
 from agents.runtime.sequence import SamplingParams
@@ -124,11 +125,8 @@ class SimEngine:
 
     def _shares(self, placement: Placement) -> np.ndarray:
         """[num_layers, num_slots] share of its expert's tokens each slot takes."""
-        table = placement.slot_to_expert.numpy()
-        share = placement.slot_share.numpy() if placement.slot_share is not None else np.ones(table.shape)
-        totals = np.stack([np.bincount(row, weights=w, minlength=self.cfg.num_experts)
-                           for row, w in zip(table, share, strict=True)])
-        return share / np.take_along_axis(totals, table, axis=1)
+        share = placement.slot_share.numpy() if placement.slot_share is not None else None
+        return effective_share(placement.slot_to_expert.numpy(), share, self.cfg.num_experts)
 
     def step(self) -> tuple[list[RequestOutput], StepStats]:
         t0 = time.perf_counter()
@@ -149,8 +147,8 @@ class SimEngine:
         expert_tokens = self.load.route(popularity, num_tokens, rng)  # [L, E]
         table = self.placement.slot_to_expert.numpy()  # [L, S]
         # what every slot of the group receives, if the other ranks route like this one
-        group_slot_tokens = np.take_along_axis(expert_tokens, table, axis=1) * self._slot_share * cfg.ep_size
-        rank_rows = group_slot_tokens.reshape(cfg.num_layers, cfg.ep_size, cfg.slots_per_rank).sum(axis=2)
+        group_slot_tokens = slot_load(table, expert_tokens, self._slot_share) * cfg.ep_size
+        rank_rows = gpu_load(group_slot_tokens, cfg.ep_size)
         local = slice(cfg.ep_rank * cfg.slots_per_rank, (cfg.ep_rank + 1) * cfg.slots_per_rank)
         topk_group = self.routing_limits.topk_group or cfg.topk_group
         times = step_times(rank_rows, num_tokens, remote_share(cfg.ep_size, topk_group, cfg.num_groups, cfg.top_k))

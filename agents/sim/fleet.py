@@ -21,8 +21,8 @@ from agents.protocol import (
     ModelShape,
     Role,
     Snapshot,
-    default_slot_to_expert,
 )
+from agents.protocol.placement import default_slot_to_expert, effective_share, gpu_load, slot_load
 from agents.sim.cost import remote_share, routing_effect, step_times
 from agents.sim.load import LoadModel
 
@@ -51,25 +51,17 @@ class SimInstance:
                                                      self.ep_size * self.slots_per_rank)
 
     def shares(self) -> np.ndarray:
-        if self.slot_share is not None:
-            return self.slot_share
-        counts = np.stack([np.bincount(row, minlength=self.model.num_experts) for row in self.slot_to_expert])
-        return 1.0 / np.take_along_axis(counts, self.slot_to_expert, axis=1)
-
-    def gpu_load(self, expert_tokens: np.ndarray) -> np.ndarray:
-        """expert_tokens [num_layers, num_experts] -> [num_layers, ep_size] under the running placement."""
-        slot_tokens = np.take_along_axis(expert_tokens, self.slot_to_expert, axis=1) * self.shares()
-        return slot_tokens.reshape(self.model.num_layers, self.ep_size, self.slots_per_rank).sum(axis=2)
+        """[num_layers, num_slots] share of its expert's tokens each slot takes, as the runtime splits."""
+        return effective_share(self.slot_to_expert, self.slot_share, self.model.num_experts)
 
     def window(self, window_start: float, window_seconds: float, num_tokens: int) -> list[Snapshot]:
         rng = self.load.rng
         expert_tokens = self.load.route(self.load.popularity(), num_tokens)
         # each rank's attention is data parallel: it routes its own share of the tokens
         per_rank = rng.multinomial(expert_tokens, np.full(self.ep_size, 1.0 / self.ep_size))  # [L, E, R]
-        slot_tokens = np.rint(np.take_along_axis(expert_tokens, self.slot_to_expert, axis=1) * self.shares())
-        gpu_load = slot_tokens.reshape(self.model.num_layers, self.ep_size, self.slots_per_rank).sum(axis=2)
+        slot_tokens = np.rint(slot_load(self.slot_to_expert, expert_tokens, self.shares()))
         _, recall = routing_effect(self.topk_group, self.model.num_groups, self.model.top_k)
-        times = step_times(gpu_load, num_tokens / self.ep_size,
+        times = step_times(gpu_load(slot_tokens, self.ep_size), num_tokens / self.ep_size,
                            remote_share(self.ep_size, self.topk_group, self.model.num_groups, self.model.top_k))
         queries = num_tokens // self.ep_size * 4
         drafts = num_tokens // self.ep_size // 4

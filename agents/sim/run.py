@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import math
 import os
 import signal
 import threading
@@ -15,6 +14,7 @@ import time
 
 import httpx
 
+from agents.protocol.grid import window_index, window_start
 from agents.sim.fleet import FleetClient, make_fleet
 
 log = logging.getLogger("moectl.sim")
@@ -32,15 +32,15 @@ def run_sim(*, url: str, api_token: str, agent_token: str, num_deployments: int,
         fleet_client = FleetClient(client, api_token=api_token, agent_token=agent_token)
         fleet_client.register(fleet, policy={"mode": mode, "cooldown_seconds": 3 * window_seconds})
         log.info("simulating %d deployments x %d ranks, %.1fs windows", num_deployments, ep_size, window_seconds)
-        index = math.floor(time.time() / window_seconds)
+        index = window_index(time.time(), window_seconds)
         count = 0
         while not stop.is_set() and (num_windows == 0 or count < num_windows):
             # post window `index` once it has ended, on the controller's grid
-            end = (index + 1) * window_seconds
+            end = window_start(index + 1, window_seconds)
             if stop.wait(max(0.0, end - time.time())):
                 break
             try:
-                fleet_client.post_window(fleet, index * window_seconds, window_seconds)
+                fleet_client.post_window(fleet, window_start(index, window_seconds), window_seconds)
             except httpx.HTTPError as exc:
                 log.warning("controller unreachable (%s); retrying next window", exc)
             index, count = index + 1, count + 1

@@ -1,7 +1,7 @@
 """One rank's step stats summed into windows on the controller's grid, each closed into a `Snapshot`.
 
-Window `i` covers wall-clock `[i * window_seconds, (i + 1) * window_seconds)`; the controller files a
-snapshot under `round(window_start / window_seconds)`, so every rank of every instance lines up.
+Window `i` covers wall-clock `[i * window_seconds, (i + 1) * window_seconds)`, on the grid the controller
+files snapshots by (agents/protocol/grid.py), so every rank of every instance lines up.
 MoE arrays are summed where the engine keeps them (on device, no host sync per step) and copied
 to the host once, when the window closes.
 """
@@ -15,6 +15,7 @@ import numpy as np
 from torch import Tensor
 
 from agents.protocol import Array, Identity, LatencySummary, ModelShape, Snapshot
+from agents.protocol.grid import window_index, window_start
 from agents.runtime.stats import StepStats
 from agents.telemetry.latency import LatencySamples
 
@@ -111,7 +112,7 @@ class WindowBuilder:
         self.current = WindowSums(self.index_at(now))
 
     def index_at(self, now: float) -> int:
-        return math.floor(now / self.window_seconds)
+        return window_index(now, self.window_seconds)
 
     def add(self, stats: StepStats, samples: LatencySamples) -> None:
         self.current.add(stats, samples)
@@ -122,7 +123,7 @@ class WindowBuilder:
 
         A window length change (from the controller) takes effect at the next window."""
         index = self.current.index
-        if now < (index + 1) * self.window_seconds:
+        if now < window_start(index + 1, self.window_seconds):
             return None
         closed = self.close(self.current)
         self.current = WindowSums(self.index_at(now))
@@ -147,7 +148,7 @@ class WindowBuilder:
         num_total = int(total.sum())
         version = sums.placement_version if sums.num_steps else self.placement_version
         snapshot = Snapshot(
-            identity=self.identity, model=self.model, window_start=sums.index * self.window_seconds,
+            identity=self.identity, model=self.model, window_start=window_start(sums.index, self.window_seconds),
             window_seconds=self.window_seconds, placement_version=version, num_steps=sums.num_steps,
             expert_tokens=Array.from_numpy(expert_tokens), slot_tokens=Array.from_numpy(slot_tokens),
             forward_seconds=sums.forward_seconds, dispatch_seconds=sums.dispatch_seconds,

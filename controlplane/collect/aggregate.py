@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from agents.protocol import Snapshot
+from agents.protocol.grid import window_index
 
 # summed over all reports of a window; ratios are formed at read time (sum/sum, never mean of ratios)
 COUNTERS = (
@@ -32,11 +33,6 @@ class Report:
     counters: dict[str, float]
 
 
-def window_index(window_start: float, window_seconds: float) -> int:
-    """Windows of all ranks line up on the controller's grid, whatever their exact start."""
-    return int(round(window_start / window_seconds))
-
-
 def to_report(snapshot: Snapshot, grid_seconds: float) -> Report:
     s = snapshot
     counters = {name: float(getattr(s, name)) for name in COUNTERS if hasattr(s, name)}
@@ -46,6 +42,7 @@ def to_report(snapshot: Snapshot, grid_seconds: float) -> Report:
         "ttft_p99": s.ttft.p99 or 0.0, "itl_p99": s.itl.p99 or 0.0,
     }
     counters |= {f"{ACCEPTED_AT}{i}": float(n) for i, n in enumerate(s.spec_accepted_by_position)}
+    # the grid window holding the snapshot's start: every rank's window lands in the same row
     return Report(window_index(s.window_start, grid_seconds), s.expert_tokens.to_numpy(),
                   s.slot_tokens.to_numpy(), s.identity.rank * s.identity.slots_per_rank, counters)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from controlplane.solve.local_search import counts_of, improve
+from controlplane.solve.local_search import improve
 from controlplane.solve.locality import balance_groups, expert_node_of, solve_local
 from controlplane.solve.packing import pack, replicate
 
@@ -29,5 +29,5 @@ def solve_fresh(load: np.ndarray, topology, is_local: bool, tolerance: float = F
         expert_node = expert_node_of(group_to_node, load.shape[1])
     else:
         table = pack(load, replicate(load, topology.num_slots, topology.num_gpus), topology.num_gpus, k)
-    return improve(table, load, counts_of(table, load.shape[1]), k, expert_node=expert_node, gpus_per_node=gpn,
+    return improve(table, load, k, expert_node=expert_node, gpus_per_node=gpn,
                    min_gain=1e-9, tolerance=tolerance, num_partner_gpus=NUM_PARTNER_GPUS, num_spares=NUM_SPARES)

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from agents.protocol.placement import gpu_load, layer_imbalance, slot_load
 from controlplane.solve.construct import FRESH_TOLERANCE, solve_fresh
-from controlplane.solve.local_search import counts_of, improve
+from controlplane.solve.local_search import improve
 from controlplane.solve.locality import balance_groups, expert_node_of, group_to_node_of, solve_local
 from controlplane.solve.relabel import relabel
 from controlplane.solve.repair import invalid_layers, repair_layer
@@ -63,7 +64,7 @@ def _improve_in_stages(table, load, topology, current, max_moved_slots, expert_n
         budget = None
         if max_moved_slots is not None:
             budget = max_moved_slots - int((table != current).sum()) + int((before != current[layers]).sum())
-        after = improve(before, load[layers], counts_of(before, load.shape[1]), k, current=current[layers],
+        after = improve(before, load[layers], k, current=current[layers],
                         max_moved_slots=budget, expert_node=None if expert_node is None else expert_node[layers],
                         gpus_per_node=topology.gpus_per_node, max_rounds=num_rounds, min_gain=min_gain,
                         tolerance=tolerance)
@@ -76,11 +77,9 @@ def _improve_in_stages(table, load, topology, current, max_moved_slots, expert_n
 
 
 def layer_ratio(table: np.ndarray, share: np.ndarray, load: np.ndarray, slots_per_gpu: int) -> np.ndarray:
-    """[L] max/mean GPU load per layer (1.0 for a layer without load)."""
-    num_layers, num_slots = table.shape
-    gpu_load = (np.take_along_axis(load, table, axis=1) * share).reshape(num_layers, -1, slots_per_gpu).sum(axis=2)
-    mean = gpu_load.mean(axis=1)
-    return np.divide(gpu_load.max(axis=1), mean, out=np.ones_like(mean), where=mean > 0)
+    """[L] max/mean GPU load per layer; NaN for a layer without load, which compares false against any
+    tolerance, so such a layer is never opened for moves."""
+    return layer_imbalance(gpu_load(slot_load(table, load, share), table.shape[1] // slots_per_gpu))
 
 
 def _adopt_fresh(table, share, load, topology, current, max_moved_slots, is_local, tolerance, min_gain) -> None:
@@ -99,9 +98,11 @@ def _adopt_fresh(table, share, load, topology, current, max_moved_slots, is_loca
     extra = (fresh != current[layers]).sum(axis=1) - (table[layers] != current[layers]).sum(axis=1)
     order = np.argsort(-gain / np.maximum(extra, 0.5), kind="stable")
     is_taken = np.zeros(len(layers), dtype=bool)
-    # a layer left out is within tolerance, so at most 1+tolerance times its own fresh solve (>= 1)
-    target = MAX_RATIO_TO_FRESH * (fresh_ratio.sum() + len(ratio) - len(layers))
-    total = ratio.sum()
+    # a loaded layer left out is within tolerance, so at most 1+tolerance times its own fresh solve (>= 1);
+    # layers without load (NaN) are no part of the plan's imbalance, so none of the sums
+    is_loaded = ~np.isnan(ratio)
+    target = MAX_RATIO_TO_FRESH * (fresh_ratio.sum() + is_loaded.sum() - len(layers))
+    total = ratio[is_loaded].sum()
     for must_pay in (True, False):
         for index in order:
             if is_taken[index] or gain[index] <= 1e-12 or extra[index] > budget:

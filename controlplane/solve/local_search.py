@@ -11,40 +11,32 @@ from __future__ import annotations
 
 import numpy as np
 
+from agents.protocol.placement import even_share, gpu_load, replica_counts, slot_load
 from controlplane.solve.moves import best_moves
 
 
-def slot_loads(table: np.ndarray, load: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """[L, S] tokens each slot takes under an even split of its expert's load."""
-    return np.take_along_axis(load, table, axis=1) / np.take_along_axis(counts, table, axis=1)
-
-
-def counts_of(table: np.ndarray, num_experts: int) -> np.ndarray:
-    """[L, S] table -> [L, E] replicas per expert."""
-    offsets = np.arange(table.shape[0])[:, None] * num_experts
-    flat = np.bincount((table + offsets).ravel(), minlength=table.shape[0] * num_experts)
-    return flat.reshape(table.shape[0], num_experts)
-
-
-def improve(table: np.ndarray, load: np.ndarray, counts: np.ndarray, slots_per_gpu: int,
+def improve(table: np.ndarray, load: np.ndarray, slots_per_gpu: int,
             current: np.ndarray | None = None, max_moved_slots: int | None = None,
             expert_node: np.ndarray | None = None, gpus_per_node: int = 1, max_rounds: int = 2000,
             num_partner_gpus: int = 4, num_spares: int = 16, min_gain: float = 1e-9,
             tolerance: float = 0.0) -> np.ndarray:
     """Return an improved copy of table [L, S].
 
-    load: [L, E] tokens; counts: [L, E] replicas in `table`; current: [L, S] applied table;
+    load: [L, E] tokens; current: [L, S] applied table;
     expert_node: [L, E] node each expert must stay on (-1: anywhere), for group locality;
     min_gain: smallest accepted drop of a layer's max GPU load per moved slot, as a fraction of
         the layer's mean GPU load (a move must pay for the weights it transfers).
     tolerance: a layer whose max/mean GPU load is within this of 1 is left alone.
     """
-    table, counts = table.copy(), counts.copy()
+    table = table.copy()
     num_layers, num_slots = table.shape
     num_gpus = num_slots // slots_per_gpu
     slot_gpu = np.arange(num_slots) // slots_per_gpu
-    slot_load = slot_loads(table, load, counts)
-    gpu_load = slot_load.reshape(num_layers, num_gpus, slots_per_gpu).sum(axis=2)
+    # the search scores moves on the even split (shares come after it, see `shares`); the arrays below
+    # are the protocol's numbers for `table`, refreshed for every layer a round changes
+    counts = replica_counts(table, load.shape[1])
+    slots = slot_load(table, load, even_share(table, counts))
+    gpus = gpu_load(slots, num_gpus)
     is_on_gpu = np.zeros((num_layers, num_gpus, load.shape[1]), dtype=bool)
     is_on_gpu[np.arange(num_layers)[:, None], slot_gpu[None, :], table] = True
     budget = np.inf if max_moved_slots is None or current is None else float(max_moved_slots)
@@ -58,10 +50,10 @@ def improve(table: np.ndarray, load: np.ndarray, counts: np.ndarray, slots_per_g
         layers = np.flatnonzero(is_active)
         if len(layers) == 0 or num_partners < 1:
             break
-        move = best_moves(layers, table, load, counts, slot_load, gpu_load, is_on_gpu, slots_per_gpu,
+        move = best_moves(layers, table, load, counts, slots, gpus, is_on_gpu, slots_per_gpu,
                           num_partners, min(num_spares, num_slots), expert_node, gpus_per_node, current, threshold)
         is_good = (move["gain"] > threshold[layers] * np.maximum(move["cost"], 1)) \
-            & (gpu_load[layers].max(axis=1) > ceiling[layers])
+            & (gpus[layers].max(axis=1) > ceiling[layers])
         is_active[layers[~is_good]] = False
         taken = is_good.copy()
         if budget < np.inf:
@@ -77,9 +69,9 @@ def improve(table: np.ndarray, load: np.ndarray, counts: np.ndarray, slots_per_g
         for slot, expert in (("slot1", "expert1"), ("slot2", "expert2")):
             has_write = move[slot][taken] >= 0
             table[changed[has_write], move[slot][taken][has_write]] = move[expert][taken][has_write]
-        counts[changed] = counts_of(table[changed], load.shape[1])
-        slot_load[changed] = slot_loads(table[changed], load[changed], counts[changed])
-        gpu_load[changed] = slot_load[changed].reshape(len(changed), num_gpus, slots_per_gpu).sum(axis=2)
+        counts[changed] = replica_counts(table[changed], load.shape[1])
+        slots[changed] = slot_load(table[changed], load[changed], even_share(table[changed], counts[changed]))
+        gpus[changed] = gpu_load(slots[changed], num_gpus)
         is_on_gpu[changed] = False
         is_on_gpu[changed[:, None], slot_gpu[None, :], table[changed]] = True
     return table

@@ -1,10 +1,12 @@
 """Expert placement: which logical expert each physical slot holds, per MoE layer.
 
-Public and stable (the controller, the simulator and benchmarks call it):
-`Topology`, `PlacementPlan`, `solve_placement`, `imbalance_of`, `gpu_load_of`.
+Public and stable (the controller, the simulator and benchmarks call it): `Topology`,
+`PlacementPlan`, `solve_placement`, and `plan_of`, which any algorithm (solve/algorithm.py) uses to
+report a table. Per-GPU load and imbalance of any table are the wire contract's
+(agents/protocol/placement.py), so a plan's forecast and a window's measurement are the same number.
 Shapes: L = num_layers, E = num_experts, S = num_slots, G = num_gpus. Load is in tokens.
-Invariants of every plan: each expert has >= 1 replica, no GPU holds two replicas of one expert,
-and each expert's slot shares sum to 1.
+Invariants of every plan `solve_placement` returns: each expert has >= 1 replica, no GPU holds two
+replicas of one expert, and each expert's slot shares sum to 1.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from agents.protocol.placement import PlacementTable, imbalance
 from controlplane.solve.construct import solve_fresh
 from controlplane.solve.incremental import solve_incremental
 from controlplane.solve.locality import group_to_node_of, is_feasible, mean_nodes_per_group
@@ -53,7 +56,8 @@ class PlacementPlan:
     slot_share: [L, S] float64 fraction of its expert's tokens each slot takes: > 0, summing to 1 per
         expert and layer; uneven where a replica on a lighter GPU can take more (see `shares`).
     gpu_load: [L, G] float64 predicted tokens per GPU.
-    imbalance: mean over layers of max/mean GPU load (zero-load layers count 1.0).
+    imbalance: mean over loaded layers of max/mean GPU load; None when the load is all zero (the rule
+        of agents/protocol/placement.py).
     num_moved_slots: slots whose expert differs from `current` (0 without a current table).
     moved_slots: [M, 2] int64 (layer, slot) pairs that change, i.e. the weights to transfer.
     is_group_local: every layer keeps each group's replicas on one node (asked for and achieved).
@@ -64,50 +68,11 @@ class PlacementPlan:
     slot_to_expert: np.ndarray
     slot_share: np.ndarray
     gpu_load: np.ndarray
-    imbalance: float
+    imbalance: float | None
     num_moved_slots: int
     moved_slots: np.ndarray
     is_group_local: bool = False
     mean_nodes_per_group: float = 1.0
-
-
-def replica_counts(slot_to_expert: np.ndarray, num_experts: int) -> np.ndarray:
-    """[L, S] table -> [L, E] int64 number of slots holding each expert."""
-    num_layers = slot_to_expert.shape[0]
-    offsets = np.arange(num_layers)[:, None] * num_experts
-    flat = np.bincount((slot_to_expert + offsets).ravel(), minlength=num_layers * num_experts)
-    return flat.reshape(num_layers, num_experts)
-
-
-def even_share(slot_to_expert: np.ndarray, num_experts: int) -> np.ndarray:
-    """[L, S] float64: 1/replicas of the slot's expert, the split the runtime does by default."""
-    counts = replica_counts(slot_to_expert, num_experts)
-    return 1.0 / np.take_along_axis(counts, slot_to_expert, axis=1)
-
-
-def gpu_load_of(slot_to_expert: np.ndarray, load: np.ndarray, topology: Topology,
-                slot_share: np.ndarray | None = None) -> np.ndarray:
-    """Predicted tokens per GPU, [L, G] float64, for table [L, S] and load [L, E] tokens."""
-    load = np.asarray(load, dtype=np.float64)
-    slot_to_expert = np.asarray(slot_to_expert, dtype=np.int64)
-    if slot_share is None:
-        slot_share = even_share(slot_to_expert, load.shape[1])
-    slot_load = np.take_along_axis(load, slot_to_expert, axis=1) * slot_share
-    return slot_load.reshape(load.shape[0], topology.num_gpus, topology.slots_per_gpu).sum(axis=2)
-
-
-def imbalance_from_gpu_load(gpu_load: np.ndarray) -> float:
-    """Mean over layers of max/mean GPU load; a layer with no load counts as perfectly balanced."""
-    mean = gpu_load.mean(axis=1)
-    peak = gpu_load.max(axis=1)
-    ratio = np.divide(peak, mean, out=np.ones_like(mean), where=mean > 0)
-    return float(ratio.mean())
-
-
-def imbalance_of(slot_to_expert: np.ndarray, load: np.ndarray, topology: Topology,
-                 slot_share: np.ndarray | None = None) -> float:
-    """Mean over layers of (max GPU load / mean GPU load) for any table; 1.0 is perfect."""
-    return imbalance_from_gpu_load(gpu_load_of(slot_to_expert, load, topology, slot_share))
 
 
 def _validate(load, topology: Topology, current, max_moved_slots) -> tuple[np.ndarray, np.ndarray | None]:
@@ -164,8 +129,7 @@ def solve_placement(load, topology: Topology, current=None, max_moved_slots: int
         least this fraction of the layer's mean.
     """
     load, current = _validate(load, topology, current, max_moved_slots)
-    num_experts = load.shape[1]
-    is_local = group_locality and is_feasible(num_experts, topology.num_slots, topology.num_groups,
+    is_local = group_locality and is_feasible(load.shape[1], topology.num_slots, topology.num_groups,
                                               topology.num_nodes, topology.gpus_per_node)
     if current is None:
         table = solve_fresh(load, topology, is_local, 0.001 if tolerance is None else tolerance)
@@ -173,16 +137,25 @@ def solve_placement(load, topology: Topology, current=None, max_moved_slots: int
     else:
         table, share = solve_incremental(load, topology, current, max_moved_slots, is_local,
                                          0.01 if tolerance is None else tolerance, min_gain_per_move)
-    is_group_local = is_local and bool((group_to_node_of(table, num_experts, topology.num_groups,
-                                                         topology.num_nodes) >= 0).all())
-    return _plan(table, share, load, topology, current, is_group_local)
+    return plan_of(table, share, load, topology, current, is_group_local=is_local)
 
 
-def _plan(table, share, load, topology, current, is_group_local) -> PlacementPlan:
-    gpu_load = gpu_load_of(table, load, topology, share)
+def plan_of(table: np.ndarray, share: np.ndarray | None, load: np.ndarray, topology: Topology,
+            current: np.ndarray | None = None, *, is_group_local: bool = False) -> PlacementPlan:
+    """The plan of any solved table [L, S] for load [L, E] tokens: what it is predicted to do and move.
+
+    share: [L, S] slot_share, or None for an even split; is_group_local: locality was asked for, and
+    the plan says so only if the table keeps every group's replicas on one node.
+    """
+    placement = PlacementTable(table, share)
+    gpu_load = placement.gpu_load(load, topology.num_gpus)
     moved = np.argwhere(table != current) if current is not None else np.empty((0, 2), dtype=np.int64)
-    return PlacementPlan(slot_to_expert=table, slot_share=share, gpu_load=gpu_load,
-                         imbalance=imbalance_from_gpu_load(gpu_load), num_moved_slots=len(moved),
+    num_experts = load.shape[1]
+    is_group_local = is_group_local and bool((group_to_node_of(table, num_experts, topology.num_groups,
+                                                               topology.num_nodes) >= 0).all())
+    return PlacementPlan(slot_to_expert=placement.slot_to_expert,
+                         slot_share=placement.effective_share(num_experts) if share is None else share,
+                         gpu_load=gpu_load, imbalance=imbalance(gpu_load), num_moved_slots=len(moved),
                          moved_slots=moved.astype(np.int64), is_group_local=is_group_local,
-                         mean_nodes_per_group=mean_nodes_per_group(table, load.shape[1], topology.num_groups,
+                         mean_nodes_per_group=mean_nodes_per_group(table, num_experts, topology.num_groups,
                                                                    topology.num_nodes))

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from agents.protocol.placement import replica_counts
+
 
 def invalid_layers(table: np.ndarray, num_experts: int, slots_per_gpu: int) -> np.ndarray:
     """[L] bool: some expert missing or some GPU holding one expert twice. table: [L, S]."""
-    num_layers = table.shape[0]
-    offsets = np.arange(num_layers)[:, None] * num_experts
-    counts = np.bincount((table + offsets).ravel(), minlength=num_layers * num_experts)
-    per_gpu = np.sort(table.reshape(num_layers, -1, slots_per_gpu), axis=2)
+    per_gpu = np.sort(table.reshape(table.shape[0], -1, slots_per_gpu), axis=2)
     is_dup = (per_gpu[:, :, 1:] == per_gpu[:, :, :-1]).any(axis=(1, 2))
-    return (counts.reshape(num_layers, num_experts) == 0).any(axis=1) | is_dup
+    return (replica_counts(table, num_experts) == 0).any(axis=1) | is_dup
 
 
 def repair_layer(row: np.ndarray, load: np.ndarray, slots_per_gpu: int, gpus_per_node: int = 1,
@@ -38,6 +37,8 @@ def repair_layer(row: np.ndarray, load: np.ndarray, slots_per_gpu: int, gpus_per
             free.append(slot)  # the second copy on this GPU
         else:
             is_on_gpu[slot_gpu[slot], expert] = True
+    # running replica counts of the row without its freed slots: replica_counts(row) less the copies in
+    # `free`, kept in step with every write below
     counts = is_on_gpu.sum(axis=0)
     missing = list(np.flatnonzero(counts == 0))
     while missing:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from agents.protocol.placement import even_share, gpu_load, replica_counts, slot_load
+
 MIN_SHARE = 0.1  # of an even split: floors each replica at 10% of 1/replicas
 
 
@@ -24,20 +26,19 @@ def water_fill(table: np.ndarray, load: np.ndarray, slots_per_gpu: int, num_swee
     table: [L, S] slot -> expert; load: [L, E] tokens.
     """
     num_layers, num_slots = table.shape
-    counts = np.zeros(load.shape, dtype=np.int64)
-    np.add.at(counts, (np.arange(num_layers)[:, None], table), 1)
-    share = 1.0 / np.take_along_axis(counts, table, axis=1)
+    counts = replica_counts(table, load.shape[1])
+    share = even_share(table, counts)
     replica_slots = _replica_slots(table, load, counts)               # [L, R, C], -1 padded
     if replica_slots.size == 0:
         return share
     rows = np.arange(num_layers)[:, None]
     slot_gpu = np.arange(num_slots) // slots_per_gpu
-    gpu_load = np.zeros((num_layers, num_slots // slots_per_gpu))
-    np.add.at(gpu_load, (rows, slot_gpu[None, :]), np.take_along_axis(load, table, axis=1) * share)
+    # kept in step with `share` by every fill below: gpu_tokens == gpu_load(slot_load(table, load, share), G)
+    gpu_tokens = gpu_load(slot_load(table, load, share), num_slots // slots_per_gpu)
     # per-layer convergence, so a layer's shares never depend on which other layers are solved with it
     is_active = np.ones(num_layers, dtype=bool)
     for _ in range(num_sweeps):
-        previous = gpu_load.max(axis=1)
+        previous = gpu_tokens.max(axis=1)
         for rank in range(replica_slots.shape[1]):
             slots = replica_slots[:, rank]                            # [L, C]
             is_real = (slots >= 0) & is_active[:, None]
@@ -47,14 +48,14 @@ def water_fill(table: np.ndarray, load: np.ndarray, slots_per_gpu: int, num_swee
             count = is_real.sum(axis=1)
             floor = min_share / np.maximum(count, 1) * tokens         # [L]
             old = np.where(is_real, share[rows, safe] * tokens[:, None], 0.0)
-            base = np.where(is_real, gpu_load[rows, gpus] - old + floor[:, None], np.inf)
+            base = np.where(is_real, gpu_tokens[rows, gpus] - old + floor[:, None], np.inf)
             new = floor[:, None] + _fill(base, tokens * (1.0 - min_share))
             is_step = is_real & (tokens[:, None] > 0)
             new = np.where(is_step, new, old)
             layer_of = np.broadcast_to(rows, gpus.shape)[is_step]
-            np.add.at(gpu_load, (layer_of, gpus[is_step]), (new - old)[is_step])
+            np.add.at(gpu_tokens, (layer_of, gpus[is_step]), (new - old)[is_step])
             share[layer_of, slots[is_step]] = (new / np.where(tokens > 0, tokens, 1.0)[:, None])[is_step]
-        is_active &= gpu_load.max(axis=1) < previous * (1 - 1e-6)
+        is_active &= gpu_tokens.max(axis=1) < previous * (1 - 1e-6)
         if not is_active.any():
             break
     return share

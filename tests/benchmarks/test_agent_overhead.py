@@ -3,26 +3,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def load_benchmark():
-    spec = importlib.util.spec_from_file_location("agent_overhead", ROOT / "benchmarks" / "agent_overhead.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from benchmarks.agent_overhead import main, measure
 
 
 def test_the_overhead_benchmark_measures_the_agent_and_reports_against_its_budget(capsys):
-    benchmark = load_benchmark()
-    result = benchmark.measure(num_steps=40, batch_size=2, block=5)
+    result = measure(num_steps=40, batch_size=2, block=5)
     assert result["step_ms"] > 0 and result["agent_ms"] > 0, result
     assert math.isclose(result["agent_share"], result["agent_mean_ms"] / result["step_ms"], rel_tol=1e-9), result
-    code = benchmark.main(["--steps", "20", "--batch-size", "2"])
+    code = main(["--steps", "20", "--batch-size", "2"])
     report = capsys.readouterr().out
     assert "engine step" in report and "% of a step" in report, report
     assert (code == 1) == ("over budget" in report), (code, report)

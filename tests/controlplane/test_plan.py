@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agents.protocol import default_slot_to_expert
+from agents.protocol import PlacementTable, default_slot_to_expert
 from controlplane.desired import Decision, Mode, Policy, VerifyOutcome
 from controlplane.observed import RANK_REPORTS, PoolState, Window
 from controlplane.plan import plan_pool, verify_change
@@ -17,8 +17,7 @@ EVERY_RANK = {f"{RANK_REPORTS}{rank}": 1 for rank in range(EP)}  # each rank's s
 def skewed_window(index: int, table: np.ndarray, version: int = 0, hot: float = 20.0) -> Window:
     load = np.full((NUM_LAYERS, NUM_EXPERTS), 100.0)
     load[:, 0] *= hot  # one hot expert per layer
-    counts = np.stack([np.bincount(row, minlength=NUM_EXPERTS) for row in table])
-    slot_tokens = np.take_along_axis(load, table, axis=1) / np.take_along_axis(counts, table, axis=1)
+    slot_tokens = PlacementTable(table).slot_load(load)
     return Window(index=index, start=index * 10.0, seconds=10.0, placement_version=version, num_reports=EP,
                   num_slot_reports=EP, expert_tokens=load, slot_tokens=slot_tokens, counters=EVERY_RANK)
 
@@ -79,8 +78,7 @@ def test_group_locality_keeps_each_groups_replicas_on_one_node():
     table = default_slot_to_expert(NUM_LAYERS, NUM_EXPERTS, EP * SPR)
     load = np.full((NUM_LAYERS, NUM_EXPERTS), 100.0)
     load[:, [1, 6, 11, 12]] *= 6
-    counts = np.stack([np.bincount(row, minlength=NUM_EXPERTS) for row in table])
-    slot_tokens = np.take_along_axis(load, table, axis=1) / np.take_along_axis(counts, table, axis=1)
+    slot_tokens = PlacementTable(table).slot_load(load)
     windows = tuple(Window(index=i, start=i * 10.0, seconds=10.0, placement_version=0, num_reports=EP,
                            num_slot_reports=EP, expert_tokens=load, slot_tokens=slot_tokens, counters=EVERY_RANK)
                     for i in range(3))

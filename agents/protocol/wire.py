@@ -1,4 +1,4 @@
-"""The wire contract between agents and the controller: the only module both sides import.
+"""The wire contract between agents and the controller: what one round trip carries.
 
 An agent posts one `Snapshot` per window (one EP rank's view of that window) and gets a
 `DesiredState` back in the response, so one round trip both reports and reconciles.
@@ -218,13 +218,4 @@ class DesiredState(_Frozen):
     routing: RoutingLimits = RoutingLimits()
     local_prefill_threshold: int | None = Field(default=None, ge=0, description="PD-aware threshold, tokens")
     window_seconds: float | None = Field(default=None, gt=0, description="the window length the controller wants")
-
-
-def default_slot_to_expert(num_layers: int, num_experts: int, num_slots: int) -> np.ndarray:
-    """Placement version 0, before the controller decides: slot s holds expert s mod num_experts.
-
-    Returns [num_layers, num_slots] int64; the first num_experts slots hold one copy of each expert.
-    """
-    return np.tile(np.arange(num_slots, dtype=np.int64) % num_experts, (num_layers, 1))
-
 

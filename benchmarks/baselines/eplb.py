@@ -1,15 +1,19 @@
-"""The published DeepSeek EPLB greedy, re-implemented in NumPy from its description, as a baseline.
+"""The published DeepSeek EPLB greedy (deepseek-ai/EPLB, `eplb.py`), re-implemented in NumPy, as a baseline.
 
-Written by us from the algorithm's description (docs/notes/eplb.md §2): group packing onto nodes,
-replication inside each node by highest load per replica, equal-count LPT packing of replicas onto
-the node's GPUs. It is stateless and may put two replicas of one expert on one GPU; both are kept on
-purpose, because the benchmark measures exactly those weaknesses. Not used by the controller.
-Shapes: L layers, E experts, P physical slots, N nodes, D GPUs, G expert groups.
+Written by us from the algorithm's description: group packing onto nodes, replication inside each node
+by highest load per replica, equal-count LPT packing of replicas onto the node's GPUs. It is stateless and
+may put two replicas of one expert on one GPU; both are kept on purpose, because the benchmark measures
+exactly those weaknesses. `Eplb` puts it behind the controller's `PlacementAlgorithm` interface; the
+controller never runs it. Shapes: L layers, E experts, P physical slots, N nodes, D GPUs, G expert groups.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+
+from controlplane.solve.placement import PlacementPlan, Topology, plan_of
 
 
 def balanced_packing(weight: np.ndarray, num_packs: int) -> tuple[np.ndarray, np.ndarray]:
@@ -102,3 +106,21 @@ def rebalance_experts(weight: np.ndarray, num_physical: int, num_groups: int, nu
     if num_groups % num_nodes == 0:
         return rebalance_hierarchical(weight, num_physical, num_groups, num_nodes, num_gpus)
     return rebalance_hierarchical(weight, num_physical, 1, 1, num_gpus)
+
+
+@dataclass(frozen=True)
+class Eplb:
+    """EPLB as a `PlacementAlgorithm` (controlplane/solve/algorithm.py). Stateless: it solves from scratch
+    whatever `current` is and ignores `max_moved_slots` (the plan still counts the slots it moves against
+    `current`); traffic splits evenly over replicas; hierarchical (group-local) when asked and the groups
+    split evenly over nodes, as the published code decides."""
+
+    name: str = "EPLB"
+
+    def solve(self, load: np.ndarray, topology: Topology, current: np.ndarray | None = None,
+              max_moved_slots: int | None = None, *, group_locality: bool = False) -> PlacementPlan:
+        is_local = group_locality and topology.num_groups % topology.num_nodes == 0
+        table = rebalance_experts(load, topology.num_slots, topology.num_groups if is_local else 1,
+                                  topology.num_nodes if is_local else 1, topology.num_gpus)
+        return plan_of(table, None, np.asarray(load, dtype=np.float64), topology, current,
+                       is_group_local=is_local)

@@ -1,0 +1,39 @@
+"""The contract between agents and the controller: the only package both sides import.
+
+wire: what one round trip carries (Snapshot, DesiredState, compact arrays); placement: the placement
+value and the numbers derived from it (replica counts, shares, per-GPU load, imbalance); grid: the
+window grid both sides file load on. Every public name is re-exported here.
+"""
+
+from agents.protocol.grid import window_index, window_start
+from agents.protocol.placement import (
+    PlacementTable,
+    default_slot_to_expert,
+    effective_share,
+    even_share,
+    gpu_load,
+    imbalance,
+    layer_imbalance,
+    replica_counts,
+    slot_load,
+)
+from agents.protocol.wire import (
+    MAX_ARRAY_ELEMENTS,
+    NAME_PATTERN,
+    PROTOCOL_VERSION,
+    Array,
+    DesiredState,
+    Identity,
+    LatencySummary,
+    ModelShape,
+    Role,
+    RoutingLimits,
+    Snapshot,
+)
+
+__all__ = [
+    "MAX_ARRAY_ELEMENTS", "NAME_PATTERN", "PROTOCOL_VERSION", "Array", "DesiredState", "Identity", "LatencySummary",
+    "ModelShape", "PlacementTable", "Role", "RoutingLimits", "Snapshot", "default_slot_to_expert", "effective_share",
+    "even_share", "gpu_load", "imbalance", "layer_imbalance", "replica_counts", "slot_load", "window_index",
+    "window_start",
+]
