@@ -9,7 +9,7 @@ comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 PYTEST_ARGS ?=
 
-.PHONY: run test lint sysdeps clean
+.PHONY: run test lint sysdeps kube clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python >= 3.11 or run 'make PYTHON=python3 ...'"; exit 1; }
@@ -28,11 +28,16 @@ run: $(STAMP)
 sysdeps:
 	@bash .ci/sysdeps
 
+# The Kubernetes test cluster (etcd, kube-apiserver, kube-controller-manager, helm) built with Go from the
+# module proxy, once per machine, into ~/.cache/moectl/kube (MOECTL_KUBE_CACHE); cached builds are skipped.
+kube: $(STAMP)
+	$(BIN)/python tests/support/kube/build.py
+
 lint: $(STAMP)
 	$(BIN)/ruff check controlplane agents tests migrations benchmarks
 	$(BIN)/lint-imports
 
-test: $(STAMP) sysdeps lint
+test: $(STAMP) sysdeps lint kube
 	OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 clean:

@@ -1,5 +1,6 @@
 """Shared fixtures: a migrated database (SQLite by default, PostgreSQL for tests marked so), an app
-with an injected clock and registry, and an HTTP client to it."""
+with an injected clock and registry, and an HTTP client to it. The Kubernetes test cluster's fixtures
+(`kube_cluster`, `kube_namespace`) come from the plugin below."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from controlplane.api.app import create_app
 from controlplane.config import Settings
 from controlplane.store.db import make_engine, make_sessions, upgrade
 from controlplane.telemetry import ControllerMetrics
+
+pytest_plugins = ["support.kube.fixture"]
 
 
 class Clock:

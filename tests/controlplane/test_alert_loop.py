@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from support.servers import free_port, require_binary, wait_http
+from support.servers import free_port, require_binary, until, wait_http
 
 from controlplane.config import Settings
 from controlplane.serve import Controller
@@ -31,16 +31,6 @@ def fast_rules(path: Path) -> None:
     text = RULES.read_text()
     text = re.sub(r"\[(1m|5m|1h)\]", "[5s]", text).replace("offset 10m", "offset 5s")
     path.write_text(re.sub(r"for: \d+m", "for: 3s", text))
-
-
-def until(what: str, check, timeout: float):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.mark.slow

@@ -69,6 +69,17 @@ def create_database(socket_dir: str, port: int, name: str) -> str:
     return postgres_url(socket_dir, port, name)
 
 
+def until(what: str, check, timeout: float, interval: float = 0.5):
+    """Calls `check` until it returns something truthy, and returns that; fails naming `what` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 def wait_http(url: str, timeout: float = 30.0) -> None:
     import httpx
 
