@@ -1,7 +1,7 @@
 """`moectl worker`: one runtime instance (an EP group of `--ep-size` rank processes) with a role.
 
 Without `--rank` this process is the launcher: it starts one process per rank (gloo on 127.0.0.1)
-and stops them all together. Each rank serves the internal API (see worker_app) on its own port,
+and stops them all together. Each rank serves the internal API (agents/worker/app.py) on its own port,
 runs its engine with the agent embedded, and exposes `/metrics`. Attention is data parallel, so
 the router sends requests to ranks; expert parallelism happens inside the group.
 
