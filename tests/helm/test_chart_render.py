@@ -140,7 +140,8 @@ def test_two_replicas_elect_a_leader_on_postgres_migrated_by_a_hook(kube_cluster
     assert pod["automountServiceAccountToken"] is True
     env = env_of(pod["containers"][0])
     assert env["MOECTL_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {"name": "moectl-database", "key": "url"}
-    assert env["MOECTL_API_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "moectl-tokens", "key": "api-token"}
+    assert env["MOECTL_API_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "moectl-bootstrap-tokens",
+                                                                    "key": "api-token"}
     assert env["MOECTL_LEADER_ELECTION"]["value"] == "true"
     assert env["MOECTL_LEASE_NAME"]["value"] == "moectl-leader"
     assert env["MOECTL_LEASE_NAMESPACE"]["value"] == "default"
