@@ -5,11 +5,13 @@ objects carry the shipped rules and dashboards, and the Roles hold exactly the a
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 from support.chart import CHART, CI_VALUES, RELEASE, helm_findings, one, render
+from support.servers import require_binary
 
 pytestmark = [pytest.mark.kube, pytest.mark.slow]
 DASHBOARDS = Path(__file__).resolve().parents[2] / "dashboards"
@@ -245,3 +247,26 @@ def test_helm_test_checks_the_api_through_the_service(kube_cluster):
     assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
     [check] = pod["spec"]["containers"]
     assert check["args"][1:] == ["http://moectl.default.svc:8600", "/readyz"]
+
+
+def test_notes_give_an_alertmanager_receiver_that_alertmanager_accepts(kube_cluster, tmp_path):
+    done = kube_cluster.run_helm("install", RELEASE, str(CHART), "--dry-run=client", "-n", "moectl-system",
+                                 "-f", str(CHART / "ci" / "pools-values.yaml"))
+    notes = done.stdout.split("NOTES:", 1)[1]
+    assert "tiny/decode: Deployment moectl-system/moectl-decode" in notes
+    assert "get secret moectl-tokens -o jsonpath='{.data.alerts-token}'" in notes
+    snippet = yaml.safe_load(notes[notes.index("  route:"):notes.index("  where ALERTS_TOKEN")])
+    [receiver] = snippet["receivers"]
+    assert receiver["webhook_configs"] == [{
+        "url": "http://moectl.moectl-system.svc:8600/v1/alerts/alertmanager", "send_resolved": True,
+        "http_config": {"authorization": {"credentials": "ALERTS_TOKEN"}}}]
+    assert snippet["route"]["routes"][0]["receiver"] == receiver["name"]
+
+    # merged into a minimal configuration, Alertmanager's own checker accepts it
+    snippet["route"]["receiver"] = "default"
+    snippet["receivers"].append({"name": "default"})
+    (tmp_path / "alertmanager.yml").write_text(yaml.safe_dump(snippet))
+    amtool = require_binary("amtool", "prometheus-alertmanager")
+    checked = subprocess.run([amtool, "check-config", str(tmp_path / "alertmanager.yml")], capture_output=True,
+                             text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
