@@ -1,8 +1,11 @@
-"""The loop: for each pool, observe -> plan -> actuate -> verify, level-triggered.
+"""The one reconcile path: for a pool, observe -> verify -> plan -> actuate, level-triggered.
 
-Each pass recomputes what should be from stored windows and the active policy, and makes at most
-one bounded change per pool. A pool's failure is logged and retried next pass; it never stops the
-others. `dry_run` plans and logs but writes nothing.
+Every trigger ends here. The loop calls `reconcile_pool` for every pool each pass; a person's
+rebalance and an alert only record a request on the pool (`store.requests`) and then call it at once,
+so they can answer with the action. A pending request forces the plan (trigger thresholds skipped,
+safety rails kept); an action already in flight on the knob is joined, never doubled
+(`actuate.in_flight`). Every change is written by `actuate`. A pool's failure is logged and retried
+next pass; it never stops the others. `dry_run` plans and writes nothing.
 """
 
 from __future__ import annotations
@@ -11,19 +14,41 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from opentelemetry import trace
 from sqlalchemy.orm import Session, sessionmaker
 
-from controlplane import decisions
+from agents.protocol.placement import PlacementTable
+from controlplane.actuate import change
+from controlplane.actuate.in_flight import in_flight, join
+from controlplane.actuate.placement import PLACEMENT
+from controlplane.actuate.routing import ROUTING
 from controlplane.config import Settings
-from controlplane.desired import Decision, Plan, VerifyOutcome
-from controlplane.plan import diagnose_prefix_hits, plan_pool, plan_routing, verify_change
-from controlplane.store import actions, deployments, placements, policies, pools, windows
-from controlplane.store.tables import Deployment, Pool
+from controlplane.desired import Decision, Plan, Policy
+from controlplane.observed import PoolState
+from controlplane.plan import diagnose_prefix_hits, plan_pool, plan_routing
+from controlplane.store import actions, deployments, policies, pools, requests, windows
+from controlplane.store.tables import Action, Deployment, Pool, Request
+from controlplane.verify import verify_pool
 
 log = logging.getLogger("moectl.reconcile")
+
+
+@dataclass(frozen=True)
+class PoolResult:
+    plan: Plan
+    action: Action | None = None  # the placement action this reconcile made, or the one in flight it joined
+    is_new: bool = False  # the action was made now
+
+    @property
+    def outcome(self) -> str:
+        """What came of the pool's requests, as the triggers report it."""
+        if self.action is None:
+            return f"{self.plan.decision.value}: {self.plan.reason}"
+        if self.is_new:
+            return f"action {self.action.id} {self.action.status}"
+        return f"joined action {self.action.id} ({self.action.status})"
 
 
 @dataclass(frozen=True)
@@ -35,7 +60,7 @@ class PassResult:
 
 def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: float, dry_run: bool = False,
                    tracer: trace.Tracer | None = None) -> PassResult:
-    """tracer: spans per pass and per pool (collect -> plan -> actuate -> verify); default: the global one,
+    """tracer: spans per pass and per pool (collect -> verify -> plan -> actuate); default: the global one,
     a no-op unless the entry point configured an exporter."""
     tracer = tracer or trace.get_tracer("moectl.reconcile")
     started = time.perf_counter()
@@ -47,8 +72,9 @@ def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: 
             try:
                 with sessions() as session, session.begin():
                     deployment, pool = session.get(Deployment, deployment_id), session.get(Pool, pool_id)
-                    plans.append(_reconcile_pool(session, deployment, pool, settings, now=now, dry_run=dry_run,
-                                                 tracer=tracer))
+                    result = reconcile_pool(session, deployment, pool, settings, now=now, dry_run=dry_run,
+                                            tracer=tracer)
+                    plans.append(result.plan)
             except Exception as exc:
                 num_errors += 1
                 span.record_exception(exc)
@@ -58,35 +84,83 @@ def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: 
     return PassResult(plans, num_errors, time.perf_counter() - started)
 
 
-def _reconcile_pool(session: Session, deployment: Deployment, pool: Pool, settings: Settings, *, now: float,
-                    dry_run: bool, tracer: trace.Tracer) -> Plan:
+def reconcile_pool(session: Session, deployment: Deployment, pool: Pool, settings: Settings, *, now: float,
+                   dry_run: bool = False, is_forced: bool = False, tracer: trace.Tracer | None = None) -> PoolResult:
+    """Handles the pool's pending requests (each is told the action it led to or joined, or why none).
+    is_forced: plan as if a request were pending (a person's dry run asks what a rebalance would do)."""
+    tracer = tracer or trace.get_tracer("moectl.reconcile")
     attributes = {"moectl.deployment": deployment.name, "moectl.role": pool.role}
     with tracer.start_as_current_span("reconcile.pool", attributes=attributes) as span:
         _, policy = policies.active(session, deployment)
+        pending = requests.pending(session, pool, knob=PLACEMENT.kind)
         with tracer.start_as_current_span("collect"):
             state = pools.read_state(session, deployment, pool, now=now, settings=settings)
         if not dry_run:
             with tracer.start_as_current_span("verify"):
-                _verify(session, deployment, pool, state, policy, now)
+                verify_pool(session, pool, state, policy, now)
                 state = pools.read_state(session, deployment, pool, now=now, settings=settings)
         with tracer.start_as_current_span("plan"):
-            plan = plan_pool(policy, state, now)
+            plan = plan_pool(policy, state, now, is_forced=is_forced or bool(pending))
         span.set_attribute("moectl.decision", plan.decision.value)
-        if not dry_run and state.windows:
-            windows.prune(session, pool, keep_from_index=state.windows[-1].index - settings.history_windows)
         log.info("%s/%s: %s (%s)", deployment.name, pool.role, plan.decision.value, plan.reason)
         if dry_run:
-            return plan
+            return PoolResult(plan)
+        if state.windows:
+            windows.prune(session, pool, keep_from_index=state.windows[-1].index - settings.history_windows)
         with tracer.start_as_current_span("actuate"):
-            if plan.decision == Decision.rebalance:
-                _actuate(session, deployment, pool, state, policy, plan, settings, now)
-            else:  # one change per pass: routing limits move only when the placement does not
+            action, is_new = _actuate_placement(session, deployment, pool, policy, plan, pending, settings, now)
+            if plan.decision != Decision.rebalance:  # one change per pass: routing moves when the placement does not
                 _actuate_routing(session, deployment, pool, state, policy, settings, now)
             _record_findings(session, deployment, pool, state, policy, now)
-        return plan
+        result = PoolResult(plan, action, is_new)
+        for i, request in enumerate(pending):  # the first request made a new action, the others joined it
+            outcome = result.outcome if i == 0 else replace(result, is_new=False).outcome
+            requests.settle(request, outcome=outcome, action_id=action.id if action else None, now=now)
+        return result
 
 
-def _record_findings(session: Session, deployment: Deployment, pool: Pool, state, policy, now: float) -> None:
+def _actuate_placement(session: Session, deployment: Deployment, pool: Pool, policy: Policy, plan: Plan,
+                       pending: list[Request], settings: Settings, now: float) -> tuple[Action | None, bool]:
+    """Returns the action the plan made, or the one in flight the requests joined, and whether it is new."""
+    if plan.decision != Decision.rebalance and not pending:
+        return None, False
+    alerts = [alert for request in pending for alert in request.alerts]
+    current = in_flight(session, pool, PLACEMENT.kind, policy=policy, window_seconds=settings.window_seconds, now=now)
+    if current is not None:
+        if not pending:
+            return None, False
+        join(current, alerts=alerts, now=now)
+        return current, False
+    if plan.decision != Decision.rebalance:
+        return None, False
+    trigger, created_by = (pending[0].trigger, pending[0].created_by) if pending else ("loop", "loop")
+    action = change.propose(session, PLACEMENT, deployment=deployment, pool=pool,
+                            value=PlacementTable(plan.change.slot_to_expert, plan.change.slot_share), policy=policy,
+                            reason=plan.reason, inputs=plan.inputs, predicted=plan.change.predicted(),
+                            trigger=trigger, created_by=created_by, alerts=alerts, now=now)
+    return action, action is not None
+
+
+def _actuate_routing(session: Session, deployment: Deployment, pool: Pool, state: PoolState, policy: Policy,
+                     settings: Settings, now: float) -> None:
+    step = plan_routing(policy, state, now)
+    if not step.is_change_from(state.topk_group):
+        return
+    if in_flight(session, pool, ROUTING.kind, policy=policy, window_seconds=settings.window_seconds,
+                 now=now) is not None:
+        return
+    windows_used = state.windows[-policy.sustained_windows:]
+    inputs = {"all2all_share": [round(w.all2all_share or 0.0, 4) for w in windows_used],
+              "windows": [w.index for w in windows_used], "topk_group": state.topk_group}
+    change.propose(session, ROUTING, deployment=deployment, pool=pool, value=step.topk_group, policy=policy,
+                   reason=step.reason, inputs=inputs, trigger="loop", created_by="loop", now=now,
+                   predicted={"topk_group_before": state.topk_group, "topk_group_after": step.topk_group})
+    log.info("%s/%s: routing %s -> %s (%s)", deployment.name, pool.role, state.topk_group, step.topk_group,
+             step.reason)
+
+
+def _record_findings(session: Session, deployment: Deployment, pool: Pool, state: PoolState, policy: Policy,
+                     now: float) -> None:
     """Findings go to the audit trail at most once an hour each, where the dashboard's timeline shows them."""
     diagnosis = diagnose_prefix_hits(policy, state)
     if diagnosis is None or actions.open_for(session, pool, since=now - 3600.0, kind="diagnosis",
@@ -99,75 +173,6 @@ def _record_findings(session: Session, deployment: Deployment, pool: Pool, state
                    now=now)
 
 
-def _actuate(session: Session, deployment: Deployment, pool: Pool, state, policy, plan: Plan, settings: Settings,
-             now: float) -> None:
-    """Records (and in auto mode applies) the plan."""
-    # one proposal at a time: the same plan recorded again each pass would only be noise, and a proposal
-    # waiting for a person stands until decided (approving a stale one supersedes it)
-    since = now - max(policy.cooldown_seconds, settings.window_seconds)
-    is_open = (actions.open_for(session, pool, since=since, statuses=(actions.PLANNED, *actions.IN_FLIGHT))
-               or actions.open_for(session, pool, since=0.0, statuses=(actions.AWAITING_APPROVAL,)))
-    if not is_open:
-        decisions.record_plan(session, deployment=deployment, pool=pool, state=state, policy=policy, plan=plan,
-                              trigger="loop", created_by="loop", now=now)
-
-
-def _actuate_routing(session: Session, deployment: Deployment, pool: Pool, state, policy, settings: Settings,
-                     now: float) -> None:
-    step = plan_routing(policy, state, now)
-    if not step.is_change_from(pool.topk_group):
-        return
-    if actions.open_for(session, pool, since=now - max(policy.cooldown_seconds, settings.window_seconds),
-                        kind="routing", statuses=(actions.PLANNED, *actions.IN_FLIGHT)) is not None:
-        return
-    windows_used = state.windows[-policy.sustained_windows:]
-    inputs = {"all2all_share": [round(w.all2all_share or 0.0, 4) for w in windows_used],
-              "windows": [w.index for w in windows_used]}
-    decisions.record_routing(session, deployment=deployment, pool=pool, policy=policy, step=step, inputs=inputs,
-                             trigger="loop", created_by="loop", now=now)
-    log.info("%s/%s: routing %s -> %s (%s)", deployment.name, pool.role, pool.topk_group, step.topk_group,
-             step.reason)
-
-
-def _verify(session: Session, deployment: Deployment, pool: Pool, state, policy, now: float) -> None:
-    """Settles applied changes; rolls one back (re-issuing the previous table) when it made things worse."""
-    for action in actions.awaiting_verification(session, pool):
-        if action.kind == "routing":
-            _verify_routing(action, state, policy, now)
-            continue
-        prior = (action.inputs.get("measured_imbalance") or [None])[-1]
-        if prior is None or action.placement_version is None:
-            actions.settle(action, status=actions.VERIFIED, measured={}, now=now)
-            continue
-        outcome, measured = verify_change(policy, state, action.placement_version, prior)
-        if outcome == VerifyOutcome.wait:
-            continue
-        result = {"imbalance_after": round(measured, 4), "imbalance_before": prior}
-        status = outcome.value
-        if outcome == VerifyOutcome.rolled_back:
-            if action.placement_version == state.placement_version:
-                previous = placements.get(session, pool, action.placement_version - 1)
-                placements.add(session, pool=pool, version=state.placement_version + 1,
-                               slot_to_expert=previous.slot_to_expert, slot_share=previous.slot_share,
-                               action_id=action.id, now=now)
-                result["restored_version"] = state.placement_version + 1
-            else:  # worse, but a later placement already replaced it: nothing to restore
-                status = actions.FAILED
-        actions.settle(action, status=status, measured=result, now=now)
-
-
-def _verify_routing(action, state, policy, now: float) -> None:
-    """Records the all-to-all share measured under the new limit once enough windows ran under it."""
-    after = [w.all2all_share for w in state.windows
-             if w.start >= (state.routing_changed_at or now) and w.all2all_share is not None]
-    if len(after) < policy.verify_windows:
-        return
-    before = action.inputs.get("all2all_share") or []
-    measured = {"all2all_share_after": round(sum(after) / len(after), 4),
-                "all2all_share_before": round(sum(before) / len(before), 4) if before else None}
-    actions.settle(action, status=actions.VERIFIED, measured=measured, now=now)
-
-
 def run_forever(sessions: sessionmaker[Session], settings: Settings, *, stop: threading.Event,
                 clock: Callable[[], float] = time.time, on_pass: Callable[[PassResult], None] | None = None) -> None:
     while not stop.is_set():
@@ -175,4 +180,3 @@ def run_forever(sessions: sessionmaker[Session], settings: Settings, *, stop: th
         if on_pass is not None:
             on_pass(result)
         stop.wait(settings.reconcile_seconds)
-

@@ -6,6 +6,7 @@ import functools
 
 from sqlalchemy.orm import Session
 
+from controlplane.actuate.placement import PLACEMENT
 from controlplane.api.schemas import ActionOut, AgentsHealth, Latency, Overview, PoolOverview, Queue, WindowPoint
 from controlplane.collect.aggregate import ACCEPTED_AT, merge_counters
 from controlplane.config import Settings
@@ -36,7 +37,8 @@ def action_out(action: Action, role_of: dict[int, str]) -> ActionOut:
     return ActionOut(id=action.id, role=role_of.get(action.pool_id), kind=action.kind, trigger=action.trigger,
                      mode=action.mode, status=action.status, reason=action.reason, inputs=action.inputs,
                      predicted=action.predicted, measured=action.measured,
-                     placement_version=action.placement_version, alerts=action.alerts or [],
+                     placement_version=action.version if action.kind == PLACEMENT.kind else None,
+                     alerts=action.alerts or [],
                      created_by=action.created_by,
                      created_at=seconds(action.created_at), updated_at=seconds(action.updated_at))
 
@@ -52,7 +54,7 @@ def build(session: Session, deployment: Deployment, settings: Settings, now: flo
         history = [_point(w, pool.ep_size) for w in state.windows]
         pool_views.append(PoolOverview(role=pool.role, ep_size=pool.ep_size, slots_per_rank=pool.slots_per_rank,
                                        placement_version=state.placement_version,
-                                       applied_placement_version=applied, topk_group=pool.topk_group,
+                                       applied_placement_version=applied, topk_group=state.topk_group,
                                        imbalance=history[-1].imbalance if history else None,
                                        agents=health, history=history))
         if state.windows:

@@ -10,18 +10,17 @@ from controlplane.store.timestamps import utc
 
 PLANNED, AWAITING_APPROVAL, APPLIED = "planned", "awaiting_approval", "applied"
 VERIFIED, ROLLED_BACK, FAILED, REJECTED = "verified", "rolled_back", "failed", "rejected"
-SUPERSEDED = "superseded"  # its placement was no longer the applied one when approved
+SUPERSEDED = "superseded"  # what it changes had moved on (a newer version) when it was approved
 RECORDED = "recorded"  # a finding for people: nothing to apply
 
 
 def record(session: Session, *, deployment: Deployment, pool: Pool | None, kind: str, trigger: str, mode: str,
            status: str, reason: str, inputs: dict, predicted: dict, created_by: str, now: float,
-           placement_version: int | None = None, alerts: list | None = None) -> Action:
+           based_on_version: int | None = None, alerts: list | None = None) -> Action:
     action = Action(deployment_id=deployment.id, pool_id=pool.id if pool else None, kind=kind, trigger=trigger,
                     mode=mode, status=status, reason=reason, inputs=inputs, predicted=predicted, measured={},
-                    placement_version=placement_version, alerts=alerts or [], created_by=created_by,
-                    created_at=utc(now),
-                    updated_at=utc(now))
+                    based_on_version=based_on_version, alerts=alerts or [], created_by=created_by,
+                    created_at=utc(now), updated_at=utc(now))
     session.add(action)
     session.flush()
     return action
@@ -45,18 +44,12 @@ def recent(session: Session, deployment: Deployment, *, limit: int) -> list[Acti
                                 .order_by(Action.id.desc()).limit(limit)))
 
 
-
-
 def count_since(session: Session, pool: Pool, *, since: float, statuses: tuple[str, ...]) -> int:
     return session.scalar(select(func.count()).where(Action.pool_id == pool.id, Action.kind == "placement",
                                                      Action.status.in_(statuses), Action.created_at >= utc(since))) or 0
 
 
-IN_FLIGHT = (AWAITING_APPROVAL, APPLIED)  # waiting for a person, or applied and not yet verified
-
-
-def open_for(session: Session, pool: Pool, *, since: float, kind: str = "placement",
-             statuses: tuple[str, ...] = IN_FLIGHT) -> Action | None:
+def open_for(session: Session, pool: Pool, *, since: float, kind: str, statuses: tuple[str, ...]) -> Action | None:
     """The newest action of `kind` in one of `statuses` created since `since`."""
     return session.scalar(select(Action).where(Action.pool_id == pool.id, Action.kind == kind,
                                                Action.status.in_(statuses), Action.created_at >= utc(since))

@@ -8,6 +8,7 @@ import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from controlplane.store import versions
 from controlplane.store.arrays import pack, unpack
 from controlplane.store.tables import Placement, Pool
 from controlplane.store.timestamps import seconds, utc
@@ -38,15 +39,11 @@ def add(session: Session, *, pool: Pool, version: int, slot_to_expert: np.ndarra
 
 
 def latest(session: Session, pool: Pool) -> StoredPlacement:
-    row = session.scalar(select(Placement).where(Placement.pool_id == pool.id)
-                         .order_by(Placement.version.desc()).limit(1))
-    if row is None:
-        raise LookupError(f"pool {pool.id} has no placement")
-    return _load(row)
+    return _load(versions.latest(session, Placement, pool))
 
 
 def get(session: Session, pool: Pool, version: int) -> StoredPlacement | None:
-    row = session.scalar(select(Placement).where(Placement.pool_id == pool.id, Placement.version == version))
+    row = versions.get(session, Placement, pool, version)
     return None if row is None else _load(row)
 
 

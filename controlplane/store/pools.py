@@ -8,7 +8,7 @@ from sqlalchemy.orm import Session
 
 from controlplane.config import Settings
 from controlplane.observed import PoolState
-from controlplane.store import actions, deployments, placements, windows
+from controlplane.store import actions, deployments, placements, routing_limits, windows
 from controlplane.store.tables import Deployment, Pool
 
 HOUR = 3600.0
@@ -20,6 +20,7 @@ def read_state(session: Session, deployment: Deployment, pool: Pool, *, now: flo
     num_agents, num_fresh = deployments.agent_counts(
         session, pool, now=now, stale_after_seconds=settings.stale_after_windows * settings.window_seconds)
     applied = placements.latest(session, pool)
+    routing = routing_limits.latest(session, pool)
     last_hour = placements.recent(session, pool, since=now - HOUR)
     moved = 0
     previous = placements.get(session, pool, last_hour[0].version - 1) if last_hour else None
@@ -38,7 +39,8 @@ def read_state(session: Session, deployment: Deployment, pool: Pool, *, now: flo
         placement_version=applied.version, slot_to_expert=applied.slot_to_expert, windows=tuple(recent),
         slot_share=applied.slot_share,
         last_change_at=applied.created_at if applied.version > 0 else None, moved_slots_last_hour=moved,
-        topk_group=pool.topk_group, routing_changed_at=pool.routing_changed_at, top_k=model.top_k,
+        topk_group=routing.topk_group, routing_changed_at=routing.created_at if routing.version > 0 else None,
+        top_k=model.top_k,
         model_topk_group=model.topk_group,
         num_actions_last_hour=actions.count_since(session, pool, since=now - HOUR,
                                                   statuses=(actions.APPLIED, actions.VERIFIED, actions.ROLLED_BACK)))

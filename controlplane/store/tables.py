@@ -1,6 +1,6 @@
 """Tables. Arrays are stored as .npy bytes (`store.arrays`), counters as columns.
 
-Migrations in top-level `migrations/` must match these (`tests/controlplane/test_migrations.py`
+Migrations in top-level `migrations/` must match these (`tests/controlplane/store/test_migrations.py`
 runs alembic's autogenerate comparison).
 """
 
@@ -36,9 +36,6 @@ class Pool(Base):
     slots_per_rank: Mapped[int] = mapped_column(Integer)
     gpus_per_node: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    # the routing limit agents are told to apply (None: every group) and when it last changed
-    topk_group: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    routing_changed_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class Agent(Base):
@@ -92,6 +89,19 @@ class Placement(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
+class RoutingLimit(Base):
+    """The routing limit agents are told to apply, versioned per pool like placements; version 0 is no limit."""
+
+    __tablename__ = "routing_limits"
+    __table_args__ = (UniqueConstraint("pool_id", "version"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    pool_id: Mapped[int] = mapped_column(ForeignKey("pools.id", ondelete="CASCADE"), index=True)
+    version: Mapped[int] = mapped_column(Integer)
+    topk_group: Mapped[int | None] = mapped_column(Integer, nullable=True)  # max groups per token; None: every group
+    action_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
 class Policy(Base):
     """Every version is kept; the highest is active."""
 
@@ -113,7 +123,7 @@ class Action(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     deployment_id: Mapped[int] = mapped_column(ForeignKey("deployments.id", ondelete="CASCADE"), index=True)
     pool_id: Mapped[int | None] = mapped_column(ForeignKey("pools.id", ondelete="CASCADE"), nullable=True)
-    kind: Mapped[str] = mapped_column(String(32))  # placement
+    kind: Mapped[str] = mapped_column(String(32))  # the knob it changes (placement, routing), or diagnosis
     trigger: Mapped[str] = mapped_column(String(16))  # loop, alert, manual
     mode: Mapped[str] = mapped_column(String(16))
     status: Mapped[str] = mapped_column(String(24))
@@ -121,7 +131,7 @@ class Action(Base):
     inputs: Mapped[dict] = mapped_column(JSON)
     predicted: Mapped[dict] = mapped_column(JSON)
     measured: Mapped[dict] = mapped_column(JSON)
-    placement_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    version: Mapped[int | None] = mapped_column(Integer, nullable=True)  # the version of its knob it made
     # the proposed table ([num_layers, num_slots] .npy) while the action waits for approval
     proposal: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
     proposal_share: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
@@ -130,6 +140,23 @@ class Action(Base):
     created_by: Mapped[str] = mapped_column(String(128))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class Request(Base):
+    """A trigger's ask to reconcile one knob of a pool (a person's rebalance, an alert), handled by the
+    pool's next reconcile: the action it led to or joined, or why none."""
+
+    __tablename__ = "requests"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    pool_id: Mapped[int] = mapped_column(ForeignKey("pools.id", ondelete="CASCADE"), index=True)
+    knob: Mapped[str] = mapped_column(String(32))  # placement
+    trigger: Mapped[str] = mapped_column(String(16))  # alert, manual
+    created_by: Mapped[str] = mapped_column(String(128))
+    alerts: Mapped[list] = mapped_column(JSON, default=list)  # the alerts it carries
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    handled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    action_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    outcome: Mapped[str] = mapped_column(Text, default="")
 
 
 class Token(Base):

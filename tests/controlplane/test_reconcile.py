@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from sqlalchemy import func, select
 from support.fleet import run_windows, start_fleet
+from support.placements import BAD_PLAN, fleet_on_a_bad_placement
 
 from controlplane.reconcile import reconcile_once
 from controlplane.store.tables import Action, Placement
@@ -61,38 +63,14 @@ def test_a_broken_pool_is_isolated(client, sessions, settings, clock, monkeypatc
 
 
 def test_a_change_that_made_things_worse_is_rolled_back(client, sessions, settings, clock):
-    import numpy as np
-
-    from controlplane import decisions
-    from controlplane.desired import Decision, PlacementChange, Plan, Policy
-    from controlplane.store import deployments, pools
-
-    fleet = start_fleet(client, {"mode": "off"})
-    run_windows(client, sessions, settings, clock, fleet, 3, reconcile=False)
-    with sessions() as session, session.begin():
-        deployment = deployments.get(session, "sim-0")
-        pool = deployments.pools_of(session, deployment)[0]
-        state = pools.read_state(session, deployment, pool, now=clock.now + 6, settings=settings)
-        prior = state.windows[-1].imbalance(state.ep_size)
-        # a bad plan: each layer's ten hottest experts all on GPU 0, spare slots on lukewarm experts
-        order = np.argsort(-state.windows[-1].expert_tokens, axis=1)  # [L, E] hottest first
-        table = np.concatenate([order, order[:, 10:26]], axis=1)  # slots 64..79 repeat ranks 10..25
-        change = PlacementChange(table, None, prior, 1.0, int((table != state.slot_to_expert).sum()))
-        plan = Plan("sim-0", "decode", Decision.rebalance, "a deliberately bad plan",
-                    {"measured_imbalance": [prior]}, change)
-        action = decisions.record_plan(session, deployment=deployment, pool=pool, state=state,
-                                       policy=Policy(mode="auto"), plan=plan, trigger="manual", created_by="test",
-                                       now=clock.now)
-        assert action.status == "applied" and np.any(table != state.slot_to_expert)
-    client.put("/v1/deployments/sim-0/policy", json={"mode": "auto", "imbalance_threshold": 100,
-                                                     "rollback_tolerance": 0.05},
-               headers={"Authorization": "Bearer test-operator-token"})
+    fleet, bad = fleet_on_a_bad_placement(client, sessions, settings, clock, {
+        "mode": "auto", "imbalance_threshold": 100, "rollback_tolerance": 0.05})
     overviews = run_windows(client, sessions, settings, clock, fleet, 5)
-    [rolled] = [a for a in overviews[-1]["last_actions"] if a["reason"] == "a deliberately bad plan"]
-    assert rolled["status"] == "rolled_back", (rolled["measured"], prior)
-    assert rolled["measured"]["imbalance_after"] > prior + 0.05
+    [rolled] = [a for a in overviews[-1]["last_actions"] if a["reason"] == BAD_PLAN]
+    assert rolled["status"] == "rolled_back", (rolled["measured"], bad.prior)
+    assert rolled["measured"]["imbalance_after"] > bad.prior + 0.05
     assert rolled["measured"]["restored_version"] == 2 and fleet[0].placement_version == 2
-    np.testing.assert_array_equal(fleet[0].slot_to_expert, state.slot_to_expert)
+    np.testing.assert_array_equal(fleet[0].slot_to_expert, bad.replaced)
 
 
 def test_prefix_hits_under_the_floor_are_recorded_once_not_acted_on(client, sessions, settings, clock):

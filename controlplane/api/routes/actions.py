@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException, Query
 
-from controlplane import decisions
+from controlplane.actuate import change
+from controlplane.actuate.knobs import KNOBS
+from controlplane.actuate.placement import PLACEMENT
 from controlplane.api import overview
 from controlplane.api.deps import DeploymentName, NowDep, OperatorDep, RowId, SessionDep, SettingsDep, ViewerDep
 from controlplane.api.routes.deployments import get_or_404
 from controlplane.api.schemas import ActionOut, RebalanceIn, RebalanceOut
 from controlplane.desired import Mode
-from controlplane.plan import plan_pool
-from controlplane.store import actions, deployments, policies, pools
+from controlplane.reconcile import reconcile_pool
+from controlplane.store import actions, deployments, policies, requests
 from controlplane.store.tables import Pool
 
 router = APIRouter(tags=["actions"])
@@ -29,8 +31,9 @@ def list_actions(name: DeploymentName, session: SessionDep, _: ViewerDep,
 def rebalance(name: DeploymentName, body: RebalanceIn, session: SessionDep, settings: SettingsDep, now: NowDep,
               caller: OperatorDep) -> list[RebalanceOut]:
     """Plans a placement change now, skipping the trigger thresholds but not the safety rails.
-    With dry_run the plan is returned and nothing is recorded; otherwise the policy's mode decides
-    whether it is recorded (observe), waits for approval (approve) or is applied (auto)."""
+    With dry_run the plan is returned and nothing is recorded; otherwise a request is recorded on each
+    pool and reconciled at once: the policy's mode decides whether the plan is recorded (observe), waits
+    for approval (approve) or is applied (auto), and an action already in flight is joined, not doubled."""
     out = []
     with session.begin():
         deployment = get_or_404(session, name)
@@ -42,13 +45,16 @@ def rebalance(name: DeploymentName, body: RebalanceIn, session: SessionDep, sett
             raise HTTPException(404, f"deployment {name!r} has no pool {body.role!r} reporting yet")
         role_of = {p.id: p.role for p in targets}
         for pool in targets:
-            state = pools.read_state(session, deployment, pool, now=now, settings=settings)
-            plan = plan_pool(policy, state, now, is_forced=True)
-            action = None if body.dry_run else decisions.record_plan(
-                session, deployment=deployment, pool=pool, state=state, policy=policy, plan=plan, trigger="manual",
-                created_by=caller.name, now=now)
-            predicted = None if plan.change is None else plan.change.predicted()
-            out.append(RebalanceOut(role=pool.role, decision=plan.decision.value, reason=plan.reason,
+            if not body.dry_run:
+                requests.record(session, pool=pool, knob=PLACEMENT.kind, trigger="manual", created_by=caller.name,
+                                now=now)
+            # a dry run records no request: it plans as one would
+            result = reconcile_pool(session, deployment, pool, settings, now=now, dry_run=body.dry_run,
+                                    is_forced=body.dry_run)
+            plan, action = result.plan, result.action
+            predicted = action.predicted if action else plan.change and plan.change.predicted()
+            reason = plan.reason if action is None or result.is_new else f"{result.outcome}: {plan.reason}"
+            out.append(RebalanceOut(role=pool.role, decision=plan.decision.value, reason=reason,
                                     predicted=predicted, action=action and overview.action_out(action, role_of)))
     return out
 
@@ -67,8 +73,7 @@ def approve(action_id: RowId, session: SessionDep, now: NowDep, caller: Operator
     with session.begin():
         action = _waiting(session, action_id)
         pool = session.get(Pool, action.pool_id)
-        decisions.approve(session, pool=pool, action=action, now=now)
-        action.measured = action.measured | {"approved_by": caller.name}
+        change.approve(session, KNOBS[action.kind], pool=pool, action=action, approved_by=caller.name, now=now)
         return overview.action_out(action, {pool.id: pool.role})
 
 
@@ -76,7 +81,6 @@ def approve(action_id: RowId, session: SessionDep, now: NowDep, caller: Operator
 def reject(action_id: RowId, session: SessionDep, now: NowDep, caller: OperatorDep) -> ActionOut:
     with session.begin():
         action = _waiting(session, action_id)
-        actions.settle(action, status=actions.REJECTED, measured={"rejected_by": caller.name}, now=now)
-        action.proposal = action.proposal_share = None
+        change.reject(KNOBS[action.kind], action=action, rejected_by=caller.name, now=now)
         pool = session.get(Pool, action.pool_id)
         return overview.action_out(action, {pool.id: pool.role})

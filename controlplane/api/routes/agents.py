@@ -10,7 +10,7 @@ from controlplane.actuate.agents import desired_state
 from controlplane.api.deps import AgentDep, NowDep, SessionDep, SettingsDep
 from controlplane.collect.aggregate import to_report
 from controlplane.collect.validate import PoolShape, SnapshotRejected, check_snapshot
-from controlplane.store import deployments, placements, policies, windows
+from controlplane.store import deployments, placements, policies, routing_limits, windows
 
 router = APIRouter(prefix="/v1/agents", tags=["agents"])
 
@@ -56,6 +56,6 @@ def _ingest(snapshot: Snapshot, session, settings, now: float) -> DesiredState:
     _, policy = policies.active(session, deployment)
     return desired_state(placement_version=latest.version, slot_to_expert=latest.slot_to_expert,
                          slot_share=latest.slot_share, reported_version=snapshot.placement_version,
-                         routing=RoutingLimits(topk_group=pool.topk_group),
+                         routing=RoutingLimits(topk_group=routing_limits.latest(session, pool).topk_group),
                          local_prefill_threshold=policy.local_prefill_threshold,
                          window_seconds=settings.window_seconds)

@@ -1,8 +1,9 @@
 """Alertmanager webhook (payload version 4): alerts that ask for a rebalance trigger one.
 
 Delivery is at-least-once and alerts come in storms, so: each (fingerprint, startsAt, status) is
-handled once, and alerts for a pool that already has an action in flight join that action
-instead of starting another. The policy's mode and cooldowns apply as for the loop.
+handled once; each alert that asks for a rebalance records a request on its pools, and each pool is
+then reconciled once (`controlplane.reconcile`): its alerts join one action, or the one in flight.
+The policy's mode and cooldowns apply as for the loop.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ import json
 from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel, ConfigDict, Field
 
-from controlplane import decisions
+from controlplane.actuate.placement import PLACEMENT
 from controlplane.api.deps import AlertsDep, NowDep, SessionDep, SettingsDep
 from controlplane.desired import Mode
-from controlplane.plan import plan_pool
-from controlplane.store import actions, alerts, deployments, policies, pools
+from controlplane.reconcile import reconcile_pool
+from controlplane.store import alerts, deployments, policies, requests
+from controlplane.store.tables import AlertEvent, Deployment, Pool, Request
 
 router = APIRouter(prefix="/v1/alerts", tags=["alerts"])
 REBALANCE = "rebalance"
@@ -53,7 +55,8 @@ def alertmanager(body: WebhookIn, session: SessionDep, settings: SettingsDep, no
     if body.version != "4":
         raise HTTPException(422, f"Alertmanager webhook payload version {body.version!r} is not supported; "
                                  f"this endpoint reads version '4'")
-    outcomes, action_ids, num_duplicates = [], set(), 0
+    asked: list[tuple[AlertEvent, list[Request]]] = []
+    num_duplicates = 0
     with session.begin():
         for alert in body.alerts:
             fingerprint = _fingerprint(alert)
@@ -64,46 +67,43 @@ def alertmanager(body: WebhookIn, session: SessionDep, settings: SettingsDep, no
             if event is None:
                 num_duplicates += 1
                 continue
-            event.outcome, event.action_id = _handle(session, settings, alert, fingerprint, name, now, caller.name)
-            if event.action_id:
-                action_ids.add(event.action_id)
-            outcomes.append({"fingerprint": fingerprint, "alertname": event.alertname, "outcome": event.outcome,
-                             "action_id": event.action_id})
-    return {"received": len(body.alerts), "duplicates": num_duplicates, "actions": sorted(action_ids),
-            "outcomes": outcomes}
+            event.outcome, recorded = _request(session, settings, alert, fingerprint, name, now, caller.name)
+            asked.append((event, recorded))
+        pool_ids = list(dict.fromkeys(r.pool_id for _, recorded in asked for r in recorded))
+        for pool_id in pool_ids:
+            pool = session.get(Pool, pool_id)
+            reconcile_pool(session, session.get(Deployment, pool.deployment_id), pool, settings, now=now)
+        outcomes = []
+        for event, recorded in asked:
+            if recorded:
+                event.outcome = "; ".join(r.outcome for r in recorded)
+                event.action_id = next((r.action_id for r in recorded if r.action_id), None)
+            outcomes.append({"fingerprint": event.fingerprint, "alertname": event.alertname,
+                             "outcome": event.outcome, "action_id": event.action_id})
+    return {"received": len(body.alerts), "duplicates": num_duplicates,
+            "actions": sorted({o["action_id"] for o in outcomes if o["action_id"]}), "outcomes": outcomes}
 
 
-def _handle(session, settings, alert: AlertIn, fingerprint: str, name: str | None, now: float,
-            caller: str) -> tuple[str, int | None]:
+def _request(session, settings, alert: AlertIn, fingerprint: str, name: str | None, now: float,
+             caller: str) -> tuple[str, list[Request]]:
+    """Records a rebalance request on each pool the alert names; else says why the alert asks nothing."""
     if name is None:
-        return f"no '{settings.alert_deployment_label}' label: not mapped to a deployment", None
+        return f"no '{settings.alert_deployment_label}' label: not mapped to a deployment", []
     deployment = deployments.get(session, name)
     if deployment is None:
-        return f"deployment {name!r} is not registered", None
+        return f"deployment {name!r} is not registered", []
     if alert.status == "resolved":
-        return "resolved", None
+        return "resolved", []
     if alert.labels.get(ACTION_LABEL) != REBALANCE:
-        return f"recorded; no '{ACTION_LABEL}: {REBALANCE}' label, so no action", None
+        return f"recorded; no '{ACTION_LABEL}: {REBALANCE}' label, so no action", []
     _, policy = policies.active(session, deployment)
     if policy.mode == Mode.off:
-        return "policy mode is off", None
+        return "policy mode is off", []
     role = alert.labels.get("role")
     note = {"fingerprint": fingerprint, "alertname": alert.labels.get("alertname", ""), "startsAt": alert.startsAt}
-    results = []
-    for pool in deployments.pools_of(session, deployment):
-        if role not in (None, pool.role):
-            continue
-        in_flight = actions.open_for(session, pool, since=now - max(policy.cooldown_seconds, 3600.0))
-        if in_flight is not None:  # a storm: every alert joins the one action
-            in_flight.alerts = [*in_flight.alerts, note]
-            results.append((f"joined action {in_flight.id}", in_flight.id))
-            continue
-        state = pools.read_state(session, deployment, pool, now=now, settings=settings)
-        plan = plan_pool(policy, state, now, is_forced=True)
-        action = decisions.record_plan(session, deployment=deployment, pool=pool, state=state, policy=policy,
-                                       plan=plan, trigger="alert", created_by=caller, now=now, alerts=[note])
-        results.append((f"action {action.id} {action.status}", action.id) if action else
-                       (f"{plan.decision.value}: {plan.reason}", None))
-    if not results:
-        return f"deployment {name!r} has no pool {role!r}", None
-    return "; ".join(r[0] for r in results), next((r[1] for r in results if r[1]), None)
+    recorded = [requests.record(session, pool=pool, knob=PLACEMENT.kind, trigger="alert", created_by=caller,
+                                alerts=[note], now=now)
+                for pool in deployments.pools_of(session, deployment) if role in (None, pool.role)]
+    if not recorded:
+        return f"deployment {name!r} has no pool {role!r}", []
+    return "", recorded

@@ -10,21 +10,13 @@ import numpy as np
 import pytest
 from sqlalchemy import func, select
 from support.auth import agent, operator
+from support.store import MODEL, snapshot
 
-from agents.protocol import Array, Identity, ModelShape, Snapshot
 from controlplane.store.tables import Agent, LoadWindow
-
-MODEL = ModelShape(name="tiny", num_layers=2, num_experts=8, num_groups=2, top_k=2)
 
 
 def good(clock, **overrides) -> dict:
-    rng = np.random.default_rng(1)
-    body = Snapshot(
-        identity=Identity(deployment="tiny", instance="i0", role="decode", rank=0, ep_size=2, slots_per_rank=5),
-        model=MODEL, window_start=clock.now - 10, window_seconds=10, placement_version=0,
-        expert_tokens=Array.from_numpy(rng.poisson(20, (2, 8))), slot_tokens=Array.from_numpy(rng.poisson(30, (2, 5))),
-    ).model_dump(mode="json")
-    return body | overrides
+    return snapshot(window_start=clock.now - 10).model_dump(mode="json") | overrides
 
 
 def encode(array: np.ndarray) -> dict:

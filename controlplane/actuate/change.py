@@ -1,0 +1,85 @@
+"""The one writer of changes: a change to a knob of a pool is an action row, and once applied a new
+version row of that knob naming the action. Whoever asked (the loop, a person, an alert):
+
+- propose: the policy's mode decides: observe records a `planned` action, approve records one
+  `awaiting_approval` holding the proposal, auto applies it at once;
+- approve/reject: a person decides a waiting proposal; one planned against a version that is no longer
+  in force is superseded instead of applied;
+- settle: the verdict on an applied change; one measured worse is rolled back by issuing the version
+  before it again, as a new version made by the same action.
+"""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from sqlalchemy.orm import Session
+
+from controlplane.actuate.knob import Knob
+from controlplane.desired import Mode, Policy, VerifyOutcome
+from controlplane.store import actions
+from controlplane.store.tables import Action, Deployment, Pool
+
+V = TypeVar("V")
+STATUS_BY_MODE = {Mode.observe: actions.PLANNED, Mode.approve: actions.AWAITING_APPROVAL, Mode.auto: actions.APPLIED}
+
+
+def propose(session: Session, knob: Knob[V], *, deployment: Deployment, pool: Pool, value: V, policy: Policy,
+            reason: str, inputs: dict, predicted: dict, trigger: str, created_by: str, now: float,
+            alerts: list | None = None) -> Action | None:
+    """Records a change to `value`; None when the policy's mode is off."""
+    if policy.mode == Mode.off:
+        return None
+    status = STATUS_BY_MODE[policy.mode]
+    action = actions.record(session, deployment=deployment, pool=pool, kind=knob.kind, trigger=trigger,
+                            mode=policy.mode.value, status=status, reason=reason, inputs=inputs,
+                            predicted=predicted, created_by=created_by, now=now, alerts=alerts,
+                            based_on_version=knob.latest_version(session, pool))
+    if status == actions.APPLIED:
+        _apply(session, knob, pool, action, value, now)
+    elif status == actions.AWAITING_APPROVAL:
+        knob.keep_proposal(action, value)
+    return action
+
+
+def approve(session: Session, knob: Knob[V], *, pool: Pool, action: Action, approved_by: str, now: float) -> None:
+    """Applies a waiting proposal, unless what it changes moved on since it was planned (then superseded)."""
+    value = knob.take_proposal(action)
+    current = knob.latest_version(session, pool)
+    if action.based_on_version != current:
+        actions.settle(action, status=actions.SUPERSEDED, now=now,
+                       measured={"reason": f"planned against {knob.kind} v{action.based_on_version}, "
+                                           f"v{current} is applied", "approved_by": approved_by})
+        return
+    _apply(session, knob, pool, action, value, now)
+    actions.settle(action, status=actions.APPLIED, measured={"approved_by": approved_by}, now=now)
+
+
+def reject(knob: Knob[V], *, action: Action, rejected_by: str, now: float) -> None:
+    knob.take_proposal(action)
+    actions.settle(action, status=actions.REJECTED, measured={"rejected_by": rejected_by}, now=now)
+
+
+def settle(session: Session, knob: Knob[V], *, pool: Pool, action: Action, outcome: VerifyOutcome, measured: dict,
+           now: float) -> None:
+    """Records the verdict on an applied change. Rolled back: the version before the action's is issued
+    again; when a later change already replaced the action's version there is nothing to restore and
+    the action is `failed`."""
+    status = outcome.value
+    if outcome == VerifyOutcome.rolled_back:
+        if action.version == knob.latest_version(session, pool):
+            restored = knob.get(session, pool, action.version - 1)
+            measured = measured | {"restored_version": _add_version(session, knob, pool, action, restored, now)}
+        else:
+            status = actions.FAILED
+    actions.settle(action, status=status, measured=measured, now=now)
+
+
+def _apply(session: Session, knob: Knob[V], pool: Pool, action: Action, value: V, now: float) -> None:
+    action.version = _add_version(session, knob, pool, action, value, now)
+
+
+def _add_version(session: Session, knob: Knob[V], pool: Pool, action: Action, value: V, now: float) -> int:
+    version = knob.latest_version(session, pool) + 1
+    knob.add(session, pool, version=version, value=value, action_id=action.id, now=now)
+    return version

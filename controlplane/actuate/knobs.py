@@ -1,0 +1,9 @@
+"""Every knob the controller changes, by the kind its actions and requests carry."""
+
+from __future__ import annotations
+
+from controlplane.actuate.knob import Knob
+from controlplane.actuate.placement import PLACEMENT
+from controlplane.actuate.routing import ROUTING
+
+KNOBS: dict[str, Knob] = {knob.kind: knob for knob in (PLACEMENT, ROUTING)}

@@ -1,0 +1,33 @@
+"""Requests: what a trigger (a person's rebalance, an alert) asks of one knob of a pool.
+
+A trigger only records its request; the pool's next reconcile handles every pending one at once and
+notes on each the action it led to or joined, or why there was none. The loop's own pass is no
+stored request: what it reacts to is already stored (the windows).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from controlplane.store.tables import Pool, Request
+from controlplane.store.timestamps import utc
+
+
+def record(session: Session, *, pool: Pool, knob: str, trigger: str, created_by: str, now: float,
+           alerts: list | None = None) -> Request:
+    request = Request(pool_id=pool.id, knob=knob, trigger=trigger, created_by=created_by, alerts=alerts or [],
+                      created_at=utc(now), outcome="")
+    session.add(request)
+    session.flush()
+    return request
+
+
+def pending(session: Session, pool: Pool, *, knob: str) -> list[Request]:
+    """Unhandled requests for the pool's knob, oldest first."""
+    return list(session.scalars(select(Request).where(Request.pool_id == pool.id, Request.knob == knob,
+                                                      Request.handled_at.is_(None)).order_by(Request.id)))
+
+
+def settle(request: Request, *, outcome: str, action_id: int | None, now: float) -> None:
+    request.outcome, request.action_id, request.handled_at = outcome, action_id, utc(now)

@@ -1,0 +1,57 @@
+"""Load windows: every rank's report of a window summed into one row, slot load only under one placement."""
+
+from __future__ import annotations
+
+import numpy as np
+from support.store import SLOTS_PER_RANK, make_pool, snapshot
+
+from controlplane.collect.aggregate import to_report
+from controlplane.observed import RANK_REPORTS
+from controlplane.store import deployments, windows
+
+NOW = 1_800_000_000.0
+
+
+def add(session, deployment, pool, *, start: float, rank: int, version: int = 0, current: int = 0, seed: int = 1):
+    s = snapshot(window_start=start, rank=rank, placement_version=version, seed=seed, forward_seconds=2.0)
+    windows.add_report(session, pool=pool, report=to_report(s, 10.0), report_version=version,
+                       current_version=current, grid_seconds=10.0, empty=deployments.zeros_for(deployment, pool))
+    return s
+
+
+def test_ranks_sum_into_one_window_and_slot_load_lands_at_each_ranks_slots(sessions):
+    with sessions() as session, session.begin():
+        deployment, pool = make_pool(session, now=NOW)
+        a = add(session, deployment, pool, start=NOW, rank=0, seed=1)
+        b = add(session, deployment, pool, start=NOW + 0.4, rank=1, seed=2)  # a little late: the same window
+        [window] = windows.recent(session, pool, before_index=10**9, limit=5)
+    np.testing.assert_array_equal(window.expert_tokens, a.expert_tokens.to_numpy() + b.expert_tokens.to_numpy())
+    np.testing.assert_array_equal(window.slot_tokens[:, :SLOTS_PER_RANK], a.slot_tokens.to_numpy())
+    np.testing.assert_array_equal(window.slot_tokens[:, SLOTS_PER_RANK:], b.slot_tokens.to_numpy())
+    assert (window.num_reports, window.num_slot_reports, window.counters["forward_seconds"]) == (2, 2, 4.0)
+    assert window.counters[f"{RANK_REPORTS}0"] == window.counters[f"{RANK_REPORTS}1"] == 1
+
+
+def test_a_rank_on_another_placement_adds_its_expert_load_but_not_its_slot_load(sessions):
+    with sessions() as session, session.begin():
+        deployment, pool = make_pool(session, now=NOW)
+        add(session, deployment, pool, start=NOW, rank=0, version=1, current=1)
+        late = add(session, deployment, pool, start=NOW, rank=1, version=0, current=1)  # has not switched yet
+        [window] = windows.recent(session, pool, before_index=10**9, limit=5)
+    assert window.placement_version == 1 and (window.num_reports, window.num_slot_reports) == (2, 1)
+    assert not window.slot_tokens[:, SLOTS_PER_RANK:].any()
+    assert window.expert_tokens.sum() > late.expert_tokens.to_numpy().sum()
+    assert window.imbalance(2) is None  # rank 1's GPU would read as idle
+
+
+def test_recent_returns_complete_windows_oldest_first_and_prune_drops_old_ones(sessions):
+    with sessions() as session, session.begin():
+        deployment, pool = make_pool(session, now=NOW)
+        for i in range(5):
+            add(session, deployment, pool, start=NOW + 10 * i, rank=0)
+        first = int(NOW // 10)
+        assert [w.index for w in windows.recent(session, pool, before_index=first + 4, limit=3)] == [
+            first + 1, first + 2, first + 3]
+        windows.prune(session, pool, keep_from_index=first + 3)
+        assert [w.index for w in windows.recent(session, pool, before_index=first + 9, limit=9)] == [
+            first + 3, first + 4]

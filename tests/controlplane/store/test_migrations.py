@@ -1,0 +1,84 @@
+"""Alembic: upgrade -> downgrade -> upgrade works, and the migrations match the tables."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import create_engine, inspect, select, text
+
+from controlplane.store.db import downgrade, upgrade
+from controlplane.store.tables import Base, RoutingLimit
+from controlplane.store.timestamps import seconds
+
+TABLES = {"deployments", "pools", "agents", "load_windows", "placements", "routing_limits", "policies", "actions",
+          "requests", "tokens", "alert_events"}
+
+
+def tables(url: str) -> set[str]:
+    engine = create_engine(url)
+    try:
+        return set(inspect(engine).get_table_names()) - {"alembic_version"}
+    finally:
+        engine.dispose()
+
+
+def test_upgrade_downgrade_upgrade(database_url):
+    upgrade(database_url)
+    assert tables(database_url) == TABLES
+    downgrade(database_url)
+    assert tables(database_url) == set()
+    upgrade(database_url)
+    assert tables(database_url) == TABLES
+
+
+def test_migrations_match_the_models(database_url):
+    upgrade(database_url)
+    engine = create_engine(database_url)
+    with engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+    engine.dispose()
+    assert diff == []
+
+
+def test_routing_limit_columns_become_versions_and_come_back(database_url):
+    """The routing limit was a column on pools; it becomes version 1 of the pool's routing limits, made
+    by the routing action that applied it, and a downgrade puts it back."""
+    before = "2026_11_29_tokens_alerts"
+    upgrade(database_url, before)
+    created, changed_at = datetime(2026, 11, 1, tzinfo=UTC), 1_800_000_000.5
+    engine = create_engine(database_url)
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO deployments (id, name, model, created_at) VALUES (1, 'd', '{}', :t)"),
+                     {"t": created})
+        for pool_id, role, topk_group, at in [(1, "decode", 3, changed_at), (2, "prefill", None, None)]:
+            conn.execute(text("INSERT INTO pools (id, deployment_id, role, ep_size, slots_per_rank, gpus_per_node,"
+                              " created_at, topk_group, routing_changed_at) VALUES (:id, 1, :role, 2, 2, 8, :t, :k,"
+                              " :at)"), {"id": pool_id, "role": role, "t": created, "k": topk_group, "at": at})
+        for action_id, kind, status, topk_group, version in [(1, "routing", "verified", None, None),
+                                                              (2, "routing", "awaiting_approval", 3, None),
+                                                              (3, "placement", "applied", None, 1)]:
+            conn.execute(text("INSERT INTO actions (id, deployment_id, pool_id, kind, trigger, mode, status, reason,"
+                              " inputs, predicted, measured, placement_version, created_by, created_at, updated_at)"
+                              " VALUES (:id, 1, 1, :kind, 'loop', 'auto', :status, '', :inputs, '{}', '{}', :v,"
+                              " 'loop', :t, :t)"), {"id": action_id, "kind": kind, "status": status, "v": version,
+                                                    "inputs": json.dumps({"topk_group": topk_group}), "t": created})
+    upgrade(database_url)
+    with engine.connect() as conn:
+        versions = conn.execute(select(RoutingLimit.pool_id, RoutingLimit.version, RoutingLimit.topk_group,
+                                       RoutingLimit.action_id, RoutingLimit.created_at)
+                                .order_by(RoutingLimit.pool_id, RoutingLimit.version)).all()
+        actions = dict(conn.execute(text("SELECT id, version FROM actions")).all())
+        based_on = conn.scalar(text("SELECT based_on_version FROM actions WHERE id = 2"))
+    assert [v[:4] for v in versions] == [(1, 0, None, None), (1, 1, 3, 1), (2, 0, None, None)]
+    assert seconds(versions[1][4]) == changed_at
+    assert actions == {1: None, 2: None, 3: 1} and based_on == 1  # the proposal was planned against v1
+    downgrade(database_url, before)
+    with engine.connect() as conn:
+        pools = conn.execute(text("SELECT id, topk_group, routing_changed_at FROM pools ORDER BY id")).all()
+        actions = dict(conn.execute(text("SELECT id, placement_version FROM actions")).all())
+    engine.dispose()
+    assert [tuple(p) for p in pools] == [(1, 3, changed_at), (2, None, None)]
+    assert actions == {1: None, 2: None, 3: 1}

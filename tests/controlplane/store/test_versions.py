@@ -1,0 +1,47 @@
+"""Versioned knobs in the store: a new pool holds version 0 of its placement and routing limit, and a
+version number is taken once per pool (a second writer of the same version fails)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sqlalchemy.exc import IntegrityError
+from support.store import EP_SIZE, MODEL, SLOTS_PER_RANK, make_pool
+
+from agents.protocol import default_slot_to_expert
+from controlplane.store import placements, routing_limits
+
+NOW = 1_800_000_000.0
+
+
+def test_a_new_pool_holds_version_0_of_each_knob(sessions):
+    with sessions() as session, session.begin():
+        _, pool = make_pool(session, now=NOW)
+        placement, routing = placements.latest(session, pool), routing_limits.latest(session, pool)
+    assert placement.version == 0 and placement.slot_share is None and placement.action_id is None
+    np.testing.assert_array_equal(placement.slot_to_expert,
+                                  default_slot_to_expert(MODEL.num_layers, MODEL.num_experts, EP_SIZE * SLOTS_PER_RANK))
+    assert (routing.version, routing.topk_group, routing.action_id, routing.created_at) == (0, None, None, NOW)
+
+
+def test_routing_limits_keep_every_version(sessions):
+    with sessions() as session, session.begin():
+        _, pool = make_pool(session, now=NOW)
+        routing_limits.add(session, pool=pool, version=1, topk_group=3, action_id=11, now=NOW + 10)
+        routing_limits.add(session, pool=pool, version=2, topk_group=None, action_id=12, now=NOW + 20)
+        latest = routing_limits.latest(session, pool)
+        assert (latest.version, latest.topk_group, latest.action_id, latest.created_at) == (2, None, 12, NOW + 20)
+        assert routing_limits.get(session, pool, 1).topk_group == 3 and routing_limits.get(session, pool, 5) is None
+
+
+@pytest.mark.parametrize("add", [
+    lambda session, pool: routing_limits.add(session, pool=pool, version=1, topk_group=2, action_id=None, now=NOW),
+    lambda session, pool: placements.add(session, pool=pool, version=1, slot_to_expert=np.zeros((2, 10), np.int64),
+                                         slot_share=None, action_id=None, now=NOW),
+], ids=["routing", "placement"])
+def test_a_version_is_written_once(sessions, add):
+    with sessions() as session, session.begin():
+        _, pool = make_pool(session, now=NOW)
+        add(session, pool)
+        with pytest.raises(IntegrityError), session.begin_nested():
+            add(session, pool)
