@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -270,3 +271,16 @@ def test_notes_give_an_alertmanager_receiver_that_alertmanager_accepts(kube_clus
     checked = subprocess.run([amtool, "check-config", str(tmp_path / "alertmanager.yml")], capture_output=True,
                              text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_the_readmes_install_values_render_what_it_says(kube_cluster, tmp_path):
+    readme = (CHART.parents[1] / "README.md").read_text()
+    block = readme.split("**Values** (`moectl-values.yaml`):", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "moectl-values.yaml").write_text(textwrap.dedent(block))
+    objects = render(kube_cluster, "-f", str(tmp_path / "moectl-values.yaml"), namespace="moectl")
+    [controller] = one(objects, "Deployment", "moectl")["spec"]["template"]["spec"]["containers"]
+    assert controller["image"] == "registry.example/moectl:0.1.0"
+    assert env_of(controller)["MOECTL_LEASE_NAME"]["value"] == "moectl-leader"
+    assert one(objects, "Role", "moectl-scaler")["metadata"]["namespace"] == "serving"
+    assert one(objects, "ServiceMonitor")["metadata"]["labels"]["release"] == "kps"
+    assert one(objects, "Job", "moectl-migrate")

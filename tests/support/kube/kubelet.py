@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from kubernetes.client import CoreV1Api, V1Pod
 
 # the image's entry point is the `moectl` console script; here it is this checkout's package
-COMMANDS = {"moectl": [sys.executable, "-m", "controlplane"], "python": [sys.executable]}
+COMMANDS = {"moectl": [sys.executable, "-m", "controlplane"]}
 
 
 def pod_env(core: CoreV1Api, pod: V1Pod) -> dict[str, str]:
