@@ -121,8 +121,9 @@ def main() -> None:
             f"{cost.warmup_factor:g}x slower for {cost.warmup_seconds:g}s; flaps counted within {COOLDOWN_SECONDS:g}s. "
             "Every planner starts at the static peak sizes. static-peak: the fewest replicas per pool meeting every "
             "target under the trace's busiest 5 minutes replayed steadily. dynamo-sla: benchmarks/baselines/dynamo.py "
-            "with its published defaults; dynamo-sla+load: the same with its load-based loop on (the two-loop planner of its "
-            "current releases); both remove replicas without drain, as Dynamo does. moectl: controlplane/plan_pools.py. "
+            "with its published defaults; dynamo-sla+load: the same with its load-based loop on (the two-loop planner "
+            "of its current releases); both remove replicas without drain, as Dynamo does. "
+            "moectl: controlplane/plan_pools.py. "
             f"Simulated on a shared 2-core {platform.processor() or platform.machine()}.")
     text = table(runs)
     print(text)

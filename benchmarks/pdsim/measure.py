@@ -63,8 +63,9 @@ def _replica_window(replica: Replica, window_seconds: float, now: float) -> Repl
                             prefill_tokens=replica.prefill_tokens, num_prefilled=replica.num_local,
                             queued_tokens=float(sum(item[1] for item in replica.prefilling)),
                             num_waiting=len(replica.pending), batch=replica.batch_seconds / window_seconds,
-                            kv_tokens=replica.kv_seconds / window_seconds, kv_capacity_tokens=float(replica.kv_capacity),
-                            max_batch=replica.max_batch, itl=summarize(steps[:, 0], steps[:, 1]))
+                            kv_tokens=replica.kv_seconds / window_seconds,
+                            kv_capacity_tokens=float(replica.kv_capacity), max_batch=replica.max_batch,
+                            itl=summarize(steps[:, 0], steps[:, 1]))
         replica.batch_seconds = replica.kv_seconds = 0.0
         replica.itl_steps, replica.num_local = [], 0
     replica.busy_seconds = replica.prefill_tokens = 0.0
