@@ -21,8 +21,9 @@ from controlplane.learn.latency import COLD_START_WINDOWS, MIN_SAMPLES, PoolLate
 from controlplane.solve.pool_capacity import LoadForecast
 from controlplane.solve.pool_decision import PoolPlan
 from controlplane.solve.pool_load import load_series, measured_load
+from controlplane.solve.pool_rules import PoolRules
 from controlplane.solve.pool_view import PoolsView, PoolWindow, SloTarget
-from controlplane.solve.pools import PoolRules, is_predictive_tick, plan_pools
+from controlplane.solve.pools import is_predictive_tick, plan_pools
 
 
 def targets_of(slo: LatencySlo) -> tuple[SloTarget, ...]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from controlplane.solve.pool_view import SloTarget
+from controlplane.solve.pool_view import SloTarget, role_targets
 
 KV_HEADROOM = 0.9  # plan to fill at most this share of a decode replica's KV cache
 MAX_ITERATIONS = 60
@@ -141,7 +141,7 @@ def replicas_needed(role: str, model: LatencyModel, load: LoadForecast, targets:
     why). A target the pool cannot reach at any size (long prompts' own prefill time, not queueing) is
     met as well as it can be: within FLOOR_SLACK of that floor. max_replicas + 1 when even that is not
     reached; None without a model for the pool."""
-    mine = tuple(t for t in targets if t.metric == ("ttft" if role == "prefill" else "itl"))
+    mine = role_targets(role, targets)
     if not mine:
         return None
     floor = predict(role, model, load, FLOOR_REPLICAS, mine)

@@ -41,6 +41,11 @@ class SloTarget:
         return summary.p90 if self.percentile == 90 else summary.p99
 
 
+def role_targets(role: PoolRole, targets: tuple[SloTarget, ...]) -> tuple[SloTarget, ...]:
+    """The targets a pool is sized by: TTFT for prefill, ITL for decode."""
+    return tuple(t for t in targets if t.metric == ("ttft" if role == "prefill" else "itl"))
+
+
 @dataclass(frozen=True)
 class PoolSize:
     """One pool's replicas: ready serve, starting hold GPUs but serve nothing yet, draining finish

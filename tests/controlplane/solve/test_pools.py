@@ -14,8 +14,9 @@ from support.pools import model, view, window
 
 from controlplane.solve.pool_capacity import LoadForecast, replicas_needed
 from controlplane.solve.pool_decision import DecisionKind, PoolDecision
+from controlplane.solve.pool_rules import PoolRules
 from controlplane.solve.pool_view import SloTarget
-from controlplane.solve.pools import PoolRules, is_predictive_tick, plan_pools
+from controlplane.solve.pools import is_predictive_tick, plan_pools
 
 TTFT = (SloTarget("ttft", 90, 1.0), SloTarget("ttft", 99, 2.0))
 
