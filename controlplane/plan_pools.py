@@ -5,8 +5,8 @@ windows left out, learn/latency.py) and, on predictive ticks only, forecasts req
 and output length per `bucket_seconds` bucket over `horizon_seconds` (a replica's startup plus one
 predictive interval) for scaling up, and over `hold_seconds` (startup plus the cooldown, since a pool
 scaled down cannot scale up again within it) for scaling down, with the backtest-chosen candidate
-(learn/forecast.py). It plans for the peak forecast rate plus a surge
-margin of backtest errors, never below the rate measured now.
+(learn/forecast.py). It plans for the peak forecast rate plus a surge margin of backtest errors,
+never below the rate measured now. `targets_of` and `rules_of` read the deployment's policy.
 """
 
 from __future__ import annotations
