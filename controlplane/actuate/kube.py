@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from datetime import UTC, datetime
 
 import kubernetes
@@ -113,10 +114,11 @@ class KubeScaler:
 
     def report(self, pool: PoolRef, *, reason: str, message: str, is_warning: bool = False) -> None:
         target = self.targets[(pool.deployment, pool.role)]
-        event = kubernetes.client.EventsV1Event(
-            metadata=kubernetes.client.V1ObjectMeta(generate_name=f"{target.name}.moectl.",
+        now = datetime.now(UTC)
+        event = kubernetes.client.EventsV1Event(  # named as client-go names them: object.nanoseconds in hex
+            metadata=kubernetes.client.V1ObjectMeta(name=f"{target.name}.{time.time_ns():x}",
                                                     namespace=target.namespace),
-            event_time=datetime.now(UTC), reporting_controller=REPORTING_CONTROLLER,
+            event_time=now, reporting_controller=REPORTING_CONTROLLER,
             reporting_instance=self.reporting_instance[:128], action="Scale", reason=reason, note=message[:1024],
             type="Warning" if is_warning else "Normal",
             regarding=kubernetes.client.V1ObjectReference(api_version=target.api_version, kind=target.kind,
@@ -124,7 +126,8 @@ class KubeScaler:
         try:
             self.events.create_namespaced_event(target.namespace, event)
         except ApiException as error:  # an Event is a courtesy: never a reason to stop acting
-            log.warning("could not record Event %s on %s/%s: %s", reason, target.kind, target.name, error.reason)
+            log.warning("could not record Event %s on %s/%s: %s %s", reason, target.kind, target.name, error.reason,
+                        error.body)
 
     def _scale(self, target: KubeScaleTarget) -> dict:
         return self.objects.get_namespaced_custom_object_scale(target.group, target.version, target.namespace,
