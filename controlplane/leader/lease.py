@@ -5,7 +5,7 @@ leases, nothing more."""
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import kubernetes
 from kubernetes.client import CoordinationV1Api
@@ -60,6 +60,8 @@ class LeaseRecords:
 
     def _lease(self, record: LeaderRecord, revision: str | None, *, acquired: bool) -> kubernetes.client.V1Lease:
         renewed = datetime.fromtimestamp(record.renewed_at, UTC)
+        if renewed.microsecond == 0:  # the client sends isoformat(), which drops the fraction MicroTime requires
+            renewed += timedelta(microseconds=1)
         spec = kubernetes.client.V1LeaseSpec(holder_identity=record.holder or None,
                                              lease_duration_seconds=math.ceil(record.lease_seconds),
                                              lease_transitions=record.term, renew_time=renewed,
