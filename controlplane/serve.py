@@ -55,7 +55,8 @@ def make_actuation(settings: Settings, sessions: sessionmaker[Session]) -> tuple
     elector = None
     if settings.leader_election:
         records = (LeaseRecords(client, namespace=settings.lease_namespace or settings.pod_namespace or "default",
-                                name=settings.lease_name) if settings.lease_name else DatabaseRecords(sessions))
+                                name=settings.lease_name) if settings.lease_name
+                   else DatabaseRecords(sessions, lease_seconds=settings.leader_lease_seconds))
         elector = Elector(records, identity=identity, lease_seconds=settings.leader_lease_seconds,
                           renew_seconds=settings.leader_renew_seconds)
     scaler = kube.KubeScaler(client, settings.kube_scale_targets, default_namespace=settings.pod_namespace or "default",

@@ -4,8 +4,13 @@ a replica that lost the leadership commits nothing (the fence)."""
 
 from __future__ import annotations
 
+import time
+import uuid
+
 import pytest
 from sqlalchemy import func, select
+from sqlalchemy.exc import DBAPIError
+from support.servers import create_database
 from support.store import make_pool
 
 from controlplane.actuate.fence import NotLeader, guard
@@ -15,6 +20,7 @@ from controlplane.leader.database import DatabaseRecords
 from controlplane.leader.elector import Elector, LeaderRecord
 from controlplane.reconcile import reconcile_once
 from controlplane.store import actions, requests
+from controlplane.store.db import make_engine, make_sessions, upgrade
 from controlplane.store.tables import Action, Request
 
 LEASE, RENEW = 10.0, 6.0
@@ -32,7 +38,8 @@ class Clock:
 
 
 def elector(sessions, identity: str, clock: Clock) -> Elector:
-    return Elector(DatabaseRecords(sessions), identity=identity, lease_seconds=LEASE, renew_seconds=RENEW, clock=clock)
+    return Elector(DatabaseRecords(sessions, lease_seconds=LEASE), identity=identity, lease_seconds=LEASE,
+                   renew_seconds=RENEW, clock=clock)
 
 
 @pytest.fixture
@@ -88,7 +95,7 @@ def test_a_released_leadership_is_taken_at_once(sessions, clocks):
 
 
 def test_compare_and_set_lets_one_of_two_candidates_win(sessions):
-    records = DatabaseRecords(sessions)
+    records = DatabaseRecords(sessions, lease_seconds=LEASE)
     assert records.create(LeaderRecord("a", 0, LEASE, NOW)) and not records.create(LeaderRecord("b", 0, LEASE, NOW))
     stale = records.read()
     assert records.replace(stale, LeaderRecord("b", 1, LEASE, NOW + 20))
@@ -139,3 +146,28 @@ def test_only_the_leader_reconciles(sessions, settings, clocks):
         [made] = session.scalars(select(Action)).all()
         assert (made.kind, made.status, made.leader) == ("pool_size", "applied", "a#0")
         assert session.scalar(select(Request.handled_at)) is not None
+
+
+@pytest.mark.postgres
+def test_a_leader_paused_inside_a_fenced_transaction_holds_a_takeover_off_for_one_lease_only(postgres_server):
+    """The fence locks the row until its transaction ends; a paused leader's session is ended by PostgreSQL
+    after one lease, so the takeover goes through and the paused transaction commits nothing."""
+    url = create_database(*postgres_server, f"t{uuid.uuid4().hex[:12]}")
+    upgrade(url)
+    engine = make_engine(url)
+    sessions = make_sessions(engine)
+    ca, cb = Clock(), Clock()
+    a, b = (Elector(DatabaseRecords(sessions, lease_seconds=1.0), identity=name, lease_seconds=1.0,
+                    renew_seconds=0.5, clock=clock) for name, clock in (("a", ca), ("b", cb)))
+    assert a.campaign() and not b.campaign()
+    paused = sessions()
+    paused.begin()
+    a.check(paused)  # the row is locked until this transaction ends: a "pauses" here
+    cb.now += 1.1
+    started = time.monotonic()
+    assert b.campaign() and b.token == "b#1"  # waited for PostgreSQL to end a's idle transaction
+    assert 0.9 <= time.monotonic() - started < 10
+    with pytest.raises(DBAPIError, match="idle-in-transaction timeout"):
+        paused.commit()
+    paused.close()
+    engine.dispose()
