@@ -107,6 +107,11 @@ class Controller:
 
     def run(self) -> None:
         """Serves in this thread until stopped (Ctrl-C, or `stop()` from another thread)."""
+        if self.threads and self.elector is not None:
+            try:  # a sole replica leads from its first pass
+                self.elector.campaign()
+            except Exception:
+                log.exception("could not reach %s yet; campaigning in the background", self.elector.where)
         for thread in self.threads:
             thread.start()
         try:
