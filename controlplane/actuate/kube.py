@@ -114,20 +114,9 @@ class KubeScaler:
 
     def report(self, pool: PoolRef, *, reason: str, message: str, is_warning: bool = False) -> None:
         target = self.targets[(pool.deployment, pool.role)]
-        now = datetime.now(UTC)
-        event = kubernetes.client.EventsV1Event(  # named as client-go names them: object.nanoseconds in hex
-            metadata=kubernetes.client.V1ObjectMeta(name=f"{target.name}.{time.time_ns():x}",
-                                                    namespace=target.namespace),
-            event_time=now, reporting_controller=REPORTING_CONTROLLER,
-            reporting_instance=self.reporting_instance[:128], action="Scale", reason=reason, note=message[:1024],
-            type="Warning" if is_warning else "Normal",
-            regarding=kubernetes.client.V1ObjectReference(api_version=target.api_version, kind=target.kind,
-                                                          name=target.name, namespace=target.namespace))
-        try:
-            self.events.create_namespaced_event(target.namespace, event)
-        except ApiException as error:  # an Event is a courtesy: never a reason to stop acting
-            log.warning("could not record Event %s on %s/%s: %s %s", reason, target.kind, target.name, error.reason,
-                        error.body)
+        record_event(self.events, kubernetes.client.V1ObjectReference(
+            api_version=target.api_version, kind=target.kind, name=target.name, namespace=target.namespace),
+            reason=reason, action="Scale", note=message, instance=self.reporting_instance, is_warning=is_warning)
 
     def _scale(self, target: KubeScaleTarget) -> dict:
         return self.objects.get_namespaced_custom_object_scale(target.group, target.version, target.namespace,
@@ -160,6 +149,23 @@ class KubeScaler:
         return ScaleState(target=f"{target.kind} {target.namespace}/{target.name}",
                           replicas=scale["spec"].get("replicas", 0), running=scale.get("status", {}).get("replicas"),
                           writer=writer, is_ours=writer == self.field_manager, autoscalers=autoscalers)
+
+
+def record_event(events: EventsV1Api, regarding: kubernetes.client.V1ObjectReference, *, reason: str, action: str,
+                 note: str, instance: str, is_warning: bool = False) -> None:
+    """An events.k8s.io/v1 Event on `regarding`, named as client-go names them (object.nanoseconds in hex). An
+    Event is a courtesy: failing to record one is logged, never a reason to stop acting."""
+    event = kubernetes.client.EventsV1Event(
+        metadata=kubernetes.client.V1ObjectMeta(name=f"{regarding.name}.{time.time_ns():x}",
+                                                namespace=regarding.namespace),
+        event_time=datetime.now(UTC), reporting_controller=REPORTING_CONTROLLER, reporting_instance=instance[:128],
+        action=action, reason=reason, note=note[:1024], type="Warning" if is_warning else "Normal",
+        regarding=regarding)
+    try:
+        events.create_namespaced_event(regarding.namespace, event)
+    except ApiException as error:
+        log.warning("could not record Event %s on %s %s: %s %s", reason, regarding.kind, regarding.name, error.reason,
+                    error.body)
 
 
 def _ordinal(pod: kubernetes.client.V1Pod) -> int:

@@ -1,6 +1,6 @@
 """Leader election through a coordination.k8s.io/v1 Lease, compared-and-set by resourceVersion (a stale
-write is refused with 409). The term is the Lease's leaseTransitions. Needs get, create and update on
-leases, nothing more."""
+write is refused with 409). The term is the Lease's leaseTransitions. A new holder is reported as an Event on
+the Lease, as client-go does. Needs get, create and update on leases, and create on events."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import math
 from datetime import UTC, datetime, timedelta
 
 import kubernetes
-from kubernetes.client import CoordinationV1Api
+from kubernetes.client import CoordinationV1Api, EventsV1Api
 from kubernetes.client.exceptions import ApiException
 from sqlalchemy.orm import Session
 
+from controlplane.actuate.kube import record_event
 from controlplane.leader.elector import LeaderRecord
 
 CONFLICT, NOT_FOUND = 409, 404
@@ -20,6 +21,7 @@ CONFLICT, NOT_FOUND = 409, 404
 class LeaseRecords:
     def __init__(self, api_client: kubernetes.client.ApiClient, *, namespace: str, name: str):
         self.leases, self.namespace, self.name = CoordinationV1Api(api_client), namespace, name
+        self.events = EventsV1Api(api_client)
         self.where = f"Lease {namespace}/{name}"
         self._acquired_at: datetime | None = None  # the Lease's acquireTime as last read: a renewal keeps it
 
@@ -45,6 +47,7 @@ class LeaseRecords:
             if error.status == CONFLICT:  # AlreadyExists
                 return False
             raise
+        self._report(record)
         return True
 
     def replace(self, expected: LeaderRecord, record: LeaderRecord) -> bool:
@@ -56,7 +59,16 @@ class LeaseRecords:
             if error.status == CONFLICT:
                 return False
             raise
+        if acquired and record.holder:
+            self._report(record)
         return True
+
+    def _report(self, record: LeaderRecord) -> None:
+        """An Event on the Lease: who leads now."""
+        lease = kubernetes.client.V1ObjectReference(api_version="coordination.k8s.io/v1", kind="Lease", name=self.name,
+                                                    namespace=self.namespace)
+        record_event(self.events, lease, reason="LeaderElection", action="Lead", instance=record.holder,
+                     note=f"{record.holder} became leader (term {record.term})")
 
     def _lease(self, record: LeaderRecord, revision: str | None, *, acquired: bool) -> kubernetes.client.V1Lease:
         renewed = datetime.fromtimestamp(record.renewed_at, UTC)

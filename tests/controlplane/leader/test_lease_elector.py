@@ -6,7 +6,7 @@ nothing to a scale target."""
 from __future__ import annotations
 
 import pytest
-from kubernetes.client import AppsV1Api, CoordinationV1Api
+from kubernetes.client import AppsV1Api, CoordinationV1Api, CoreV1Api
 from support.kube.controller import SERVICE_ACCOUNT, grant_controller
 from support.kube.objects import deployment
 
@@ -64,6 +64,10 @@ def test_one_holds_the_lease_and_another_takes_it_once_expired(kube_cluster, kub
     assert b.campaign() and b.token == "b#1"
     spec = lease(kube_cluster, kube_namespace)
     assert (spec.holder_identity, spec.lease_transitions) == ("b", 1)
+    with kube_cluster.api_client() as admin:  # each new holder is an Event on the Lease (read through core/v1)
+        notes = [e.message for e in CoreV1Api(admin).list_namespaced_event(kube_namespace).items
+                 if e.involved_object.kind == "Lease" and e.reason == "LeaderElection"]
+    assert sorted(notes) == ["a became leader (term 0)", "b became leader (term 1)"]
     with pytest.raises(NotLeader, match="passed from a"):
         a.check()
     assert not a.campaign()
