@@ -132,7 +132,7 @@ def reconcile_pool(session: Session, deployment: Deployment, pool: Pool, setting
             _record_findings(session, deployment, pool, state, policy, now)
             _actuate_pool_size(session, deployment, pool, policy, settings, now)
             if scaler is not None:
-                sync_pool_size(session, deployment, pool, scaler, fence, policy, now)
+                _sync_pool_size(session, deployment, pool, scaler, fence, policy, now)
         result = PoolResult(plan, action, is_new)
         for i, request in enumerate(pending):  # the first request made a new action, the others joined it
             outcome = result.outcome if i == 0 else replace(result, is_new=False).outcome
@@ -213,6 +213,17 @@ def _actuate_pool_size(session: Session, deployment: Deployment, pool: Pool, pol
                                     created_by=request.created_by, now=now)
             outcome = f"action {action.id} {action.status}" if action else "policy mode is off"
         requests.settle(request, outcome=outcome, action_id=action.id if action else None, now=now)
+
+
+def _sync_pool_size(session: Session, deployment: Deployment, pool: Pool, scaler: PoolScaler, fence: Fence,
+                    policy: Policy, now: float) -> None:
+    """The platform unreachable keeps the pool's size as it is until a later pass, never its other knobs."""
+    try:
+        sync_pool_size(session, deployment, pool, scaler, fence, policy, now)
+    except NotLeader:
+        raise
+    except Exception:
+        log.exception("%s/%s: could not bring the pool to its size; retrying next pass", deployment.name, pool.role)
 
 
 def _record_findings(session: Session, deployment: Deployment, pool: Pool, state: PoolState, policy: Policy,
