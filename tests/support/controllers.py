@@ -3,7 +3,6 @@ started, killed (-9), paused (SIGSTOP) and resumed (SIGCONT) by the test, and th
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
@@ -20,15 +19,12 @@ from sqlalchemy import create_engine, select
 from controlplane.store.tables import Action, Leader
 from controlplane.store.timestamps import seconds
 from support.auth import AGENT_TOKEN, API_TOKEN, agent, operator
+from support.processes import die_with_parent, stop
 from support.servers import free_port, wait_http
 from support.store import MODEL, snapshot
 
 # short enough that a takeover is seconds; the retry period bounds how late it is noticed
 LEASE_SECONDS, RENEW_SECONDS, RETRY_SECONDS = 3.0, 2.0, 0.5
-
-
-def _die_with_parent() -> None:
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
 
 
 @dataclass
@@ -70,19 +66,14 @@ def replica(identity: str, env: dict[str, str], workdir: Path) -> Iterator[Repli
                 "MOECTL_LEADER_RETRY_SECONDS": str(RETRY_SECONDS)}
     with open(log, "wb") as out:
         process = subprocess.Popen([sys.executable, "-m", "controlplane", "serve"], env=os.environ | settings | env,
-                                   stdout=out, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+                                   stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
     try:
         wait_http(f"http://127.0.0.1:{port}/healthz", timeout=60)
         yield Replica(identity, f"http://127.0.0.1:{port}", process, log)
     finally:
         if process.poll() is None:
-            process.send_signal(signal.SIGCONT)
-            process.terminate()
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            process.send_signal(signal.SIGCONT)  # a paused replica would not hear SIGTERM
+        stop(process, timeout=20)
 
 
 def register(url: str, policy: dict) -> None:

@@ -1,15 +1,15 @@
 """pool sizes versioned per pool like placements (version 0: not sized by moectl), what a request asks for,
 leader election through the database, and the leader that wrote each action
 
-Revision ID: 2026_12_01_pool_sizes
+Revision ID: 2026_11_30_pool_sizes
 Revises: 2026_11_30_requests
-Create Date: 2026-12-01
+Create Date: 2026-11-30
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "2026_12_01_pool_sizes"
+revision = "2026_11_30_pool_sizes"
 down_revision = "2026_11_30_requests"
 branch_labels = None
 depends_on = None
