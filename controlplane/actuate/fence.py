@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from controlplane.store.tables import Action
 
-WROTE = "moectl.fence.wrote"
+WROTE, GUARDED = "moectl.fence.wrote", "moectl.fence.guarded"
 
 
 class NotLeader(Exception):
@@ -57,8 +57,9 @@ SOLE = Sole()
 
 def guard(session: Session, fence: Fence) -> None:
     """Fences `session` (for its lifetime): commits that wrote check `fence` first, actions carry its token."""
-    if isinstance(fence, Sole):
+    if isinstance(fence, Sole) or session.info.get(GUARDED):
         return
+    session.info[GUARDED] = True
 
     @event.listens_for(session, "before_flush")
     def _stamp(session: Session, _context, _instances) -> None:  # noqa: ANN001

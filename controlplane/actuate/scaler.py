@@ -1,6 +1,6 @@
 """What any pool-size actuator does: read a pool's replicas (and who else sets them), set them, and pick and
-prepare the instances that go on a scale-down. On Kubernetes: actuate/kube.py (the scale subresource); the
-embedded deployment's local worker processes implement the same Protocol."""
+prepare the instances that go on a scale-down. On Kubernetes: actuate/kube.py (the scale subresource); an
+actuator of the embedded deployment's local worker processes meets the same Protocol."""
 
 from __future__ import annotations
 

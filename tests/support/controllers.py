@@ -87,14 +87,13 @@ def register(url: str, policy: dict) -> None:
 
 @dataclass(frozen=True)
 class Written:
-    """A pool-size action as the database keeps it: who asked, what size, which leader wrote it, and when."""
+    """A pool-size action as the database keeps it: what size, which leader wrote it, and when."""
 
     id: int
     status: str
     replicas: int | None
     leader: str | None
     created_at: float
-    updated_at: float
 
 
 def written(database_url: str) -> list[Written]:
@@ -104,8 +103,8 @@ def written(database_url: str) -> list[Written]:
             rows = conn.execute(select(Action).where(Action.kind == "pool_size").order_by(Action.id)).all()
     finally:
         engine.dispose()
-    return [Written(r.id, r.status, r.predicted.get("replicas_after"), r.leader, seconds(r.created_at),
-                    seconds(r.updated_at)) for r in rows]
+    return [Written(r.id, r.status, r.predicted.get("replicas_after"), r.leader, seconds(r.created_at))
+            for r in rows]
 
 
 def leader(database_url: str) -> str | None:
