@@ -1,6 +1,7 @@
 """The contract between agents and the controller: the only package both sides import.
 
-wire: what one round trip carries (Snapshot, DesiredState, compact arrays); placement: the placement
+wire: what one round trip carries (Snapshot, DesiredState, compact arrays); router: a router's window
+and the controller's answer to it; placement: the placement
 value and the numbers derived from it (replica counts, shares, per-GPU load, imbalance); grid: the
 window grid both sides file load on. Every public name is re-exported here.
 """
@@ -17,6 +18,7 @@ from agents.protocol.placement import (
     replica_counts,
     slot_load,
 )
+from agents.protocol.router import RouterState, RouterWindow
 from agents.protocol.wire import (
     MAX_ARRAY_ELEMENTS,
     NAME_PATTERN,
@@ -28,12 +30,13 @@ from agents.protocol.wire import (
     ModelShape,
     Role,
     RoutingLimits,
+    ServingCounters,
     Snapshot,
 )
 
 __all__ = [
     "MAX_ARRAY_ELEMENTS", "NAME_PATTERN", "PROTOCOL_VERSION", "Array", "DesiredState", "Identity", "LatencySummary",
-    "ModelShape", "PlacementTable", "Role", "RoutingLimits", "Snapshot", "default_slot_to_expert", "effective_share",
-    "even_share", "gpu_load", "imbalance", "layer_imbalance", "replica_counts", "slot_load", "window_index",
-    "window_start",
+    "ModelShape", "PlacementTable", "Role", "RouterState", "RouterWindow", "RoutingLimits", "ServingCounters",
+    "Snapshot", "default_slot_to_expert", "effective_share", "even_share", "gpu_load", "imbalance",
+    "layer_imbalance", "replica_counts", "slot_load", "window_index", "window_start",
 ]

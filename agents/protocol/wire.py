@@ -126,9 +126,35 @@ class LatencySummary(_Frozen):
     p90: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     p99: float | None = Field(default=None, ge=0, allow_inf_nan=False)
 
+    @classmethod
+    def of(cls, samples: list[float]) -> LatencySummary:
+        """The distribution of `samples` (seconds): count, sum and percentiles; empty when there are none."""
+        if not samples:
+            return cls()
+        values = np.asarray(samples, dtype=np.float64)
+        p50, p90, p99 = np.quantile(values, [0.5, 0.9, 0.99])
+        return cls(count=len(values), sum=float(values.sum()), p50=float(p50), p90=float(p90), p99=float(p99))
+
 
 _Count = Field(default=0, ge=0)
 _Seconds = Field(default=0.0, ge=0, allow_inf_nan=False)
+
+
+class ServingCounters(_Frozen):
+    """One rank's serving work over a window: what the pool planner sizes pools from
+    (controlplane/plan_pools.py). Means are time-weighted over the window, idle time included; "at the
+    window's end" values are the last step's."""
+
+    busy_seconds: float = Field(default=0.0, ge=0, allow_inf_nan=False, description="time inside steps that ran work")
+    prefill_tokens: int = Field(default=0, ge=0, description="prompt tokens computed here (prefix-cache hits excluded)")
+    num_prefilled: int = Field(default=0, ge=0, description="requests whose prefill finished here")
+    queued_tokens: int = Field(default=0, ge=0, description="prompt tokens waiting for admission at the window's end")
+    num_waiting: int = Field(default=0, ge=0, description="requests not admitted at the window's end: no KV room or "
+                                                          "batch slot (hand-offs not yet imported included)")
+    batch_mean: float = Field(default=0.0, ge=0, allow_inf_nan=False, description="sequences running, mean")
+    kv_tokens_mean: float = Field(default=0.0, ge=0, allow_inf_nan=False, description="KV tokens held, mean")
+    kv_capacity_tokens: int = Field(default=0, ge=0, description="KV tokens this rank can hold")
+    max_batch: int = Field(default=0, ge=0, description="sequences this rank batches at most")
 
 
 class Snapshot(_Frozen):
@@ -162,6 +188,8 @@ class Snapshot(_Frozen):
     ttft: LatencySummary = LatencySummary()
     itl: LatencySummary = LatencySummary()
     routing_recall: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
+    serving: ServingCounters | None = Field(default=None, description="serving work for the pool planner; "
+                                                                      "absent from agents that do not measure it")
 
     @field_validator("protocol", mode="before")
     @classmethod
