@@ -89,6 +89,16 @@ def forecast_load(windows: tuple[PoolWindow, ...], now_load: LoadForecast, bucke
                         hold_rate=held)
 
 
+def planner_for(policy: Policy, window_seconds: float, startup_seconds: float) -> MoectlPoolPlanner:
+    """The planner for a deployment's policy on a platform whose new replicas serve `startup_seconds` after
+    they are asked for: its horizons follow the policy's predictive interval and cooldown, its forecast
+    buckets are three windows (the defaults below are these for 10 s windows and a 120 s startup)."""
+    rules = rules_of(policy)
+    return MoectlPoolPlanner(rules=rules, bucket_seconds=3 * window_seconds,
+                             horizon_seconds=startup_seconds + rules.predictive_interval_seconds,
+                             hold_seconds=startup_seconds + rules.cooldown_seconds)
+
+
 @dataclass(frozen=True)
 class MoectlPoolPlanner:
     name: str = "moectl"

@@ -1,6 +1,7 @@
 """The one reconcile path: for a pool, observe -> verify -> plan -> actuate, level-triggered.
 
-Every trigger ends here. The loop calls `reconcile_pool` for every pool each pass; a person's
+Every trigger ends here. The loop calls `reconcile_pool` for every pool each pass (the prefill and decode
+pools of a deployment with a latency SLO are sized by the pool planner: reconcile_pools.py); a person's
 rebalance and an alert only record a request on the pool (`store.requests`) and then call it at once,
 so they can answer with the action. A pending request forces the plan (trigger thresholds skipped,
 safety rails kept); an action already in flight on the knob is joined, never doubled
@@ -15,15 +16,17 @@ that wrote is fenced (`actuate.fence.guard`), and a replica that lost the leader
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from opentelemetry import trace
 from sqlalchemy.orm import Session, sessionmaker
 
 from agents.protocol.placement import PlacementTable
+from controlplane import reconcile_pools
 from controlplane.actuate import change
 from controlplane.actuate.fence import SOLE, Fence, NotLeader, guard
 from controlplane.actuate.in_flight import in_flight, join
@@ -36,7 +39,8 @@ from controlplane.config import Settings
 from controlplane.desired import Decision, Plan, Policy
 from controlplane.observed import PoolState
 from controlplane.plan import check_pool_size, diagnose_prefix_hits, plan_pool, plan_routing
-from controlplane.store import actions, deployments, policies, pool_sizes, pools, requests, windows
+from controlplane.reconcile_pools import PoolsOutcome
+from controlplane.store import actions, deployments, policies, pool_sizes, pools, requests, serving, windows
 from controlplane.store.tables import Action, Deployment, Pool, Request
 from controlplane.verify import verify_pool
 
@@ -48,6 +52,7 @@ class PoolResult:
     plan: Plan
     action: Action | None = None  # the placement action this reconcile made, or the one in flight it joined
     is_new: bool = False  # the action was made now
+    pools: PoolsOutcome | None = None  # the deployment's pool plan, when the pool planner sizes it
 
     @property
     def outcome(self) -> str:
@@ -64,6 +69,7 @@ class PassResult:
     plans: list[Plan]
     num_errors: int
     seconds: float
+    pool_plans: dict[str, PoolsOutcome] = field(default_factory=dict)  # deployment -> its latest pool plan
 
 
 def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: float, dry_run: bool = False,
@@ -74,7 +80,7 @@ def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: 
     only recorded). fence: the leadership (a replica that does not lead plans and writes nothing)."""
     tracer = tracer or trace.get_tracer("moectl.reconcile")
     started = time.perf_counter()
-    plans, num_errors = [], 0
+    plans, num_errors, pool_plans = [], 0, {}
     with tracer.start_as_current_span("reconcile.pass", attributes={"moectl.dry_run": dry_run}) as span:
         with sessions() as session:
             targets = [(d.id, p.id) for d in deployments.list_all(session) for p in deployments.pools_of(session, d)]
@@ -88,6 +94,8 @@ def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: 
                     result = reconcile_pool(session, deployment, pool, settings, now=now, dry_run=dry_run,
                                             tracer=tracer, scaler=scaler, fence=fence)
                     plans.append(result.plan)
+                    if result.pools is not None:
+                        pool_plans[result.pools.deployment] = result.pools
             except NotLeader as lost:
                 log.warning("lost the leadership mid-pass, nothing of pool %s written: %s", pool_id, lost)
                 break
@@ -97,7 +105,7 @@ def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: 
                 log.exception("reconcile failed for pool %s; retrying next pass", pool_id)
         span.set_attribute("moectl.pools", len(targets))
         span.set_attribute("moectl.errors", num_errors)
-    return PassResult(plans, num_errors, time.perf_counter() - started)
+    return PassResult(plans, num_errors, time.perf_counter() - started, pool_plans)
 
 
 def reconcile_pool(session: Session, deployment: Deployment, pool: Pool, settings: Settings, *, now: float,
@@ -119,21 +127,29 @@ def reconcile_pool(session: Session, deployment: Deployment, pool: Pool, setting
                 state = pools.read_state(session, deployment, pool, now=now, settings=settings)
         with tracer.start_as_current_span("plan"):
             plan = plan_pool(policy, state, now, is_forced=is_forced or bool(pending))
+            sized = reconcile_pools.plan_deployment(session, deployment, policy, settings, now=now)
         span.set_attribute("moectl.decision", plan.decision.value)
         log.info("%s/%s: %s (%s)", deployment.name, pool.role, plan.decision.value, plan.reason)
+        if sized is not None:
+            log.info("%s/%s: pool %s", deployment.name, pool.role, sized.plan.decision(pool.role).reason)
         if dry_run:
-            return PoolResult(plan)
+            return PoolResult(plan, pools=sized)
         if state.windows:
             windows.prune(session, pool, keep_from_index=state.windows[-1].index - settings.history_windows)
+        serving.prune(session, deployment, [pool], keep_from_index=math.floor(now / settings.window_seconds)
+                      - settings.history_windows - 1)
         with tracer.start_as_current_span("actuate"):
             action, is_new = _actuate_placement(session, deployment, pool, policy, plan, pending, settings, now)
             if plan.decision != Decision.rebalance:  # one change per pass: routing moves when the placement does not
                 _actuate_routing(session, deployment, pool, state, policy, settings, now)
             _record_findings(session, deployment, pool, state, policy, now)
             _actuate_pool_size(session, deployment, pool, policy, settings, now)
+            if sized is not None:
+                reconcile_pools.record(session, deployment, sized, now=now)
+                reconcile_pools.actuate(session, deployment, pool, policy, sized, settings, now=now)
             if scaler is not None:
                 _sync_pool_size(session, deployment, pool, scaler, fence, policy, now)
-        result = PoolResult(plan, action, is_new)
+        result = PoolResult(plan, action, is_new, sized)
         for i, request in enumerate(pending):  # the first request made a new action, the others joined it
             outcome = result.outcome if i == 0 else replace(result, is_new=False).outcome
             requests.settle(request, outcome=outcome, action_id=action.id if action else None, now=now)

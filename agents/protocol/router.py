@@ -41,6 +41,8 @@ class RouterWindow(_Frozen):
     itl: LatencySummary = LatencySummary()
     request_seconds: LatencySummary = LatencySummary()
     kv_transfer: LatencySummary = LatencySummary()
+    local_prefill_threshold: int | None = Field(default=None, ge=0, le=1_000_000,
+                                                description="the threshold it routed by at the window's end")
 
     @field_validator("protocol", mode="before")
     @classmethod

@@ -234,7 +234,8 @@ def create_app(router: Router, *, admin_token: str = "", reporter: WindowReporte
             try:
                 yield completion.chunk(piece, finish_reason, is_first=True)
                 is_first = False
-                async for piece, finish_reason, num_tokens in pieces:
+                async for piece, finish_reason, count in pieces:
+                    num_tokens = count
                     yield completion.chunk(piece, finish_reason)
             except (WorkerError, httpx.HTTPError) as exc:
                 finish_reason = None

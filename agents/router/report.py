@@ -22,13 +22,14 @@ class WindowReporter:
 
     def __init__(self, router, controller: str, agent_token: str, *, tick_seconds: float = 0.2,
                  clock=time.time):
-        self.router, self.url, self.clock, self.tick_seconds = router, controller.rstrip("/") + PATH, clock, tick_seconds
+        self.router, self.clock, self.tick_seconds = router, clock, tick_seconds
+        self.url = controller.rstrip("/") + PATH
         self.headers = {"Authorization": f"Bearer {agent_token}"}
         self.num_posted = self.num_failed = 0
 
     async def run(self) -> None:
         while True:
-            closed = self.router.windows.roll(self.clock())
+            closed = self.router.windows.roll(self.clock(), self.router.threshold)
             if closed is not None:
                 await self.post(closed)
             await asyncio.sleep(self.tick_seconds)

@@ -59,8 +59,9 @@ class RouterWindows:
         self.current.output_tokens += num_output_tokens
         self.current.request_seconds.append(seconds)
 
-    def roll(self, now: float) -> RouterWindow | None:
-        """The window that ended by `now`, if one did; the next starts at `now`'s window."""
+    def roll(self, now: float, threshold: int | None = None) -> RouterWindow | None:
+        """The window that ended by `now`, if one did; the next starts at `now`'s window. threshold: the
+        PD-aware threshold routed by now."""
         if now < window_start(self.current.index + 1, self.window_seconds):
             return None
         closed, self.current = self.current, _Sums(window_index(now, self.window_seconds))
@@ -72,7 +73,7 @@ class RouterWindows:
             ttft=LatencySummary.of(closed.ttft_local + closed.ttft_remote),
             ttft_local=LatencySummary.of(closed.ttft_local), ttft_remote=LatencySummary.of(closed.ttft_remote),
             itl=LatencySummary.of(closed.itl), request_seconds=LatencySummary.of(closed.request_seconds),
-            kv_transfer=LatencySummary.of(closed.kv_transfer))
+            kv_transfer=LatencySummary.of(closed.kv_transfer), local_prefill_threshold=threshold)
 
     def set_window_seconds(self, window_seconds: float, now: float) -> None:
         """The controller's window length, from the next window on (the one filling now is dropped: it

@@ -41,10 +41,15 @@ def check_snapshot(snapshot: Snapshot, model: ModelShape, pool: PoolShape | None
         raise SnapshotRejected(409, f"placement_version {snapshot.placement_version} was never issued: the "
                                     f"latest for pool {ident.role} is {latest_version}; restart the agent "
                                     f"so it starts from version 0, or restore the controller's database")
-    window_end = snapshot.window_start + snapshot.window_seconds
+    check_window_time(snapshot.window_start, snapshot.window_seconds, now, max_age_seconds)
+
+
+def check_window_time(window_start: float, window_seconds: float, now: float, max_age_seconds: float) -> None:
+    """A window (an agent's or a router's) neither too old to plan with nor from the future."""
+    window_end = window_start + window_seconds
     if window_end < now - max_age_seconds:
         raise SnapshotRejected(422, f"window ended {now - window_end:.0f}s ago; the controller accepts "
                                     f"windows up to {max_age_seconds:.0f}s old")
-    if snapshot.window_start > now + MAX_FUTURE_SECONDS:
-        raise SnapshotRejected(422, f"window starts {snapshot.window_start - now:.0f}s in the future; "
-                                    f"check the agent's clock")
+    if window_start > now + MAX_FUTURE_SECONDS:
+        raise SnapshotRejected(422, f"window starts {window_start - now:.0f}s in the future; "
+                                    f"check the clock of the agent or router that sent it")

@@ -160,4 +160,4 @@ def plan_pools(view: PoolsView, model: LatencyModel | None, now_load: LoadForeca
     if is_tick:
         threshold = step_threshold(view.now, view.local_prefill_threshold, view.windows, view.targets,
                                    view.threshold_history, rules.threshold)
-    return PoolPlan(view.now, tuple(decisions[role] for role in ROLES), threshold)
+    return PoolPlan(view.now, tuple(decisions[role] for role in ROLES), threshold, load)

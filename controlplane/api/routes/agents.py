@@ -1,16 +1,19 @@
-"""Agents post one snapshot per window and get the desired state back."""
+"""Agents post one snapshot per window and get the desired state back; routers post their window and get
+the PD-aware threshold back."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException
 from sqlalchemy.exc import IntegrityError
 
-from agents.protocol import DesiredState, RoutingLimits, Snapshot
+from agents.protocol import DesiredState, RouterState, RouterWindow, RoutingLimits, Snapshot
+from agents.protocol.grid import window_index
 from controlplane.actuate.agents import desired_state
 from controlplane.api.deps import AgentDep, NowDep, SessionDep, SettingsDep
 from controlplane.collect.aggregate import to_report
-from controlplane.collect.validate import PoolShape, SnapshotRejected, check_snapshot
-from controlplane.store import deployments, placements, policies, routing_limits, windows
+from controlplane.collect.serving import replica_counters, router_counters
+from controlplane.collect.validate import PoolShape, SnapshotRejected, check_snapshot, check_window_time
+from controlplane.store import deployments, placements, policies, prefill_thresholds, routing_limits, serving, windows
 
 router = APIRouter(prefix="/v1/agents", tags=["agents"])
 
@@ -53,9 +56,44 @@ def _ingest(snapshot: Snapshot, session, settings, now: float) -> DesiredState:
         windows.add_report(session, pool=pool, report=report, report_version=snapshot.placement_version,
                            current_version=latest.version, grid_seconds=settings.window_seconds,
                            empty=deployments.zeros_for(deployment, pool))
+    counters = replica_counters(snapshot)
+    if counters is not None and num_windows > 0:  # every window, the cold ones too: the planner skips those by age
+        serving.add_replica_report(session, pool=pool, instance=ident.instance, window_index=report.window_index,
+                                   age_windows=num_windows - 1, counters=counters)
     _, policy = policies.active(session, deployment)
+    threshold = prefill_thresholds.in_force(session, deployments.get_pool(session, deployment, "decode"), policy)
     return desired_state(placement_version=latest.version, slot_to_expert=latest.slot_to_expert,
                          slot_share=latest.slot_share, reported_version=snapshot.placement_version,
                          routing=RoutingLimits(topk_group=routing_limits.latest(session, pool).topk_group),
-                         local_prefill_threshold=policy.local_prefill_threshold,
-                         window_seconds=settings.window_seconds)
+                         local_prefill_threshold=threshold, window_seconds=settings.window_seconds)
+
+
+@router.post("/router-window", response_model=RouterState, response_model_exclude_none=True)
+def post_router_window(window: RouterWindow, session: SessionDep, settings: SettingsDep, now: NowDep,
+                       _: AgentDep) -> RouterState:
+    """Stores one router's window (arrivals, lengths, end-to-end latencies: what the pool planner sizes pools
+    from) and answers with the threshold the router should route by. A window posted twice is kept once."""
+    try:
+        with session.begin():
+            return _ingest_router(window, session, settings, now)
+    except IntegrityError:
+        pass  # the same window posted twice at once: the retry finds it
+    with session.begin():
+        return _ingest_router(window, session, settings, now)
+
+
+def _ingest_router(window: RouterWindow, session, settings, now: float) -> RouterState:
+    deployment = deployments.get(session, window.deployment)
+    if deployment is None:
+        raise HTTPException(404, f"deployment {window.deployment!r} is not registered; its workers register it "
+                                 f"(PUT /v1/deployments/{window.deployment})")
+    try:
+        check_window_time(window.window_start, window.window_seconds, now, settings.max_snapshot_age_seconds)
+    except SnapshotRejected as exc:
+        raise HTTPException(exc.status, str(exc)) from None
+    serving.add_router_window(session, deployment=deployment, router=window.router,
+                              window_index=window_index(window.window_start, settings.window_seconds),
+                              window_seconds=window.window_seconds, counters=router_counters(window))
+    _, policy = policies.active(session, deployment)
+    threshold = prefill_thresholds.in_force(session, deployments.get_pool(session, deployment, "decode"), policy)
+    return RouterState(local_prefill_threshold=threshold, window_seconds=settings.window_seconds)
