@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.actuate import kube
 from controlplane.actuate.fence import SOLE
+from controlplane.actuate.scaler import PoolScaler
 from controlplane.api.actuation import Actuation
 from controlplane.api.app import create_app
 from controlplane.config import Settings
@@ -47,9 +48,10 @@ def configure_tracing(settings: Settings) -> None:
     trace.set_tracer_provider(provider)
 
 
-def make_actuation(settings: Settings, sessions: sessionmaker[Session]) -> tuple[Actuation, LeaderElector | None]:
-    """The pool scaler (Kubernetes, when targets are configured) and the leader elector (a Lease when one is
-    named, else the database; none when leader election is off), chosen from the settings."""
+def make_actuation(settings: Settings, sessions: sessionmaker[Session], scaler: PoolScaler | None = None
+                   ) -> tuple[Actuation, LeaderElector | None]:
+    """The pool scaler (`scaler`, else Kubernetes when targets are configured) and the leader elector (a Lease
+    when one is named, else the database; none when leader election is off), chosen from the settings."""
     client = kube.api_client(settings.kubeconfig) if settings.kube_scale_targets or settings.lease_name else None
     identity = settings.leader_identity or f"{settings.pod_name or socket.gethostname()}-{secrets.token_hex(3)}"
     elector = None
@@ -59,9 +61,10 @@ def make_actuation(settings: Settings, sessions: sessionmaker[Session]) -> tuple
                    else DatabaseRecords(sessions, lease_seconds=settings.leader_lease_seconds))
         elector = Elector(records, identity=identity, lease_seconds=settings.leader_lease_seconds,
                           renew_seconds=settings.leader_renew_seconds)
-    scaler = kube.KubeScaler(client, settings.kube_scale_targets, default_namespace=settings.pod_namespace or "default",
-                             field_manager=settings.kube_field_manager,
-                             reporting_instance=identity) if settings.kube_scale_targets else None
+    if scaler is None and settings.kube_scale_targets:
+        scaler = kube.KubeScaler(client, settings.kube_scale_targets,
+                                 default_namespace=settings.pod_namespace or "default",
+                                 field_manager=settings.kube_field_manager, reporting_instance=identity)
     return Actuation(scaler, elector or SOLE), elector
 
 
@@ -69,13 +72,14 @@ class Controller:
     """The API server and, unless disabled, the reconcile loop (with the leader election it needs), started
     and stopped together."""
 
-    def __init__(self, settings: Settings, *, run_loop: bool = True):
+    def __init__(self, settings: Settings, *, run_loop: bool = True, scaler: PoolScaler | None = None):
+        """scaler: makes pool sizes real (default: Kubernetes' when scale targets are configured)."""
         upgrade(settings.database_url)
         configure_tracing(settings)
         self.settings = settings
         self.sessions = make_sessions(make_engine(settings.database_url))
         self.metrics = ControllerMetrics(CollectorRegistry())
-        actuation, self.elector = make_actuation(settings, self.sessions)
+        actuation, self.elector = make_actuation(settings, self.sessions, scaler)
         app = create_app(settings, self.sessions, metrics=self.metrics, actuation=actuation)
         self.server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning"))
         self.stop_loop = threading.Event()
@@ -87,7 +91,8 @@ class Controller:
             self.threads.append(threading.Thread(target=run_forever, name="reconcile", daemon=True, kwargs=dict(
                 sessions=self.sessions, settings=settings, stop=self.stop_loop, scaler=actuation.scaler,
                 fence=actuation.fence, on_pass=lambda r: self.metrics.observe_pass(
-                    r.plans, r.num_errors, r.seconds, is_leading=actuation.fence.is_leading()))))
+                    r.plans, r.num_errors, r.seconds, is_leading=actuation.fence.is_leading(),
+                    pool_plans=r.pool_plans))))
 
     @property
     def url(self) -> str:
