@@ -85,6 +85,17 @@ def _threshold_history(session: Session, decode: Pool) -> tuple[ThresholdDecisio
                                    a.reason, {}) for a in _history(session, {"decode": decode}, PREFILL_THRESHOLD.kind))
 
 
+def finite(value):
+    """JSON-safe: infinities (a pool predicted unable to carry its load) and NaN become None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
 def _measured(window: PoolWindow | None) -> dict:
     if window is None:
         return {}
@@ -111,7 +122,7 @@ def _summary(view: PoolsView, plan: PoolPlan, threshold_known: bool) -> dict:
                 "prompt_tokens": round(plan.load.prompt_tokens, 1), "output_tokens": round(plan.load.output_tokens, 1),
                 "remote_share": round(plan.load.remote_share, 4)}
     threshold = plan.threshold
-    return {
+    return finite({
         "at": view.now, "targets": {t.name: t.seconds for t in view.targets}, "gpu_budget": view.gpu_budget,
         "pools": {role: {"ready": size.num_ready, "starting": size.num_starting, "draining": size.num_draining,
                          "min": size.min_replicas, "max": size.max_replicas, "gpus_per_replica": size.gpus_per_replica,
@@ -120,7 +131,7 @@ def _summary(view: PoolsView, plan: PoolPlan, threshold_known: bool) -> dict:
         "threshold": {"tokens": view.local_prefill_threshold if threshold_known else None,
                       "decision": None if threshold is None or not threshold_known else
                       {"current": threshold.current, "target": threshold.target, "reason": threshold.reason}},
-        "measured": _measured(view.latest)}
+        "measured": _measured(view.latest)})
 
 
 def plan_deployment(session: Session, deployment: Deployment, policy: Policy, settings: Settings, *,
@@ -165,15 +176,15 @@ def actuate(session: Session, deployment: Deployment, pool: Pool, policy: Policy
                                       "load": outcome.summary["load"],
                                       "pool": {k: v for k, v in outcome.summary["pools"][pool.role].items()
                                                if k != "decision"}},
-                              predicted={"replicas_before": d.current, "replicas_after": d.target}
-                              | d.predicted_dict(), trigger="loop", created_by="loop", now=now)
+                              predicted=finite({"replicas_before": d.current, "replicas_after": d.target}
+                                               | d.predicted_dict()), trigger="loop", created_by="loop", now=now)
         log.info("%s/%s: %d -> %d replicas (%s: %s)", deployment.name, pool.role, d.current, d.target, d.kind.value,
                  d.reason)
     t = outcome.plan.threshold
     if pool.role == prefill_thresholds.ROLE and t is not None and t.direction and \
             in_flight(session, pool, PREFILL_THRESHOLD.kind, **hold) is None:
         change.propose(session, PREFILL_THRESHOLD, deployment=deployment, pool=pool, value=t.target, policy=policy,
-                       reason=t.reason, inputs={k: v for k, v in t.measured.items()},
+                       reason=t.reason, inputs=finite(dict(t.measured)),
                        predicted={"tokens_before": t.current, "tokens_after": t.target}, trigger="loop",
                        created_by="loop", now=now)
         log.info("%s: local-prefill threshold %d -> %d tokens (%s)", deployment.name, t.current, t.target, t.reason)

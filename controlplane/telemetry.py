@@ -58,8 +58,8 @@ class ControllerMetrics:
             decision = pool["decision"]
             self.pool_target.labels(deployment, role).set(decision["target"])
             self.pool_decisions.labels(deployment, role, decision["kind"]).inc()
-            if decision["predicted"]:
-                predicted = decision["predicted"]
+            predicted = decision["predicted"]
+            if predicted and predicted.get("seconds") is not None:
                 self.pool_predicted.labels(deployment, role, predicted["slo"]).set(predicted["seconds"])
         for name, seconds in plan["targets"].items():
             self.slo_target.labels(deployment, name).set(seconds)

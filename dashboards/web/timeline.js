@@ -21,6 +21,11 @@ const when = (t) => new Date(t * 1000).toLocaleTimeString([], { hour: "2-digit",
 
 function predicted(a) {
   const p = a.predicted || {};
+  if (p.replicas_after !== undefined) {
+    const slo = p.slo ? `; ${p.slo} ${(p.seconds * 1000).toFixed(0)} ms (target ${(p.target_seconds * 1000).toFixed(0)} ms)` : "";
+    return `${p.replicas_before ?? "unsized"} → ${p.replicas_after} replicas${slo}`;
+  }
+  if (p.tokens_after !== undefined) return `local prefill below ${p.tokens_before} → ${p.tokens_after} tokens`;
   if (p.imbalance_before === undefined) return "–";
   const moved = p.moved_slots !== undefined ? `, ${p.moved_slots} slots` : "";
   return `${fmt(p.imbalance_before)} → ${fmt(p.imbalance_after)}${moved}`;
@@ -30,6 +35,8 @@ function measured(a) {
   const m = a.measured || {};
   const parts = [];
   if (m.imbalance_after !== undefined) parts.push(`imbalance ${fmt(m.imbalance_after)}`);
+  if (m.replicas_running !== undefined) parts.push(`${m.replicas_running} running`);
+  if (m.leaving && m.leaving.length) parts.push(`drained: ${m.leaving.join(", ")}`);
   if (m.approved_by) parts.push(`approved by ${m.approved_by}`);
   if (m.rejected_by) parts.push(`rejected by ${m.rejected_by}`);
   if (m.reason) parts.push(m.reason);
