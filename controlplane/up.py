@@ -29,11 +29,13 @@ from controlplane.config import Settings
 from controlplane.serve import Controller
 
 DEPLOYMENT = "tiny"  # what the workers report as (agents/worker/main.py)
-# the embedded deployment's pool policy (README, "make run"): targets the tiny model holds on two cores at the
-# workload's base rate, missed at its peak with one decode instance
-POOL_POLICY = {"slo": {"ttft_p90_seconds": 2.0, "itl_p90_seconds": 0.05},
+# the embedded deployment's pool policy (README, "make run"): latency targets the tiny model meets on two shared
+# cores, one prefill instance, one or two decode instances; a decode rank batches at most MAX_NUM_SEQS sequences,
+# so the workload's peak needs more batch slots than one decode instance has (the worker's default is 32)
+POOL_POLICY = {"mode": "auto", "slo": {"ttft_p90_seconds": 3.0, "itl_p90_seconds": 0.5},
                "replicas": {"prefill": {"min": 1, "max": 1}, "decode": {"min": 1, "max": 2}},
                "pool_cooldown_seconds": 40.0, "pool_predictive_interval_seconds": 20.0}
+MAX_NUM_SEQS = 4
 STARTUP_SECONDS = 15.0  # a local instance serves about this long after it is started (2 cores)
 
 
@@ -121,17 +123,20 @@ def wait_serving(scaler: LocalScaler, roles: tuple[str, ...], processes: Process
         time.sleep(0.2)
 
 
-def up(settings: Settings, *, ep_size: int, router_port: int | None = None, rate: float = 4.0,
-       is_loadgen: bool = True, pool_policy: dict | None = None, loadgen_args: tuple[str, ...] = ()) -> int:
-    """pool_policy: the policy fields the deployment registers with (default POOL_POLICY); loadgen_args:
-    more options of the workload generator (its traffic schedule)."""
+def up(settings: Settings, *, ep_size: int, router_port: int | None = None, is_loadgen: bool = True,
+       pool_policy: dict | None = None, loadgen_args: tuple[str, ...] = ("--rate", "4"),
+       max_num_seqs: int | None = None) -> int:
+    """pool_policy: the policy fields the deployment registers with (default POOL_POLICY); loadgen_args: the
+    workload generator's rate or schedule; max_num_seqs: sequences a worker rank batches at most (default
+    MAX_NUM_SEQS)."""
     started = time.monotonic()
     url = f"http://{settings.host}:{settings.port}"
     router_url = f"http://127.0.0.1:{router_port or free_port()}"
     admin_token = secrets.token_urlsafe(24)
     env = os.environ | {"MOECTL_AGENT_TOKEN": settings.agent_token, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     scaler = LocalScaler(deployment=DEPLOYMENT, ep_sizes={"prefill": ep_size, "decode": ep_size}, env=env,
-                         worker_args=["--controller", url, "--window-seconds", f"{settings.window_seconds:g}"],
+                         worker_args=["--controller", url, "--window-seconds", f"{settings.window_seconds:g}",
+                                      "--max-num-seqs", str(max_num_seqs or MAX_NUM_SEQS)],
                          router=router_url, admin_token=admin_token)
     controller, thread = start_controller(
         settings.model_copy(update={"replica_startup_seconds": STARTUP_SECONDS}), scaler)
@@ -153,7 +158,7 @@ def up(settings: Settings, *, ep_size: int, router_port: int | None = None, rate
         print("workers: " + " | ".join(f"{i.role} {' '.join(i.urls)}" for i in first) + " (/metrics each; the pool "
               "planner adds and drains decode instances)", flush=True)
         if is_loadgen:
-            processes.start("loadgen", "agents.loadgen", "--url", router_url, "--rate", f"{rate:g}", *loadgen_args)
+            processes.start("loadgen", "agents.loadgen", "--url", router_url, *loadgen_args)
         print(f"up in {time.monotonic() - started:.1f}s; press Ctrl-C to stop", flush=True)
         serve_until_stopped(processes, thread, stop)
     except RuntimeError as exc:

@@ -141,7 +141,7 @@ async def run(args: argparse.Namespace) -> int:
     schedule = args.schedule or [(0.0, args.rate)]
     tasks: set[asyncio.Task] = set()
     limits = httpx.Limits(max_connections=args.max_concurrency)
-    async with httpx.AsyncClient(base_url=args.url, timeout=120, limits=limits) as client:
+    async with httpx.AsyncClient(base_url=args.url, timeout=args.timeout, limits=limits) as client:
         while time.monotonic() < deadline:
             rate = rate_at(time.monotonic() - started, schedule, args.schedule_period)
             await asyncio.sleep(rng.expovariate(rate))  # Poisson arrivals
@@ -169,6 +169,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="rates over time, SECONDS:RATE,... from 0 (instead of --rate), e.g. 0:2,60:8,180:2")
     p.add_argument("--schedule-period", type=float, default=0, help="repeat the schedule every N seconds (0: no)")
     p.add_argument("--duration", type=float, default=0, help="seconds (0: until Ctrl-C)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds a request may take before it counts as failed")
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--min-chars", type=int, default=40)
     p.add_argument("--max-chars", type=int, default=400)

@@ -58,15 +58,17 @@ def test_bad_requests_name_the_problem(stack):
 def test_instances_come_and_go_and_drain_first(stack):
     added = admin(stack, "POST", json={"name": "tiny-prefill-0", "role": "prefill", "urls": [stack["prefill"]]})
     assert added.status_code == 200 and added.json()["state"] == "serving"
-    assert admin(stack, "POST", json={"name": "tiny-decode-a", "role": "decode", "urls": [stack["a"]]}).status_code == 200
-    again = admin(stack, "POST", json={"name": "tiny-decode-a", "role": "decode", "urls": [stack["a"]]})
+    a_body = {"name": "tiny-decode-a", "role": "decode", "urls": [stack["a"]]}
+    assert admin(stack, "POST", json=a_body).status_code == 200
+    again = admin(stack, "POST", json=a_body)
     assert again.status_code == 200  # the same again: nothing changes
     moved = admin(stack, "POST", json={"name": "tiny-decode-a", "role": "decode", "urls": [stack["b"]]})
     assert moved.status_code == 409 and "already registered" in moved.text
     clash = admin(stack, "POST", json={"name": "other", "role": "decode", "urls": [stack["a"]]})
     assert clash.status_code == 409 and "already belongs to instance 'tiny-decode-a'" in clash.text
     assert complete(stack).status_code == 200
-    assert admin(stack, "POST", json={"name": "tiny-decode-b", "role": "decode", "urls": [stack["b"]]}).status_code == 200
+    b_body = {"name": "tiny-decode-b", "role": "decode", "urls": [stack["b"]]}
+    assert admin(stack, "POST", json=b_body).status_code == 200
 
     # a long request on a: it stays in flight while a drains
     first_chunk, finish = threading.Event(), threading.Event()
