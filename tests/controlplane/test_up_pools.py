@@ -4,9 +4,10 @@ decode instance; the fall makes it drain one and remove it; every request of the
 
 The decode capacity is the batch slots of an instance (`--max-num-seqs 2`): by Little's law a pool needs
 rate x output tokens x ITL sequences in flight, which the planner's latency model predicts from the instances'
-windows. How fast a token is depends on how busy this shared machine is, so the step is sized from the ITL the
-warm-up measured: 1.5x what one instance's slots carry, which two carry. The SLO is loose enough that noise
-never breaches it: what moves the pool is the load. About seven minutes on two cores.
+windows (the engine's own ITL, per token). How fast a token is depends on how busy this shared machine is, so
+the step is sized from the decode rank's ITL the warm-up measured: 1.5x what one instance's slots carry,
+which two carry. The SLO is loose enough that noise never breaches it: what moves the pool is the load.
+About eight minutes on two cores.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from support.servers import free_port
 POLICY = {"mode": "auto", "slo": {"ttft_p90_seconds": 30.0, "itl_p90_seconds": 2.0},
           "replicas": {"prefill": {"min": 1, "max": 1}, "decode": {"min": 1, "max": 2}},
           "pool_cooldown_seconds": 30.0, "pool_predictive_interval_seconds": 10.0}
-SLOTS, OUTPUT_TOKENS = 2, 32  # sequences one decode instance batches; tokens per request
+SLOTS, OUTPUT_TOKENS = 2, 160  # sequences one decode instance batches; tokens per request
 PHASES = (("warm-up", 70.0), ("step up", 110.0), ("fall", 240.0))  # seconds each
 
 
@@ -36,10 +37,11 @@ def size_actions(url: str) -> list[dict]:
     return sorted((a for a in actions if a["kind"] == "pool_size" and a["role"] == "decode"), key=lambda a: a["id"])
 
 
-def mean_itl(router: str) -> float:
-    """Seconds per generated token at the router so far (its histogram's sum / count)."""
-    text = httpx.get(f"{router}/metrics", timeout=10).text
-    value = {name: float(re.search(rf"^moectl_router_inter_token_latency_seconds_{name} (\S+)$", text, re.M).group(1))
+def mean_itl(rank: str) -> float:
+    """Seconds per generated token on a worker rank so far (its agent's histogram: sum / count)."""
+    text = httpx.get(f"{rank}/metrics", timeout=10).text
+    value = {name: sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                       if line.startswith(f"moectl_inter_token_latency_seconds_{name}{{"))
              for name in ("sum", "count")}
     return value["sum"] / value["count"]
 
@@ -48,7 +50,8 @@ def run_loadgen(router: str, rate: float, seconds: float, env: dict, on_wait) ->
     """(done, failed, not sent) of a workload at `rate` for `seconds`; on_wait() is called while it runs."""
     process = subprocess.Popen(
         [sys.executable, "-m", "agents.loadgen", "--url", router, "--rate", f"{rate:.3f}", "--duration",
-         f"{seconds:g}", "--max-tokens", str(OUTPUT_TOKENS), "--timeout", "300", "--max-concurrency", "512",
+         f"{seconds:g}", "--max-tokens", str(OUTPUT_TOKENS), "--max-chars", "200", "--timeout", "300",
+         "--max-concurrency", "512",
          "--report-seconds", "30"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
         preexec_fn=die_with_parent)
     try:
@@ -82,6 +85,7 @@ def test_a_step_in_traffic_adds_a_decode_instance_and_the_fall_drains_one(tmp_pa
             assert up.poll() is None and time.monotonic() < deadline, "moectl up did not come up:\n" + text
             time.sleep(1)
         router = re.search(r"^router: (\S+)", text, re.M).group(1)
+        decode_rank = re.search(r"^workers: .*decode (\S+)", text, re.M).group(1)
         found: dict[str, dict] = {}
 
         def watch() -> None:
@@ -96,7 +100,7 @@ def test_a_step_in_traffic_adds_a_decode_instance_and_the_fall_drains_one(tmp_pa
 
         started = time.monotonic()
         totals = [run_loadgen(router, 0.3, PHASES[0][1], env, watch)]
-        itl = mean_itl(router)
+        itl = mean_itl(decode_rank)
         one_instance = SLOTS / ((OUTPUT_TOKENS - 1) * itl)  # requests/s one decode instance's slots carry
         print(f"warm-up: {itl * 1000:.1f} ms per token: one decode instance carries {one_instance:.2f} req/s")
         assert "up" not in found, "it scaled up before the step"
@@ -108,10 +112,11 @@ def test_a_step_in_traffic_adds_a_decode_instance_and_the_fall_drains_one(tmp_pa
         text = (tmp_path / "up.log").read_text()
         assert "up" in found, "no decode instance was added:\n" + text[-6000:]
         up_action, down_action = found["up"], found.get("down")
+        assert stepped < up_action["created_at"] < fell, "the step did not add the decode instance"
         assert up_action["status"] in ("applied", "verified") and up_action["trigger"] == "loop"
         assert up_action["reason"] and up_action["predicted"]["replicas_before"] == 1
         assert down_action is not None, "no decode instance was drained and removed:\n" + text[-6000:]
-        assert down_action["created_at"] > up_action["created_at"]
+        assert down_action["created_at"] > fell, "it drained an instance before the traffic fell"
         assert down_action["reason"].startswith("consolidate") and down_action["predicted"]["replicas_before"] == 2
         # drained first, removed only then, and the process stopped
         leaving = down_action["measured"]["leaving"]
