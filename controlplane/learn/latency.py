@@ -5,8 +5,12 @@ the prompt tokens/s it was offered. Queue time grows as rho/(1-rho) with the uti
 of one prompt's service time, so the fit is TTFT_q = a + b * s * rho/(1-rho) + c * s with s = prompt
 tokens / capacity and non-negative a, b, c; capacity (prompt tokens per busy second) is read from the
 windows themselves. The form extrapolates to loads not yet seen, which a scale-down must predict.
-Decode: ITL (per token) against batch size, KV tokens read and local-prefill tokens/s, linear with
-non-negative coefficients, which is what a decode step costs.
+Decode: ITL (per token) against the batch while the engine runs, KV tokens read and local-prefill tokens/s,
+linear with non-negative coefficients, which is what a decode step costs. A window's batch and KV tokens are
+averaged over the window, idle time included, and its tokens come only while it runs, so both are read per busy
+second (a window idle half the time at one sequence is a batch of one, not half); windows are weighted by the
+token gaps they measured, so the fit is per token as Little's law reads it (a mostly idle window's one gap, a
+prefill stall included, would otherwise weigh as much as a busy window's hundreds).
 
 Windows in which a prefill replica finished fewer than MIN_REQUESTS prompts are left out (their
 percentiles are mostly noise), the others weighted by their request count; so are windows that end
@@ -98,6 +102,8 @@ def fit_prefill(age, window_seconds: float, prompt_tokens, busy_seconds, num_pre
 
 @dataclass(frozen=True)
 class DecodeLatency:
+    """ITL of a running decode engine: batch and KV tokens are those of its steps (one sequence at least)."""
+
     coefficients: dict  # "mean" | 90 | 99 -> (intercept, per sequence, per KV token, per local-prefill token/s)
     num_samples: int
 
@@ -106,18 +112,26 @@ class DecodeLatency:
         return a + per_sequence * batch + per_kv * kv_tokens + per_local * local_tokens_per_second
 
 
-def fit_decode(age, window_seconds: float, batch, kv_tokens, local_prompt_tokens, itl_mean, itl_p90, itl_p99, *,
-               cold_start_windows: int = COLD_START_WINDOWS, min_samples: int = MIN_SAMPLES) -> DecodeLatency | None:
-    """Replica windows of the decode pool -> DecodeLatency, or None with too few warm windows."""
+def fit_decode(age, window_seconds: float, batch, kv_tokens, local_prompt_tokens, itl_mean, itl_p90, itl_p99,
+               num_gaps=None, busy_seconds=None, *, cold_start_windows: int = COLD_START_WINDOWS,
+               min_samples: int = MIN_SAMPLES) -> DecodeLatency | None:
+    """Replica windows of the decode pool -> DecodeLatency, or None with too few warm windows.
+    num_gaps: token gaps each window's ITL was measured over (the fit's weights; None: equal);
+    busy_seconds: time each window ran steps (None: busy throughout)."""
     batch = np.asarray(batch, np.float64)
     mask = _usable(age, cold_start_windows, itl_mean, itl_p90, itl_p99) & (batch > 0)
     if mask.sum() < min_samples:
         return None
-    features = np.column_stack([batch, np.asarray(kv_tokens, np.float64),
+    running = np.ones_like(batch)  # share of the window the engine ran steps
+    if busy_seconds is not None:
+        busy = np.asarray(busy_seconds, np.float64)
+        running = np.where(busy > 0, np.minimum(busy / window_seconds, 1.0), 1.0)
+    features = np.column_stack([batch / running, np.asarray(kv_tokens, np.float64) / running,
                                 np.asarray(local_prompt_tokens, np.float64) / window_seconds])[mask]
+    weight = None if num_gaps is None else np.asarray(num_gaps, np.float64)[mask]
     coefficients = {}
     for statistic, column in zip(("mean", *PERCENTILES), (itl_mean, itl_p90, itl_p99), strict=True):
-        a, coef = _fit(features, np.asarray(column, np.float64)[mask])
+        a, coef = _fit(features, np.asarray(column, np.float64)[mask], weight)
         coefficients[statistic] = (a, *coef.tolist())
     return DecodeLatency(coefficients, int(mask.sum()))
 

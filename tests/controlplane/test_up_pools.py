@@ -2,12 +2,14 @@
 instances of one rank each) under a workload that steps up and falls back. The step makes the controller add a
 decode instance; the fall makes it drain one and remove it; every request of the workload succeeds meanwhile.
 
-The decode capacity is the batch slots of an instance (`--max-num-seqs 2`): by Little's law a pool needs
+The decode capacity is the batch slots of an instance (`--max-num-seqs 4`): by Little's law a pool needs
 rate x output tokens x ITL sequences in flight, which the planner's latency model predicts from the instances'
 windows (the engine's own ITL, per token). How fast a token is depends on how busy this shared machine is, so
 the step is sized from the decode rank's ITL the warm-up measured: 1.5x what one instance's slots carry,
-which two carry. The SLO is loose enough that noise never breaches it: what moves the pool is the load.
-About eight minutes on two cores.
+which two carry. The warm-up sends one request at a time (the load generator skips arrivals while one is in
+flight), so however slow the machine is, it never needs a second instance: a Poisson warm-up at a fixed rate
+is, on a busy machine, a few seconds' burst the reactive step rightly answers. The SLO is loose enough that
+noise never breaches it: what moves the pool is the load. About eight minutes on two cores.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from support.servers import free_port
 POLICY = {"mode": "auto", "slo": {"ttft_p90_seconds": 30.0, "itl_p90_seconds": 2.0},
           "replicas": {"prefill": {"min": 1, "max": 1}, "decode": {"min": 1, "max": 2}},
           "pool_cooldown_seconds": 30.0, "pool_predictive_interval_seconds": 10.0}
-SLOTS, OUTPUT_TOKENS = 2, 160  # sequences one decode instance batches; tokens per request
+SLOTS, OUTPUT_TOKENS = 4, 160  # sequences one decode instance batches; tokens per request
 PHASES = (("warm-up", 70.0), ("step up", 110.0), ("fall", 240.0))  # seconds each
 
 
@@ -46,13 +48,14 @@ def mean_itl(rank: str) -> float:
     return value["sum"] / value["count"]
 
 
-def run_loadgen(router: str, rate: float, seconds: float, env: dict, on_wait) -> tuple[int, int, int]:
-    """(done, failed, not sent) of a workload at `rate` for `seconds`; on_wait() is called while it runs."""
+def run_loadgen(router: str, rate: float, seconds: float, env: dict, on_wait,
+                max_concurrency: int = 512) -> tuple[int, int, int]:
+    """(done, failed, not sent) of a workload at `rate` for `seconds`, at most `max_concurrency` requests in
+    flight; on_wait() is called while it runs."""
     process = subprocess.Popen(
         [sys.executable, "-m", "agents.loadgen", "--url", router, "--rate", f"{rate:.3f}", "--duration",
          f"{seconds:g}", "--max-tokens", str(OUTPUT_TOKENS), "--max-chars", "200", "--timeout", "300",
-         "--max-concurrency", "512",
-         "--report-seconds", "30"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+         "--max-concurrency", str(max_concurrency), "--report-seconds", "30"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
         preexec_fn=die_with_parent)
     try:
         while process.poll() is None:
@@ -85,7 +88,7 @@ def test_a_step_in_traffic_adds_a_decode_instance_and_the_fall_drains_one(tmp_pa
             assert up.poll() is None and time.monotonic() < deadline, "moectl up did not come up:\n" + text
             time.sleep(1)
         router = re.search(r"^router: (\S+)", text, re.M).group(1)
-        decode_rank = re.search(r"^workers: .*decode (\S+)", text, re.M).group(1)
+        decode_rank = re.search(r"^workers: .*?\| decode (http\S+)", text, re.M).group(1)
         found: dict[str, dict] = {}
 
         def watch() -> None:
@@ -99,13 +102,14 @@ def test_a_step_in_traffic_adds_a_decode_instance_and_the_fall_drains_one(tmp_pa
                     found["down"] = down
 
         started = time.monotonic()
-        totals = [run_loadgen(router, 0.3, PHASES[0][1], env, watch)]
+        warm_done, warm_failed, _ = run_loadgen(router, 1.0, PHASES[0][1], env, watch, max_concurrency=1)
+        assert warm_done > 5 and warm_failed == 0
         itl = mean_itl(decode_rank)
         one_instance = SLOTS / ((OUTPUT_TOKENS - 1) * itl)  # requests/s one decode instance's slots carry
         print(f"warm-up: {itl * 1000:.1f} ms per token: one decode instance carries {one_instance:.2f} req/s")
-        assert "up" not in found, "it scaled up before the step"
+        assert "up" not in found, f"it scaled up before the step: {found.get('up')}"
         stepped = time.time()
-        totals.append(run_loadgen(router, 1.5 * one_instance, PHASES[1][1], env, watch))
+        totals = [run_loadgen(router, 1.5 * one_instance, PHASES[1][1], env, watch)]
         fell = time.time()
         totals.append(run_loadgen(router, 0.15 * one_instance, PHASES[2][1], env, lambda: watch() if "down" not in
                                   found else None))
@@ -128,7 +132,7 @@ def test_a_step_in_traffic_adds_a_decode_instance_and_the_fall_drains_one(tmp_pa
         done, failed, not_sent = (sum(t[i] for t in totals) for i in range(3))
         print(f"workload: {done} requests done, {failed} failed, {not_sent} not sent in "
               f"{time.monotonic() - started:.0f}s")
-        assert done > 50 and failed == 0 and not_sent == 0
+        assert done > 20 and failed == 0 and not_sent == 0
         overview = httpx.get(f"{url}/v1/deployments/tiny/overview", timeout=10).json()
         decode = next(p for p in overview["pool_plan"]["pools"] if p["role"] == "decode")
         assert decode["replicas"] == 1 and overview["pool_plan"]["slo"] == {"ttft_p90": 30.0, "itl_p90": 2.0}
