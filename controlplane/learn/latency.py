@@ -24,7 +24,7 @@ Arrays are [n] over replica windows; seconds, tokens, tokens/s.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import sklearn
@@ -63,9 +63,11 @@ class PrefillLatency:
     coefficients: dict  # percentile -> (a, b, c)
     num_samples: int
 
-    def ttft(self, percentile: int, tokens_per_second: float, mean_prompt_tokens: float) -> float:
+    def ttft(self, percentile: int, tokens_per_second: float, mean_prompt_tokens: float,
+             max_utilisation: float = MAX_UTILISATION) -> float:
+        """TTFT at `percentile`; inf past `max_utilisation` of the capacity (a queue with no bound)."""
         rho = tokens_per_second / self.capacity
-        if rho >= MAX_UTILISATION:
+        if rho > max_utilisation or rho >= MAX_UTILISATION:
             return float("inf")
         a, b, c = self.coefficients[percentile]
         service = mean_prompt_tokens / self.capacity
@@ -139,15 +141,22 @@ def fit_decode(age, window_seconds: float, batch, kv_tokens, local_prompt_tokens
 @dataclass(frozen=True)
 class PoolLatency:
     """Both pools' fits behind one object (the LatencyModel shape of controlplane/solve/pool_capacity.py);
-    a pool without a fit answers None. kv_capacity_tokens, max_batch: one decode replica's limits."""
+    a pool without a fit answers None. kv_capacity_tokens, max_batch: one decode replica's limits;
+    max_prefill_utilisation: past it, a prefill replica's TTFT is planned as unbounded."""
 
     prefill: PrefillLatency | None
     decode: DecodeLatency | None
     kv_capacity_tokens: float
     max_batch: int
+    max_prefill_utilisation: float = MAX_UTILISATION
 
     def prefill_ttft(self, percentile: int, tokens_per_second: float, mean_prompt_tokens: float) -> float | None:
-        return None if self.prefill is None else self.prefill.ttft(percentile, tokens_per_second, mean_prompt_tokens)
+        if self.prefill is None:
+            return None
+        return self.prefill.ttft(percentile, tokens_per_second, mean_prompt_tokens, self.max_prefill_utilisation)
+
+    def with_prefill_ceiling(self, max_utilisation: float) -> PoolLatency:
+        return replace(self, max_prefill_utilisation=max_utilisation)
 
     def decode_itl(self, statistic, batch: float, kv_tokens: float, local_tokens_per_second: float) -> float | None:
         return None if self.decode is None else self.decode.itl(statistic, batch, kv_tokens, local_tokens_per_second)

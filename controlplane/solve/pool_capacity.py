@@ -29,6 +29,9 @@ class LatencyModel(Protocol):
     def decode_itl(self, statistic, batch: float, kv_tokens: float, local_tokens_per_second: float) -> float | None:
         """ITL ("mean", 90 or 99) of one decode replica at that batch; None: not fitted."""
 
+    def with_prefill_ceiling(self, max_utilisation: float) -> LatencyModel:
+        """The same model, its prefill TTFT infinite past `max_utilisation` of a replica's capacity."""
+
 
 @dataclass(frozen=True)
 class LoadForecast:

@@ -116,3 +116,13 @@ def test_decode_weighs_windows_by_the_token_gaps_they_measured():
 def test_decode_falls_back_to_none_before_enough_warm_windows():
     rng = np.random.default_rng(5)
     assert fit_d(concat(decode_windows(6, rng, age=50), decode_windows(30, rng, age=1))) is None
+
+
+def test_prefill_ttft_is_unbounded_past_the_utilisation_ceiling():
+    model = PoolLatency(fit(prefill_windows(200, np.random.default_rng(6), age=50)), None, 160_000, 96)
+    busy = 0.75 * model.prefill.capacity  # tokens/s: a replica 75 % busy
+    assert np.isfinite(model.prefill_ttft(99, busy, PROMPT))
+    capped = model.with_prefill_ceiling(0.7)
+    assert capped.prefill_ttft(99, busy, PROMPT) == float("inf")
+    assert capped.prefill_ttft(99, 0.65 * model.prefill.capacity, PROMPT) == model.prefill_ttft(
+        99, 0.65 * model.prefill.capacity, PROMPT)
