@@ -51,7 +51,10 @@ class Router:
         self.threshold = self.default_threshold = local_prefill_threshold
         self.metrics = RouterMetrics(registry)
         self.windows = windows
-        self.client: httpx.AsyncClient | None = None
+        self.client: httpx.AsyncClient | None = None  # requests to the worker ranks
+        # load polls and window reports: their own connections, so a surge of streaming requests never leaves
+        # them waiting for one (a rank that cannot be polled reads as unhealthy)
+        self.control: httpx.AsyncClient | None = None
 
     def of_role(self, role: str) -> list[Endpoint]:
         return [e for e in self.endpoints if e.role == role]
@@ -84,7 +87,7 @@ class Router:
         while True:
             for endpoint in list(self.endpoints):  # the admin API may add or remove instances meanwhile
                 try:
-                    response = await self.client.get(f"{endpoint.url}/v1/internal/load", timeout=2.0)
+                    response = await self.control.get(f"{endpoint.url}/v1/internal/load", timeout=2.0)
                     load = response.json()
                     endpoint.num_running, endpoint.num_waiting = load["num_running"], load["num_waiting"]
                     endpoint.kv_cache_usage = load["kv_cache_usage"]
@@ -188,7 +191,11 @@ def create_app(router: Router, *, admin_token: str = "", reporter: WindowReporte
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI):
-        router.client = httpx.AsyncClient(timeout=httpx.Timeout(300.0, connect=5.0))
+        # no cap on connections: requests in flight are bounded by the clients, and a capped pool makes the
+        # ones over it wait for a connection as if the ranks were slow
+        router.client = httpx.AsyncClient(timeout=httpx.Timeout(300.0, connect=5.0),
+                                          limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
+        router.control = httpx.AsyncClient(timeout=5.0)
         tasks = [asyncio.create_task(router.poll())]
         if reporter is not None:
             tasks.append(asyncio.create_task(reporter.run()))
@@ -196,6 +203,7 @@ def create_app(router: Router, *, admin_token: str = "", reporter: WindowReporte
         for task in tasks:
             task.cancel()
         await router.client.aclose()
+        await router.control.aclose()
 
     app = FastAPI(title="moectl router", version="0.1.0", lifespan=lifespan)
     app.include_router(admin_router(router.endpoints, admin_token))

@@ -36,7 +36,7 @@ class WindowReporter:
 
     async def post(self, window: RouterWindow) -> None:
         try:
-            response = await self.router.client.post(self.url, content=window.model_dump_json(), timeout=5.0,
+            response = await self.router.control.post(self.url, content=window.model_dump_json(), timeout=5.0,
                                                      headers=self.headers | {"Content-Type": "application/json"})
             if response.status_code != 200:
                 self.num_failed += 1

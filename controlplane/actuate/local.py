@@ -105,7 +105,9 @@ class LocalScaler:
         """`expected` is not checked: nobody else runs these processes (an instance that died is replaced)."""
         with self.lock:
             asked = [i for i in self._of(pool.role) if i.state != LEAVING]
-            for _ in range(replicas - len(asked)):
+            # once stopping, nothing new starts: the controller's loop may still be running, and a process
+            # started after stop() took its list of instances would outlive `moectl up`
+            for _ in range(0 if self.stopping.is_set() else replicas - len(asked)):
                 fence.check()
                 self.start(pool.role)
             if replicas < len(asked):
@@ -124,8 +126,10 @@ class LocalScaler:
     # --- the processes
     def start(self, role: str, env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> Instance:
         """Starts one instance of the pool `role` (ranks on free ports); the watcher registers it once ready.
-        env, args: more for this one (the first registers the deployment)."""
+        env, args: more for this one (the first registers the deployment). RuntimeError once stopping."""
         with self.lock:
+            if self.stopping.is_set():
+                raise RuntimeError("the local scaler is stopping: no instance starts")
             name = f"{self.deployment}-{role}-{self.num_started[role]}"
             self.num_started[role] += 1
             ports = [free_port() for _ in range(self.ep_sizes[role])]
@@ -140,7 +144,8 @@ class LocalScaler:
 
     def stop(self) -> None:
         """Stops the watcher and every instance, leaving no process behind."""
-        self.stopping.set()
+        with self.lock:  # a start() under way finishes first, and is stopped below
+            self.stopping.set()
         self.watcher.join(timeout=5)
         with self.lock:
             for instance in self.instances.values():

@@ -4,8 +4,9 @@ Prefill: the prompt tokens/s the prefill pool gets, spread evenly, against the m
 TTFT. Decode: a replica's batch B settles where B = demand x ITL(B) (Little's law: sequences in the
 batch = tokens/s they need x seconds per token); no settled B under the batch and KV limits means the
 pool cannot carry the load at that size. B is averaged over time, idle included, while ITL is that of the
-steps that run, at least one sequence each: under one sequence, B is the share of time the engine runs. The model is any object with this module's `LatencyModel`
-shape (controlplane/learn/latency.py fits one). Seconds, tokens, tokens/s, requests/s.
+steps that run, at least one sequence each: under one sequence, B is the share of time the engine runs. The
+model is any object with this module's `LatencyModel` shape (controlplane/learn/latency.py fits one).
+Seconds, tokens, tokens/s, requests/s.
 """
 
 from __future__ import annotations

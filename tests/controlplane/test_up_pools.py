@@ -5,11 +5,12 @@ decode instance; the fall makes it drain one and remove it; every request of the
 The decode capacity is the batch slots of an instance (`--max-num-seqs 4`): by Little's law a pool needs
 rate x output tokens x ITL sequences in flight, which the planner's latency model predicts from the instances'
 windows (the engine's own ITL, per token). How fast a token is depends on how busy this shared machine is, so
-the step is sized from the decode rank's ITL the warm-up measured: 1.5x what one instance's slots carry,
-which two carry. The warm-up sends one request at a time (the load generator skips arrivals while one is in
-flight), so however slow the machine is, it never needs a second instance: a Poisson warm-up at a fixed rate
-is, on a busy machine, a few seconds' burst the reactive step rightly answers. The SLO is loose enough that
-noise never breaches it: what moves the pool is the load. About eight minutes on two cores.
+the step is sized from the decode rank's ITL the warm-up measured: 1.2x what one instance's slots carry at that
+ITL (a fuller batch steps slower, so one instance carries less), which two carry. The warm-up sends one request
+at a time (the load generator skips arrivals while one is in flight), so however slow the machine is, it never
+needs a second instance: a Poisson warm-up at a fixed rate is, on a busy machine, a few seconds' burst the
+reactive step rightly answers. The SLO is loose enough that noise never breaches it: what moves the pool is
+the load. About eight minutes on two cores.
 """
 
 from __future__ import annotations
@@ -55,8 +56,8 @@ def run_loadgen(router: str, rate: float, seconds: float, env: dict, on_wait,
     process = subprocess.Popen(
         [sys.executable, "-m", "agents.loadgen", "--url", router, "--rate", f"{rate:.3f}", "--duration",
          f"{seconds:g}", "--max-tokens", str(OUTPUT_TOKENS), "--max-chars", "200", "--timeout", "300",
-         "--max-concurrency", str(max_concurrency), "--report-seconds", "30"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-        preexec_fn=die_with_parent)
+         "--max-concurrency", str(max_concurrency), "--report-seconds", "30"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, preexec_fn=die_with_parent)
     try:
         while process.poll() is None:
             on_wait()
@@ -109,7 +110,7 @@ def test_a_step_in_traffic_adds_a_decode_instance_and_the_fall_drains_one(tmp_pa
         print(f"warm-up: {itl * 1000:.1f} ms per token: one decode instance carries {one_instance:.2f} req/s")
         assert "up" not in found, f"it scaled up before the step: {found.get('up')}"
         stepped = time.time()
-        totals = [run_loadgen(router, 1.5 * one_instance, PHASES[1][1], env, watch)]
+        totals = [run_loadgen(router, 1.2 * one_instance, PHASES[1][1], env, watch)]
         fell = time.time()
         totals.append(run_loadgen(router, 0.15 * one_instance, PHASES[2][1], env, lambda: watch() if "down" not in
                                   found else None))

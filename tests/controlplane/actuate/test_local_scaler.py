@@ -102,6 +102,11 @@ def test_instances_start_serve_drain_and_stop(stack):
 
     scaler.stop()
     wait_for(lambda: not [pid for pid in family if is_running(pid)], timeout=30, what="no process left")
+    # the controller's loop can outlive the scaler by a moment: what it asks for then starts nothing
+    assert scaler.set_replicas(DECODE, 2, expected=1, fence=SOLE).replicas == 0
+    with pytest.raises(RuntimeError, match="stopping"):
+        scaler.start("decode")
+    assert not scaler.instances
 
 
 @pytest.mark.slow
