@@ -51,7 +51,8 @@ class Controller:
         self.stop_loop = threading.Event()
         self.loop = threading.Thread(target=run_forever, name="reconcile", daemon=True, kwargs=dict(
             sessions=self.sessions, settings=settings, stop=self.stop_loop,
-            on_pass=lambda r: self.metrics.observe_pass(r.plans, r.num_errors, r.seconds))) if run_loop else None
+            on_pass=lambda r: self.metrics.observe_pass(r.plans, r.num_errors, r.seconds, r.reaches))) \
+            if run_loop else None
 
     @property
     def url(self) -> str:

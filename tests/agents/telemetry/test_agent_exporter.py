@@ -22,7 +22,8 @@ def registry() -> CollectorRegistry:
 
 @pytest.fixture
 def exporter(registry) -> Exporter:
-    return Exporter(registry, deployment="tiny", role="decode", ep_rank=1, num_layers=4, num_speculative_tokens=2)
+    return Exporter(registry, deployment="tiny", role="decode", ep_rank=1, num_layers=4, top_k=4,
+                    num_speculative_tokens=2)
 
 
 def test_a_step_moves_the_counters_gauges_and_histograms(registry, exporter):
