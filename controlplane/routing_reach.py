@@ -19,7 +19,9 @@ from controlplane.desired import Mode, Policy
 from controlplane.observed import GROUPS_AT, NODES_AT, PoolState, Window
 
 MAX_OVER_LIMIT_SHARE = 0.01  # tokens past the limit a window may hold before it counts as not honouring it
-SETTLE_WINDOWS = 2  # windows after a limit change before it is judged: agents take it on their next report
+# a limit is judged on windows starting a window or more after it changed: agents take it on their first report
+# after the change, which ends the window holding it, so the next window may still start under the old one
+SETTLE_WINDOWS = 1
 
 
 @dataclass(frozen=True)
@@ -88,10 +90,9 @@ def check_routing_limit(policy: Policy, pool: PoolState) -> RoutingReach:
     def verdict(windows: list[WindowReach], is_violated: bool, reason: str) -> RoutingReach:
         return RoutingReach(pool.deployment, pool.role, limit, tuple(windows), is_violated, reason)
 
-    since = -np.inf
-    if pool.routing_changed_at is not None and pool.windows:
-        since = pool.routing_changed_at + SETTLE_WINDOWS * pool.windows[-1].seconds
-    measured = [r for w in pool.windows if w.start >= since and (r := window_reach(w, limit)) is not None]
+    changed_at = -np.inf if pool.routing_changed_at is None else pool.routing_changed_at
+    measured = [r for w in pool.windows
+                if w.start >= changed_at + SETTLE_WINDOWS * w.seconds and (r := window_reach(w, limit)) is not None]
     windows = measured[-policy.sustained_windows:]
     if policy.mode == Mode.off:
         return verdict(windows, False, "policy mode is off")

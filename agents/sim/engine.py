@@ -22,7 +22,6 @@ import numpy as np
 import torch
 
 from agents.protocol.placement import effective_share, gpu_load, slot_load
-from agents.runtime import moe_ops
 from agents.runtime.ep import EPGroup
 from agents.runtime.placement import EngineRoutingLimits, Placement
 from agents.runtime.sequence import SamplingParams
@@ -30,6 +29,7 @@ from agents.runtime.stats import MoECounters, RequestOutput, StepStats
 from agents.runtime.tokenizer import encode
 from agents.sim.cost import remote_share, step_times
 from agents.sim.load import LoadModel
+from agents.sim.reach import Routing, sample_reach
 
 NOMINAL_STEP_SECONDS = 0.05  # the walk's time step: a fixed one keeps it identical on every rank
 
@@ -199,28 +199,11 @@ class SimEngine:
         return self.routing_limits.topk_group or self.cfg.topk_group
 
     def _reach(self, popularity: np.ndarray, num_tokens: int, topk_group: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """([num_layers, top_k + 1], same) tokens by the groups and nodes their top-k reached: every token's
-        affinities drawn around the popularity (Gumbel noise on its log), routed by the runtime's own limited
-        top-k, spread over replicas and counted as the runtime counts them (agents/runtime/moe_ops.py)."""
-        cfg, num_layers = self.cfg, self.cfg.num_layers
-        expert_to_slots, cum_share = self._routing_tables  # [L, E, R]
-        slots_per_node = cfg.slots_per_rank * min(cfg.gpus_per_node, cfg.ep_size)
-        num_nodes = -(-self.num_slots // slots_per_node)
-        logits = np.log(popularity)[:, None, :] + self.rng.gumbel(size=(num_layers, num_tokens, cfg.num_experts))
-        scores = torch.sigmoid(torch.from_numpy(logits.reshape(-1, cfg.num_experts)))  # [L * T, E], layers stacked
-        bias = torch.zeros(cfg.num_experts, dtype=scores.dtype)
-        _, ids = moe_ops.grouped_topk(scores, bias, cfg.num_groups, topk_group, cfg.top_k, 1.0)  # [L * T, K]
-        # one lookup for all layers: expert e of layer l is row l * E + e of the stacked tables
-        offset = torch.arange(num_layers).repeat_interleave(num_tokens)[:, None] * cfg.num_experts
-        slots = moe_ops.select_slots(ids + offset, expert_to_slots.flatten(0, 1), cum_share.flatten(0, 1))
-        groups, nodes = [], []
-        for layer in range(num_layers):
-            rows = slice(layer * num_tokens, (layer + 1) * num_tokens)
-            g, n = moe_ops.reach(ids[rows], slots[rows], cfg.num_experts // cfg.num_groups, cfg.num_groups,
-                                 slots_per_node, num_nodes)
-            groups.append(g)
-            nodes.append(n)
-        return torch.stack(groups), torch.stack(nodes)
+        """([num_layers, top_k + 1], same): this step's tokens by the groups and nodes their top-k reached."""
+        cfg = self.cfg
+        routing = Routing(cfg.num_groups, cfg.top_k, topk_group, *self._routing_tables, cfg.slots_per_rank,
+                          cfg.gpus_per_node, cfg.ep_size)
+        return sample_reach(popularity, num_tokens, self.rng, routing)
 
     def _recall(self, popularity: np.ndarray, topk_group: int) -> np.ndarray:
         """[num_layers] share of the routing mass inside the best `topk_group` groups."""
