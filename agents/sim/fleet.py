@@ -108,8 +108,8 @@ class SimInstance:
         return snapshots
 
     def _routing(self, topk_group: int) -> Routing:
-        share = None if self.slot_share is None else torch.from_numpy(self.slot_share)
-        tables = Placement(torch.from_numpy(self.slot_to_expert), share).routing_tables(self.model.num_experts)
+        share = None if self.slot_share is None else torch.tensor(self.slot_share)  # a copy: answers are read-only
+        tables = Placement(torch.tensor(self.slot_to_expert), share).routing_tables(self.model.num_experts)
         return Routing(self.model.num_groups, self.model.top_k, topk_group, *tables, self.slots_per_rank,
                        self.gpus_per_node, self.ep_size)
 

@@ -19,7 +19,9 @@ import httpx
 import pytest
 from support.servers import free_port, require_binary
 
-from agents.sim.fleet import FleetClient, make_fleet
+from agents.protocol import Role
+from agents.sim.fleet import DEFAULT_MODEL, FleetClient, SimInstance, make_fleet
+from agents.sim.load import LoadModel
 from controlplane.config import Settings
 from controlplane.serve import Controller
 
@@ -35,9 +37,10 @@ TIMEOUT_MS = 30_000
 
 
 class LiveFleet:
-    """Two simulated deployments posting one window per rank per second, as agents do:
+    """Simulated deployments posting one window per rank per second, as agents do:
     sim-0 in `approve` mode (the loop proposes, a person decides), sim-1 in `auto` mode with a trigger
-    threshold the loop never reaches, so its only actions are the ones a person asks for."""
+    threshold the loop never reaches, so its only actions are the ones a person asks for, and sim-2 (2 ranks,
+    `observe`) whose router ignores its group limit, as in the seeds' incident."""
 
     def __init__(self, url: str):
         self.http = httpx.Client(base_url=url, timeout=10)
@@ -46,6 +49,11 @@ class LiveFleet:
         self.client.register([self.fleet[0]], policy={"mode": "approve", "cooldown_seconds": 0})
         self.client.register([self.fleet[1]], policy={"mode": "auto", "imbalance_threshold": 100,
                                                       "cooldown_seconds": 0})
+        limited = DEFAULT_MODEL.model_copy(update={"topk_group": 3})
+        self.fleet.append(SimInstance(deployment="sim-2", instance="sim-2-decode-0", role=Role.decode, model=limited,
+                                      ep_size=2, slots_per_rank=40, is_group_limit_bypassed=True,
+                                      load=LoadModel(limited.num_layers, limited.num_experts, limited.top_k, seed=5)))
+        self.client.register([self.fleet[2]], policy={"mode": "observe"})
         self.stop = threading.Event()
         # back-fill a few complete windows so the page has history at once, then keep up with the clock
         self.next_start = (math.floor(time.time() / WINDOW_SECONDS) - 3) * WINDOW_SECONDS
@@ -216,6 +224,27 @@ def test_a_rebalance_appears_on_the_timeline(page, live):
     assert int(page.page.locator("#placement-grid").get_attribute("data-moved-total")) > 0
     assert "moved" in page.page.locator("#placement-summary").inner_text()
     page.shot("rebalanced")
+
+
+def test_a_group_limit_not_in_effect_shows_on_the_tile_and_the_timeline(page):
+    page.open("#deployment=sim-2")
+    tile = page.page.locator("#tiles .tile[data-violated='decode']")
+    tile.wait_for()
+    assert "limit NOT in effect: decode" in tile.inner_text() and "bad" in tile.get_attribute("class")
+    assert "topk_group=3 not in effect" in tile.get_attribute("title")
+    row = page.page.locator("#timeline tbody tr[data-kind='routing_limit_violation']")
+    row.wait_for()
+    assert row.count() == 1 and row.get_attribute("data-status") == "recorded"
+    assert "not in effect" in row.inner_text()
+    page.page.wait_for_selector("#timeline-strip .mark[data-kind='routing_limit_violation']")
+    page.shot("routing-limit")
+    # a deployment without a group limit is not flagged
+    page.page.select_option("#deployment", "sim-0")
+    page.page.wait_for_function("document.getElementById('overview-sub').textContent.startsWith('sim-0')")
+    assert "no group limit" in page.page.locator("#tiles .tile", has=page.page.locator(
+        "[data-field=routing_reach]")).inner_text()
+    assert page.page.locator("#tiles .tile[data-violated]").count() == 0
+    assert page.errors == []
 
 
 def test_a_viewer_cannot_edit(page, live):
