@@ -91,7 +91,7 @@ class ExpertParallel:
         slot_ids = moe_ops.select_slots(
             topk_ids, self.expert_to_slots[layer], self.cum_share[layer]
         )  # [T, K]
-        groups, nodes = moe_ops.reach(
+        groups, nodes = ops.reach(
             topk_ids, slot_ids, cfg.experts_per_group, cfg.num_groups, self.slots_per_node, self.num_nodes
         )  # [K + 1] each: what the group limit bounds, as this step routed it
         c.groups_per_token[layer] += groups
