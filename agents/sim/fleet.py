@@ -31,7 +31,7 @@ from agents.sim.reach import Routing, sample_reach
 
 log = logging.getLogger("moectl.sim")
 
-MAX_REACH_TOKENS = 128  # tokens per rank and window whose groups and nodes a window samples
+MAX_REACH_TOKENS = 32  # tokens per rank and window whose groups and nodes a window samples
 DEFAULT_MODEL = ModelShape(name="sim-moe-64e", num_layers=8, num_experts=64, num_groups=8, top_k=6)
 
 
@@ -50,6 +50,7 @@ class SimInstance:
     slot_share: np.ndarray | None = None  # [num_layers, num_slots] or even split
     topk_group: int | None = None  # routing limit issued; None: the model's own (every group if it has none)
     is_group_limit_bypassed: bool = False  # the seeds' incident: tokens reach every group whatever the limit
+    _tables: tuple | None = field(default=None, init=False, repr=False)  # (version, routing tables) in force
 
     def __post_init__(self) -> None:
         self.slot_to_expert = default_slot_to_expert(self.model.num_layers, self.model.num_experts,
@@ -108,9 +109,11 @@ class SimInstance:
         return snapshots
 
     def _routing(self, topk_group: int) -> Routing:
-        share = None if self.slot_share is None else torch.tensor(self.slot_share)  # a copy: answers are read-only
-        tables = Placement(torch.tensor(self.slot_to_expert), share).routing_tables(self.model.num_experts)
-        return Routing(self.model.num_groups, self.model.top_k, topk_group, *tables, self.slots_per_rank,
+        if self._tables is None or self._tables[0] != self.placement_version:
+            share = None if self.slot_share is None else torch.tensor(self.slot_share)  # a copy: answers are read-only
+            table = Placement(torch.tensor(self.slot_to_expert), share)
+            self._tables = (self.placement_version, table.routing_tables(self.model.num_experts))
+        return Routing(self.model.num_groups, self.model.top_k, topk_group, *self._tables[1], self.slots_per_rank,
                        self.gpus_per_node, self.ep_size)
 
     def apply(self, desired: DesiredState) -> None:

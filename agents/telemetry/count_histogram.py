@@ -8,6 +8,7 @@ a call per token. This collector keeps the cumulative counts and exposes them as
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
 
 from prometheus_client import CollectorRegistry
@@ -21,6 +22,7 @@ class CountHistogram:
         """max_value: the largest value observed (top_k for groups per token); values are 0..max_value."""
         self.name, self.documentation, self.const = name, documentation, const
         self.counts = [0] * (max_value + 1)  # [max_value + 1] observations of each value so far
+        self._lock = threading.Lock()  # the engine thread adds, the HTTP thread collects
         registry.register(self)
 
     def add(self, counts: Sequence[int]) -> None:
@@ -28,20 +30,23 @@ class CountHistogram:
         is a caller's bug."""
         if len(counts) > len(self.counts):
             raise ValueError(f"{self.name}: {len(counts)} bins, room for {len(self.counts)}")
-        for value, n in enumerate(counts):
-            self.counts[value] += int(n)
+        with self._lock:
+            for value, n in enumerate(counts):
+                self.counts[value] += int(n)
 
     def describe(self) -> Iterator[HistogramMetricFamily]:
         yield HistogramMetricFamily(self.name, self.documentation, labels=list(self.const))
 
     def collect(self) -> Iterator[HistogramMetricFamily]:
         family = HistogramMetricFamily(self.name, self.documentation, labels=list(self.const))
+        with self._lock:
+            counts = list(self.counts)
         buckets, total = [], 0
-        for value, n in enumerate(self.counts):
+        for value, n in enumerate(counts):
             total += n
             if value:  # le="1" holds the tokens whose every expert was dropped (0) too
                 buckets.append((floatToGoString(value), total))
         buckets.append(("+Inf", total))
         family.add_metric(list(self.const.values()), buckets,
-                          sum_value=sum(value * n for value, n in enumerate(self.counts)))
+                          sum_value=sum(value * n for value, n in enumerate(counts)))
         yield family
