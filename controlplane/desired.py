@@ -119,6 +119,23 @@ class Plan:
     change: PlacementChange | None = None
 
 
+@dataclass(frozen=True)
+class PoolSizeStep:
+    """What comes of asking a pool to run `replicas` instances: allowed or not, and why."""
+
+    replicas: int
+    current: int | None  # the size moectl set last; None: never sized by moectl
+    is_allowed: bool
+    reason: str
+
+    @property
+    def is_change(self) -> bool:
+        return self.is_allowed and self.replicas != self.current
+
+    def predicted(self) -> dict:
+        return {"replicas_before": self.current, "replicas_after": self.replicas}
+
+
 class VerifyOutcome(StrEnum):
     wait = "wait"
     verified = "verified"

@@ -40,7 +40,7 @@ def test_a_bypassed_group_limit_is_recorded_once_with_its_evidence(client, sessi
     assert reach["is_violated"] and reach["groups_per_token_max"] > 3 and "not in effect" in reach["reason"]
     metrics = ControllerMetrics(CollectorRegistry())
     result = reconcile_once(sessions, settings, now=clock.now + settings.window_seconds)
-    metrics.observe_pass(result.plans, result.num_errors, result.seconds, result.reaches)
+    metrics.observe_pass(result.plans, result.num_errors, result.seconds, reaches=result.reaches)
     labels = {"deployment": fleet[0].deployment, "role": "decode"}
     assert metrics.registry.get_sample_value("moectl_controller_routing_limit_violation", labels) == 1
     assert metrics.registry.get_sample_value("moectl_controller_routing_over_limit_ratio", labels) > 0.1
