@@ -45,6 +45,9 @@ class ControllerMetrics:
             measured = plan.inputs.get("measured_imbalance")
             if measured:
                 self.imbalance.labels(plan.deployment, plan.role).set(measured[-1])
+        if not is_leading:  # the leader judges the pools now; a verdict kept here would go stale and keep alerting
+            self.routing_limit_violation.clear()
+            self.routing_over_limit.clear()
         for reach in reaches:
             self.routing_limit_violation.labels(reach.deployment, reach.role).set(int(reach.is_violated))
             if reach.last is not None:

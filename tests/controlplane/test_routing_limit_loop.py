@@ -44,3 +44,5 @@ def test_a_bypassed_group_limit_is_recorded_once_with_its_evidence(client, sessi
     labels = {"deployment": fleet[0].deployment, "role": "decode"}
     assert metrics.registry.get_sample_value("moectl_controller_routing_limit_violation", labels) == 1
     assert metrics.registry.get_sample_value("moectl_controller_routing_over_limit_ratio", labels) > 0.1
+    metrics.observe_pass([], 0, 0.01, is_leading=False)  # another replica leads now: its verdict counts
+    assert metrics.registry.get_sample_value("moectl_controller_routing_limit_violation", labels) is None
