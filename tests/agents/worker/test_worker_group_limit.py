@@ -60,12 +60,18 @@ class Instance:
                     time.sleep(0.2)  # the rank is stopping
                 i += 1
 
-    def metric(self, name: str, labels: str = "") -> float:
-        """A sample of rank 0's /metrics, e.g. metric("moectl_routing_groups_per_token_bucket", 'le="2.0"')."""
+    def groups_per_token(self) -> tuple[float, float]:
+        """(tokens within 2 groups, all tokens) of rank 0's /metrics, from one scrape: a window may close between
+        two."""
         text = httpx.get(f"http://127.0.0.1:{self.ports[0]}/metrics", timeout=10).text
-        match = re.search(rf"^{name}{{[^}}]*{labels}[^}}]*}} (\S+)$", text, re.MULTILINE)
-        assert match, f"{name} {labels} not on /metrics"
-        return float(match.group(1))
+
+        def sample(name: str, labels: str = "") -> float:
+            match = re.search(rf"^{name}{{[^}}]*{labels}[^}}]*}} (\S+)$", text, re.MULTILINE)
+            assert match, f"{name} {labels} not on /metrics"
+            return float(match.group(1))
+
+        return sample("moectl_routing_groups_per_token_bucket", 'le="2.0"'), \
+            sample("moectl_routing_groups_per_token_count")
 
     def close(self) -> None:
         self.stop.set()
@@ -121,15 +127,15 @@ def test_a_bypassed_group_limit_is_caught_within_two_windows_and_an_honoured_one
             assert window["groups_max"] > 2 and window["over_limit_share"] > 0.01, window
             assert window["nodes_max"] == 2  # two ranks, one per node: tokens spread over both
         assert overview(controller.url, "bypassed")["pools"][0]["routing_reach"]["is_violated"]
-        assert bypassed.metric("moectl_routing_groups_per_token_bucket", 'le="2.0"') < \
-            bypassed.metric("moectl_routing_groups_per_token_count")
+        within, total = bypassed.groups_per_token()
+        assert within < total
 
         reach = overview(controller.url, "honoured")["pools"][0]["routing_reach"]
         assert not violations(controller.url, "honoured") and not reach["is_violated"], reach
         assert reach["topk_group"] == 2 and reach["groups_per_token_max"] <= 2 and "honoured" in reach["reason"]
         # a limited router never puts a token past its limit: every token of every window is within 2 groups
-        assert honoured.metric("moectl_routing_groups_per_token_bucket", 'le="2.0"') == \
-            honoured.metric("moectl_routing_groups_per_token_count") > 0
+        within, total = honoured.groups_per_token()
+        assert within == total > 0
 
         gauges = httpx.get(f"{controller.url}/metrics", timeout=10).text
         assert 'moectl_controller_routing_limit_violation{deployment="bypassed",role="unified"} 1.0' in gauges
