@@ -92,7 +92,7 @@ class Controller:
                 sessions=self.sessions, settings=settings, stop=self.stop_loop, scaler=actuation.scaler,
                 fence=actuation.fence, on_pass=lambda r: self.metrics.observe_pass(
                     r.plans, r.num_errors, r.seconds, is_leading=actuation.fence.is_leading(),
-                    pool_plans=r.pool_plans))))
+                    pool_plans=r.pool_plans, reaches=r.reaches))))
 
     @property
     def url(self) -> str:
