@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from agents.protocol.wire import NAME_PATTERN, PROTOCOL_VERSION, LatencySummary, _Frozen
+from agents.protocol.wire import NAME_PATTERN, PROTOCOL_VERSION, LatencySummary, _Frozen, known_protocol
 
 _Count = Field(default=0, ge=0)
 
@@ -47,9 +47,7 @@ class RouterWindow(_Frozen):
     @field_validator("protocol", mode="before")
     @classmethod
     def _known_protocol(cls, value: object) -> object:
-        if value != PROTOCOL_VERSION:
-            raise ValueError(f"protocol {value!r} is not spoken here; this controller speaks {PROTOCOL_VERSION!r}")
-        return value
+        return known_protocol(value)
 
     @model_validator(mode="after")
     def _check(self) -> RouterWindow:

@@ -21,6 +21,15 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 PROTOCOL_VERSION = "moectl.v1"
+
+
+def known_protocol(value: object) -> object:
+    """The `protocol` field's check, for every message that carries one."""
+    if value != PROTOCOL_VERSION:
+        raise ValueError(f"protocol {value!r} is not spoken here; this controller speaks {PROTOCOL_VERSION!r}")
+    return value
+
+
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"  # DNS label: also a Kubernetes object name
 
 _DTYPES = {"int64": np.dtype("<i8"), "float32": np.dtype("<f4"), "float64": np.dtype("<f8")}
@@ -203,9 +212,7 @@ class Snapshot(_Frozen):
     @field_validator("protocol", mode="before")
     @classmethod
     def _known_protocol(cls, value: object) -> object:
-        if value != PROTOCOL_VERSION:
-            raise ValueError(f"protocol {value!r} is not spoken here; this controller speaks {PROTOCOL_VERSION!r}")
-        return value
+        return known_protocol(value)
 
     @model_validator(mode="after")
     def _check(self) -> Snapshot:
