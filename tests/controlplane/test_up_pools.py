@@ -10,7 +10,7 @@ ITL (a fuller batch steps slower, so one instance carries less), which two carry
 at a time (the load generator skips arrivals while one is in flight), so however slow the machine is, it never
 needs a second instance: a Poisson warm-up at a fixed rate is, on a busy machine, a few seconds' burst the
 reactive step rightly answers. The SLO is loose enough that noise never breaches it: what moves the pool is
-the load. About eight minutes on two cores.
+the load. About ten minutes on two cores.
 """
 
 from __future__ import annotations
