@@ -1,0 +1,99 @@
+"""Another process holds SQLite's write lock for 40 s while 24 agents post: health answers at once (it never
+waits for the database), snapshot posts are told 503 + Retry-After before the agents' own 5 s timeout
+(nobody holds a connection for the old 30 s busy timeout), nothing answers 500, and all recovers after."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass, field
+
+import httpx
+import pytest
+from support.auth import AGENT_TOKEN, API_TOKEN, agent
+from support.controllers import live_fleet, running_controller
+from support.servers import until
+
+from controlplane.config import Settings
+
+LOCK_SECONDS = 40.0
+AGENT_TIMEOUT = 5.0  # agents/poster.py: SnapshotPoster's default
+NUM_POSTERS = 24  # more than the request pool's 15 connections
+
+
+@dataclass
+class Answers:
+    """(started, seconds, status, Retry-After) per request; -1: timed out."""
+
+    rows: list[tuple[float, float, int, str | None]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def call(self, http: httpx.Client, method: str, path: str, **kwargs) -> None:
+        started = time.monotonic()
+        try:
+            response = http.request(method, path, **kwargs)
+            row = (started, time.monotonic() - started, response.status_code, response.headers.get("Retry-After"))
+        except httpx.TimeoutException:
+            row = (started, time.monotonic() - started, -1, None)
+        with self.lock:
+            self.rows.append(row)
+
+    def between(self, start: float, end: float) -> list[tuple[float, float, int, str | None]]:
+        return [r for r in self.rows if start <= r[0] < end]
+
+
+@pytest.mark.slow
+def test_a_40s_sqlite_write_lock_gets_fast_503s_and_health_stays_fast(tmp_path):
+    path = tmp_path / "c.db"
+    settings = Settings(database_url=f"sqlite:///{path}", api_token=API_TOKEN, agent_token=AGENT_TOKEN,
+                        window_seconds=1.0, reconcile_seconds=0.5, warmup_windows=0)
+    posts, health = Answers(), Answers()
+    with running_controller(settings, run_loop=True) as controller:
+        [instance] = live_fleet(controller.url, {"mode": "observe"}, num_windows=1, window_seconds=1.0)
+        bodies = [s.model_dump_json() for s in instance.window(time.time() - 1.0, 1.0, 4096)]
+        stop = threading.Event()
+
+        def post(rank: int) -> None:
+            with httpx.Client(base_url=controller.url, timeout=AGENT_TIMEOUT) as http:
+                while not stop.is_set():
+                    posts.call(http, "POST", "/v1/agents/snapshot", content=bodies[rank % len(bodies)],
+                               headers=agent() | {"Content-Type": "application/json"})
+                    stop.wait(0.2)
+
+        def probe() -> None:
+            with httpx.Client(base_url=controller.url, timeout=AGENT_TIMEOUT) as http:
+                while not stop.is_set():
+                    health.call(http, "GET", "/healthz")
+                    stop.wait(0.25)
+
+        threads = [threading.Thread(target=post, args=(r,)) for r in range(NUM_POSTERS)]
+        threads.append(threading.Thread(target=probe))
+        for thread in threads:
+            thread.start()
+        try:
+            time.sleep(2.0)
+            locker = sqlite3.connect(path, isolation_level=None)
+            locker.execute("BEGIN IMMEDIATE")  # the write lock, held as a stuck writer would
+            locked_at = time.monotonic()
+            time.sleep(LOCK_SECONDS)
+            locker.execute("ROLLBACK")
+            released_at = time.monotonic()
+            locker.close()
+            until("every agent's post to succeed again",
+                  lambda: len({r[2] for r in posts.between(time.monotonic() - 1.0, time.monotonic())} - {200}) == 0,
+                  timeout=20)
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(timeout=30)
+    locked = posts.between(locked_at + 1.0, released_at)  # from a second in: the ones in flight have landed
+    statuses = {s for _, _, s, _ in posts.rows}
+    summary = {"posts": len(posts.rows), "statuses": {s: [r[2] for r in posts.rows].count(s) for s in statuses},
+               "slowest post": round(max(r[1] for r in posts.rows), 2),
+               "slowest healthz": round(max(r[1] for r in health.rows), 2)}
+    assert 500 not in statuses and -1 not in statuses, summary
+    assert locked and all(r[2] == 503 and r[3] for r in locked), summary
+    assert max(r[1] for r in locked) < AGENT_TIMEOUT, summary
+    assert all(r[2] == 200 for r in health.rows) and max(r[1] for r in health.rows) < 1.0, summary
+    assert [r[2] for r in posts.between(released_at + 10, time.monotonic())].count(200) >= NUM_POSTERS, summary
