@@ -5,7 +5,8 @@ rebalance and an alert only record a request on the pool (`store.requests`) and 
 so they can answer with the action. A pending request forces the plan (trigger thresholds skipped,
 safety rails kept); an action already in flight on the knob is joined, never doubled
 (`actuate.in_flight`). Every change is written by `actuate`. A pool's failure is logged and retried
-next pass; it never stops the others. `dry_run` plans and writes nothing.
+next pass; it never stops the others, unless the database itself failed (gone, locked, timed out): then the
+pass ends there, as every other pool would wait as long. `dry_run` plans and writes nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from opentelemetry import trace
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from agents.protocol.placement import PlacementTable
@@ -26,6 +28,7 @@ from controlplane.actuate.placement import PLACEMENT
 from controlplane.actuate.routing import ROUTING
 from controlplane.config import Settings
 from controlplane.desired import Decision, Plan, Policy
+from controlplane.liveness import LoopLiveness
 from controlplane.observed import PoolState
 from controlplane.plan import diagnose_prefix_hits, plan_pool, plan_routing
 from controlplane.store import actions, deployments, policies, pools, requests, windows
@@ -57,6 +60,11 @@ class PassResult:
     num_errors: int
     seconds: float
 
+    @property
+    def is_failed(self) -> bool:
+        """Nothing was reconciled: the pass could not start (the database gone), or every pool failed."""
+        return self.num_errors > 0 and not self.plans
+
 
 def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: float, dry_run: bool = False,
                    tracer: trace.Tracer | None = None) -> PassResult:
@@ -79,6 +87,8 @@ def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: 
                 num_errors += 1
                 span.record_exception(exc)
                 log.exception("reconcile failed for pool %s; retrying next pass", pool_id)
+                if isinstance(exc, OperationalError):  # the database itself: the other pools would wait as long
+                    break
         span.set_attribute("moectl.pools", len(targets))
         span.set_attribute("moectl.errors", num_errors)
     return PassResult(plans, num_errors, time.perf_counter() - started)
@@ -91,6 +101,8 @@ def reconcile_pool(session: Session, deployment: Deployment, pool: Pool, setting
     tracer = tracer or trace.get_tracer("moectl.reconcile")
     attributes = {"moectl.deployment": deployment.name, "moectl.role": pool.role}
     with tracer.start_as_current_span("reconcile.pool", attributes=attributes) as span:
+        if not dry_run:  # one writer of the pool at a time: the loop, an alert, a person (before any read)
+            deployments.lock_pool(session, pool)
         _, policy = policies.active(session, deployment)
         pending = requests.pending(session, pool, knob=PLACEMENT.kind)
         with tracer.start_as_current_span("collect"):
@@ -174,9 +186,24 @@ def _record_findings(session: Session, deployment: Deployment, pool: Pool, state
 
 
 def run_forever(sessions: sessionmaker[Session], settings: Settings, *, stop: threading.Event,
-                clock: Callable[[], float] = time.time, on_pass: Callable[[PassResult], None] | None = None) -> None:
-    while not stop.is_set():
-        result = reconcile_once(sessions, settings, now=clock())
-        if on_pass is not None:
-            on_pass(result)
-        stop.wait(settings.reconcile_seconds)
+                liveness: LoopLiveness, clock: Callable[[], float] = time.time,
+                on_pass: Callable[[PassResult], None] | None = None, dry_run: bool = False) -> None:
+    """Passes until `stop`. No exception ends the loop: a pass that fails (the database gone, a bug) is
+    logged, handed to on_pass as one error, and retried after the backoff `liveness` decides."""
+    try:
+        while not stop.is_set():
+            started = time.perf_counter()
+            try:
+                result = reconcile_once(sessions, settings, now=clock(), dry_run=dry_run)
+            except Exception:
+                log.exception("reconcile pass failed; retrying after a backoff")
+                result = PassResult([], 1, time.perf_counter() - started)
+            wait = liveness.passed(is_ok=not result.is_failed)
+            if on_pass is not None:
+                try:
+                    on_pass(result)
+                except Exception:
+                    log.exception("reporting a reconcile pass failed")
+            stop.wait(wait)
+    finally:
+        liveness.stopped()

@@ -11,7 +11,8 @@ from prometheus_client import CollectorRegistry
 
 from controlplane.api.app import create_app
 from controlplane.config import Settings
-from controlplane.reconcile import reconcile_once, run_forever
+from controlplane.liveness import LoopLiveness
+from controlplane.reconcile import PassResult, reconcile_once, run_forever
 from controlplane.store.db import make_engine, make_sessions, upgrade
 from controlplane.telemetry import ControllerMetrics
 
@@ -44,13 +45,14 @@ class Controller:
         upgrade(settings.database_url)
         configure_tracing(settings)
         self.settings = settings
-        self.sessions = make_sessions(make_engine(settings.database_url))
+        self.sessions = make_sessions(make_engine(settings.database_url, timeout_seconds=settings.db_timeout_seconds))
         self.metrics = ControllerMetrics(CollectorRegistry())
-        app = create_app(settings, self.sessions, metrics=self.metrics)
+        self.liveness = LoopLiveness.for_settings(settings) if run_loop else None
+        app = create_app(settings, self.sessions, metrics=self.metrics, liveness=self.liveness)
         self.server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning"))
         self.stop_loop = threading.Event()
         self.loop = threading.Thread(target=run_forever, name="reconcile", daemon=True, kwargs=dict(
-            sessions=self.sessions, settings=settings, stop=self.stop_loop,
+            sessions=self.sessions, settings=settings, stop=self.stop_loop, liveness=self.liveness,
             on_pass=lambda r: self.metrics.observe_pass(r.plans, r.num_errors, r.seconds))) if run_loop else None
 
     @property
@@ -94,11 +96,16 @@ def serve(settings: Settings, *, run_loop: bool) -> int:
 
 def reconcile_command(settings: Settings, *, once: bool, dry_run: bool) -> int:
     upgrade(settings.database_url)
-    sessions = make_sessions(make_engine(settings.database_url))
-    while True:
-        result = reconcile_once(sessions, settings, now=time.time(), dry_run=dry_run)
+    sessions = make_sessions(make_engine(settings.database_url, timeout_seconds=settings.db_timeout_seconds))
+
+    def report(result: PassResult) -> None:
         for plan in result.plans:
             print(f"{plan.deployment}/{plan.role}: {plan.decision.value}: {plan.reason}", flush=True)
-        if once:
-            return 1 if result.num_errors else 0
-        time.sleep(settings.reconcile_seconds)
+
+    if once:
+        result = reconcile_once(sessions, settings, now=time.time(), dry_run=dry_run)
+        report(result)
+        return 1 if result.num_errors else 0
+    run_forever(sessions, settings, stop=threading.Event(), liveness=LoopLiveness.for_settings(settings),
+                on_pass=report, dry_run=dry_run)
+    return 0

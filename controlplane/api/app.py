@@ -5,26 +5,46 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.api.body_limit import BodyLimit
 from controlplane.api.errors import ERROR_RESPONSES
 from controlplane.api.routes import actions, agents, alert_events, alerts, deployments, health, policies, tokens, whoami
 from controlplane.config import Settings
+from controlplane.liveness import LoopLiveness
+from controlplane.store.db import make_probe_engine
 from controlplane.telemetry import ControllerMetrics
+
+RETRY_AFTER = "1"  # seconds: agents and Alertmanager back off on their own, this is the earliest worth trying
 
 
 def create_app(settings: Settings, sessions: sessionmaker[Session], *, clock: Callable[[], float] = time.time,
-               metrics: ControllerMetrics | None = None) -> FastAPI:
+               metrics: ControllerMetrics | None = None, liveness: LoopLiveness | None = None) -> FastAPI:
+    """liveness: the reconcile loop's, when this process runs one (/healthz reports it)."""
     metrics = metrics or ControllerMetrics(CollectorRegistry())
     app = FastAPI(title="moectl controller", version="0.1.0",
                   description="Observability and autotuning control plane for MoE serving")
     app.state.settings, app.state.sessions, app.state.clock, app.state.metrics = settings, sessions, clock, metrics
+    app.state.liveness = liveness
+    # readiness: its own connections and threads, never queued behind requests waiting for the database
+    app.state.probe_engine = make_probe_engine(settings.database_url, timeout_seconds=settings.db_timeout_seconds)
+    app.state.probe_threads = anyio.CapacityLimiter(2)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+
+    @app.exception_handler(OperationalError)
+    @app.exception_handler(PoolTimeout)
+    async def _unavailable(request: Request, exc: Exception) -> JSONResponse:
+        # locked, overloaded or unreachable: nothing was stored (the transaction rolled back); try again soon
+        detail = ("the database is busy or unreachable; nothing was stored, retry after the Retry-After seconds ("
+                  f"{type(exc).__name__})")
+        return JSONResponse(status_code=503, content={"detail": detail}, headers={"Retry-After": RETRY_AFTER})
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -21,5 +21,6 @@ ERROR_RESPONSES = {
         (412, "If-Match names an older policy version"),
         (413, "request body over the size limit"),
         (422, "invalid field values"),
+        (503, "the database is busy or unreachable: nothing was stored; retry after Retry-After seconds"),
     )
 }

@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import NullPool
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 
 
-def make_engine(url: str) -> Engine:
+def make_engine(url: str, *, timeout_seconds: float) -> Engine:
+    """timeout_seconds bounds every wait on the database: a lock (SQLite's busy timeout, PostgreSQL's
+    lock_timeout), a connection from the pool, a new connection. A request that would wait longer fails
+    fast (the API answers 503 + Retry-After) instead of holding a connection long after its caller, an
+    agent with a 5 s timeout, gave up."""
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        engine = create_engine(url, pool_timeout=timeout_seconds,
+                               connect_args={"check_same_thread": False, "timeout": timeout_seconds})
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(conn, _record):  # noqa: ANN001
@@ -23,7 +30,34 @@ def make_engine(url: str) -> Engine:
             conn.execute("PRAGMA foreign_keys=ON")
 
         return engine
-    return create_engine(url, pool_pre_ping=True)
+    return create_engine(url, pool_pre_ping=True, pool_timeout=timeout_seconds,
+                         connect_args=_postgres_timeouts(timeout_seconds))
+
+
+def make_probe_engine(url: str, *, timeout_seconds: float) -> Engine:
+    """An engine for readiness probes: a fresh connection each time (no pool), so a probe never waits
+    behind requests for a pooled connection and always sees whether the database answers now."""
+    if url.startswith("sqlite"):
+        return create_engine(url, poolclass=NullPool, connect_args={"timeout": timeout_seconds})
+    timeouts = _postgres_timeouts(timeout_seconds)
+    timeouts["options"] += f" -c statement_timeout={int(timeout_seconds * 1000)}"
+    return create_engine(url, poolclass=NullPool, connect_args=timeouts)
+
+
+def is_ready(engine: Engine) -> str | None:
+    """None when the database answers a read of the schema's version; else what went wrong."""
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT count(*) FROM alembic_version"))
+    except Exception as exc:  # any failure is an answer: "not ready, because ..."
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    return None
+
+
+def _postgres_timeouts(timeout_seconds: float) -> dict:
+    # libpq's connect_timeout is whole seconds, at least 2
+    return {"connect_timeout": max(2, math.ceil(timeout_seconds)),
+            "options": f"-c lock_timeout={int(timeout_seconds * 1000)}"}
 
 
 def make_sessions(engine: Engine) -> sessionmaker[Session]:

@@ -81,13 +81,15 @@ def test_a_40s_sqlite_write_lock_gets_fast_503s_and_health_stays_fast(tmp_path):
             released_at = time.monotonic()
             locker.close()
             until("every agent's post to succeed again",
-                  lambda: len({r[2] for r in posts.between(time.monotonic() - 1.0, time.monotonic())} - {200}) == 0,
-                  timeout=20)
+                  lambda: {r[2] for r in posts.between(time.monotonic() - 1.0, time.monotonic())} == {200}, timeout=20)
+            recovered_at = time.monotonic()
         finally:
             stop.set()
             for thread in threads:
                 thread.join(timeout=30)
-    locked = posts.between(locked_at + 1.0, released_at)  # from a second in: the ones in flight have landed
+    # from a second in (the posts in flight have landed) to one agent timeout before the release (later ones may
+    # get the lock as it is released)
+    locked = posts.between(locked_at + 1.0, released_at - AGENT_TIMEOUT)
     statuses = {s for _, _, s, _ in posts.rows}
     summary = {"posts": len(posts.rows), "statuses": {s: [r[2] for r in posts.rows].count(s) for s in statuses},
                "slowest post": round(max(r[1] for r in posts.rows), 2),
@@ -96,4 +98,6 @@ def test_a_40s_sqlite_write_lock_gets_fast_503s_and_health_stays_fast(tmp_path):
     assert locked and all(r[2] == 503 and r[3] for r in locked), summary
     assert max(r[1] for r in locked) < AGENT_TIMEOUT, summary
     assert all(r[2] == 200 for r in health.rows) and max(r[1] for r in health.rows) < 1.0, summary
-    assert [r[2] for r in posts.between(released_at + 10, time.monotonic())].count(200) >= NUM_POSTERS, summary
+    assert [r[2] for r in posts.between(released_at, recovered_at + 1)].count(200) >= NUM_POSTERS, summary
+    summary["recovered after release"] = round(recovered_at - released_at, 2)
+    print(summary)
