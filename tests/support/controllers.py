@@ -12,12 +12,12 @@ from contextlib import contextmanager
 from typing import TypeVar
 
 import httpx
-from support.auth import AGENT_TOKEN, API_TOKEN
-from support.servers import free_port
 
 from controlplane.config import Settings
 from controlplane.serve import Controller
 from controlplane.sim.fleet import FleetClient, SimInstance, make_fleet
+from support.auth import AGENT_TOKEN, API_TOKEN
+from support.servers import free_port
 
 T = TypeVar("T")
 
