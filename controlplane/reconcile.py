@@ -31,7 +31,7 @@ from controlplane.desired import Decision, Plan, Policy
 from controlplane.liveness import LoopLiveness
 from controlplane.observed import PoolState
 from controlplane.plan import diagnose_prefix_hits, plan_pool, plan_routing
-from controlplane.store import actions, deployments, policies, pools, requests, windows
+from controlplane.store import actions, deployments, policies, pools, requests, tokens, windows
 from controlplane.store.tables import Action, Deployment, Pool, Request
 from controlplane.verify import verify_pool
 
@@ -145,7 +145,7 @@ def _actuate_placement(session: Session, deployment: Deployment, pool: Pool, pol
         return current, False
     if plan.decision != Decision.rebalance:
         return None, False
-    trigger, created_by = (pending[0].trigger, pending[0].created_by) if pending else ("loop", "loop")
+    trigger, created_by = (pending[0].trigger, pending[0].created_by) if pending else ("loop", tokens.LOOP)
     action = change.propose(session, PLACEMENT, deployment=deployment, pool=pool,
                             value=PlacementTable(plan.change.slot_to_expert, plan.change.slot_share), policy=policy,
                             reason=plan.reason, inputs=plan.inputs, predicted=plan.change.predicted(),
@@ -165,7 +165,7 @@ def _actuate_routing(session: Session, deployment: Deployment, pool: Pool, state
     inputs = {"all2all_share": [round(w.all2all_share or 0.0, 4) for w in windows_used],
               "windows": [w.index for w in windows_used], "topk_group": state.topk_group}
     change.propose(session, ROUTING, deployment=deployment, pool=pool, value=step.topk_group, policy=policy,
-                   reason=step.reason, inputs=inputs, trigger="loop", created_by="loop", now=now,
+                   reason=step.reason, inputs=inputs, trigger="loop", created_by=tokens.LOOP, now=now,
                    predicted={"topk_group_before": state.topk_group, "topk_group_after": step.topk_group})
     log.info("%s/%s: routing %s -> %s (%s)", deployment.name, pool.role, state.topk_group, step.topk_group,
              step.reason)
@@ -181,7 +181,7 @@ def _record_findings(session: Session, deployment: Deployment, pool: Pool, state
     finding, ratios = diagnosis
     actions.record(session, deployment=deployment, pool=pool, kind="diagnosis", trigger="loop",
                    mode=policy.mode.value, status=actions.RECORDED, reason=finding,
-                   inputs={"prefix_hit_ratio": [round(r, 4) for r in ratios]}, predicted={}, created_by="loop",
+                   inputs={"prefix_hit_ratio": [round(r, 4) for r in ratios]}, predicted={}, created_by=tokens.LOOP,
                    now=now)
 
 

@@ -86,10 +86,14 @@ class Controller:
         self.server.should_exit = True
 
 
-def serve(settings: Settings, *, run_loop: bool) -> int:
+def serve(settings: Settings, *, run_loop: bool, generated_tokens: dict[str, str]) -> int:
+    """generated_tokens: setting name -> the token generated for it at start, printed once; a token taken
+    from the environment is never printed (logs outlive secrets), only where it came from."""
     controller = Controller(settings, run_loop=run_loop)
     print(f"controller: {controller.url}", flush=True)
-    print(f"api token: {settings.api_token}\nagent token: {settings.agent_token}", flush=True)
+    for name in ("api_token", "agent_token"):
+        shown = generated_tokens.get(name) or f"(MOECTL_{name.upper()})"
+        print(f"{name.replace('_', ' ')}: {shown}", flush=True)
     controller.run()
     return 0
 

@@ -46,11 +46,10 @@ def _caller(request: Request, authorization: str | None) -> Caller | None:
     secret = authorization[7:].strip()
     settings: Settings = request.app.state.settings
     # bootstrap tokens from the environment, so a fresh install can create the first real tokens
-    for expected, name, role in ((settings.api_token, "bootstrap-admin", "admin"),
-                                 (settings.agent_token, "bootstrap-agent", "agent"),
-                                 (settings.alerts_token, "bootstrap-alerts", "alerts")):
+    for expected, role in ((settings.api_token, "admin"), (settings.agent_token, "agent"),
+                           (settings.alerts_token, "alerts")):
         if expected and hmac.compare_digest(secret.encode(), expected.encode()):
-            return Caller(name, role)
+            return Caller(tokens.BOOTSTRAP_PREFIX + role, role)
     with request.app.state.sessions() as session:
         token = tokens.lookup(session, secret)
         if token is None:
@@ -67,7 +66,7 @@ def require(*roles: str):
         caller = _caller(request, authorization)
         if caller is None:
             if "anonymous" in roles and request.app.state.settings.anonymous_read:
-                return Caller("anonymous", "viewer")
+                return Caller(tokens.ANONYMOUS, "viewer")
             raise HTTPException(401, "missing bearer token: send 'Authorization: Bearer <token>' (create one "
                                      "with `moectl token create --role ...`, or use the token `moectl up` printed)",
                                 headers={"WWW-Authenticate": "Bearer"})

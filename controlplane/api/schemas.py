@@ -124,8 +124,13 @@ class RebalanceOut(BaseModel):
     action: ActionOut | None
 
 
+TOKEN_NAME_PATTERN = r"^[A-Za-z0-9_.@-]+$"
+
+
 class TokenIn(BaseModel):
-    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.@-]+$")
+    name: str = Field(min_length=1, max_length=128, pattern=TOKEN_NAME_PATTERN,
+                      description="recorded as the author of what the token changes; 'loop', 'anonymous' and "
+                                  "'bootstrap-*' are reserved")
     role: str
 
 
