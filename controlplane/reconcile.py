@@ -131,6 +131,18 @@ def reconcile_pool(session: Session, deployment: Deployment, pool: Pool, setting
         return result
 
 
+def reconcile_requested(session: Session, deployment: Deployment, pool: Pool, settings: Settings, *,
+                        now: float) -> None:
+    """A trigger's reconcile, once its requests are committed: handles the pool's pending requests unless
+    a concurrent reconcile already did (then a storm of deliveries costs one plan, not one each, and most
+    of the storm does not even wait for the pool's lock)."""
+    if not requests.pending(session, pool, knob=PLACEMENT.kind):
+        return
+    deployments.lock_pool(session, pool)
+    if requests.pending(session, pool, knob=PLACEMENT.kind):  # again: another reconcile may have had the lock
+        reconcile_pool(session, deployment, pool, settings, now=now)
+
+
 def _actuate_placement(session: Session, deployment: Deployment, pool: Pool, policy: Policy, plan: Plan,
                        pending: list[Request], settings: Settings, now: float) -> tuple[Action | None, bool]:
     """Returns the action the plan made, or the one in flight the requests joined, and whether it is new."""

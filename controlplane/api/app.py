@@ -15,14 +15,13 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.api.body_limit import BodyLimit
-from controlplane.api.errors import ERROR_RESPONSES
+from controlplane.api.deadline import StampArrival
+from controlplane.api.errors import ERROR_RESPONSES, RETRY_AFTER
 from controlplane.api.routes import actions, agents, alert_events, alerts, deployments, health, policies, tokens, whoami
 from controlplane.config import Settings
 from controlplane.liveness import LoopLiveness
 from controlplane.store.db import make_probe_engine
 from controlplane.telemetry import ControllerMetrics
-
-RETRY_AFTER = "1"  # seconds: agents and Alertmanager back off on their own, this is the earliest worth trying
 
 
 def create_app(settings: Settings, sessions: sessionmaker[Session], *, clock: Callable[[], float] = time.time,
@@ -37,6 +36,7 @@ def create_app(settings: Settings, sessions: sessionmaker[Session], *, clock: Ca
     app.state.probe_engine = make_probe_engine(settings.database_url, timeout_seconds=settings.db_timeout_seconds)
     app.state.probe_threads = anyio.CapacityLimiter(2)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(StampArrival)  # outermost: the time a request waits for a worker thread counts
 
     @app.exception_handler(OperationalError)
     @app.exception_handler(PoolTimeout)

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Header, HTTPException, Path, Request
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from agents.protocol import NAME_PATTERN
+from controlplane.api import deadline
 from controlplane.config import Settings
 from controlplane.store import tokens
 
@@ -25,8 +26,15 @@ class Caller:
 
 
 def get_session(request: Request) -> Iterator[Session]:
+    deadline.check(request)
     with request.app.state.sessions() as session:
         yield session
+
+
+def get_sessions(request: Request) -> sessionmaker[Session]:
+    """For a request that commits in several transactions of its own (one per alert of a delivery)."""
+    deadline.check(request)
+    return request.app.state.sessions
 
 
 def get_settings(request: Request) -> Settings:
@@ -80,6 +88,7 @@ def require(*roles: str):
 
 
 SessionDep = Annotated[Session, Depends(get_session)]
+SessionsDep = Annotated[sessionmaker[Session], Depends(get_sessions)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 NowDep = Annotated[float, Depends(get_now)]
 ViewerDep = Annotated[Caller, Depends(require("viewer", "anonymous"))]

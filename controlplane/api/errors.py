@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+RETRY_AFTER = "1"  # seconds, on a 503: agents and Alertmanager back off on their own; earlier is not worth it
+
 
 class ErrorOut(BaseModel):
     detail: str = Field(description="what is wrong, naming the field or the conflict, and what to do")

@@ -12,6 +12,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+# 45 connections at most: one for each of the API's 40 worker threads (anyio's default) and the loop's, so
+# a request waits for a lock, never for a connection; 10 stay open when idle
+POOL = {"pool_size": 10, "max_overflow": 35}
 
 
 def make_engine(url: str, *, timeout_seconds: float) -> Engine:
@@ -20,7 +23,7 @@ def make_engine(url: str, *, timeout_seconds: float) -> Engine:
     fast (the API answers 503 + Retry-After) instead of holding a connection long after its caller, an
     agent with a 5 s timeout, gave up."""
     if url.startswith("sqlite"):
-        engine = create_engine(url, pool_timeout=timeout_seconds,
+        engine = create_engine(url, pool_timeout=timeout_seconds, **POOL,
                                connect_args={"check_same_thread": False, "timeout": timeout_seconds})
 
         @event.listens_for(engine, "connect")
@@ -30,7 +33,7 @@ def make_engine(url: str, *, timeout_seconds: float) -> Engine:
             conn.execute("PRAGMA foreign_keys=ON")
 
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_timeout=timeout_seconds,
+    return create_engine(url, pool_pre_ping=True, pool_timeout=timeout_seconds, **POOL,
                          connect_args=_postgres_timeouts(timeout_seconds))
 
 

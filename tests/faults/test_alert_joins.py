@@ -39,6 +39,7 @@ def test_500_concurrent_deliveries_all_join_one_action(settings):
     recorded = sorted(a["fingerprint"] for action in placement for a in action["alerts"])
     summary = {"answers": {c: codes.count(c) for c in set(codes)}, "actions": len(placement),
                "recorded": len(recorded), "distinct": len(set(recorded))}
+    print(summary)
     assert 500 not in codes and all(attempt[-1] == 200 for attempt in answers), summary
     assert len(placement) == 1, summary
     assert recorded == [f"storm{i:03d}" for i in range(NUM_DELIVERIES)], summary
