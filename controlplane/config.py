@@ -18,7 +18,7 @@ class Settings(BaseSettings):
     alerts_token: str = Field(default="", description="bootstrap token for the Alertmanager webhook")
     anonymous_read: bool = Field(default=True, description="let anyone read overviews (false: viewer token)")
     alert_deployment_label: str = Field(default="deployment", description="alert label naming the deployment")
-    window_seconds: float = Field(default=5.0, gt=0, description="the window agents aggregate over")
+    window_seconds: float = Field(default=5.0, gt=0, le=3600, description="the window agents aggregate over")
     reconcile_seconds: float = Field(default=5.0, gt=0, description="time between reconcile passes")
     max_reconcile_backoff_seconds: float = Field(
         default=30.0, gt=0, description="failed passes are retried after a wait that doubles up to this")
