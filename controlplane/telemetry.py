@@ -19,7 +19,8 @@ class ControllerMetrics:
                                ["deployment", "role"], registry=registry)
         self.pass_seconds = Histogram("moectl_controller_reconcile_seconds", "Duration of one reconcile pass",
                                       registry=registry)
-        self.pass_errors = Counter("moectl_controller_reconcile_errors_total", "Pools whose reconcile failed",
+        self.pass_errors = Counter("moectl_controller_reconcile_errors_total",
+                                   "Failed reconciles: of a pool, or of a whole pass (the database gone)",
                                    registry=registry)
 
     def observe_pass(self, plans: list[Plan], num_errors: int, seconds: float) -> None:

@@ -10,12 +10,13 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry
+from sqlalchemy import event
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.api.body_limit import BodyLimit
-from controlplane.api.deadline import StampArrival
+from controlplane.api.deadline import Arrivals, Overloaded, StampArrival
 from controlplane.api.errors import ERROR_RESPONSES, RETRY_AFTER
 from controlplane.api.routes import actions, agents, alert_events, alerts, deployments, health, policies, tokens, whoami
 from controlplane.config import Settings
@@ -36,7 +37,8 @@ def create_app(settings: Settings, sessions: sessionmaker[Session], *, clock: Ca
     app.state.probe_engine = make_probe_engine(settings.database_url, timeout_seconds=settings.db_timeout_seconds)
     app.state.probe_threads = anyio.CapacityLimiter(2)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
-    app.add_middleware(StampArrival)  # outermost: the time a request waits for a worker thread counts
+    arrivals = Arrivals(max_wait_seconds=settings.db_timeout_seconds)
+    event.listen(sessions, "after_begin", arrivals.refuse_if_late)
 
     @app.exception_handler(OperationalError)
     @app.exception_handler(PoolTimeout)
@@ -45,6 +47,10 @@ def create_app(settings: Settings, sessions: sessionmaker[Session], *, clock: Ca
         detail = ("the database is busy or unreachable; nothing was stored, retry after the Retry-After seconds ("
                   f"{type(exc).__name__})")
         return JSONResponse(status_code=503, content={"detail": detail}, headers={"Retry-After": RETRY_AFTER})
+
+    @app.exception_handler(Overloaded)
+    async def _overloaded(request: Request, exc: Overloaded) -> JSONResponse:
+        return JSONResponse(status_code=503, content={"detail": str(exc)}, headers={"Retry-After": RETRY_AFTER})
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -64,6 +70,7 @@ def create_app(settings: Settings, sessions: sessionmaker[Session], *, clock: Ca
 
     for module in (health, agents, deployments, policies, actions, alerts, alert_events, tokens, whoami):
         app.include_router(module.router, responses=ERROR_RESPONSES)
+    app.add_middleware(StampArrival, arrivals=arrivals)  # outermost: the wait for a worker thread counts
     return app
 
 

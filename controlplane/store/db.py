@@ -12,9 +12,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
-# 45 connections at most: one for each of the API's 40 worker threads (anyio's default) and the loop's, so
-# a request waits for a lock, never for a connection; 10 stay open when idle
-POOL = {"pool_size": 10, "max_overflow": 35}
+API_WORKER_THREADS = 40  # anyio's default thread limiter, where the API's handlers run
+# a connection for each worker thread and the loop, so a request waits for a lock, never for a connection;
+# 10 stay open when idle
+POOL = {"pool_size": 10, "max_overflow": API_WORKER_THREADS + 5 - 10}
 
 
 def make_engine(url: str, *, timeout_seconds: float) -> Engine:
