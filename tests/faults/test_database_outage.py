@@ -93,6 +93,10 @@ def test_the_loop_survives_a_postgres_restart_under_load():
         return [(c, b) for t, p, c, b in probes if p == path and down_at + 1 < t < up_at]
 
     last = {p: (c, b) for _, p, c, b in probes}
+    print({"reconcile errors": errors, "windows kept": num_windows,
+           "posts": {c: [x for _, x in posted].count(c) for c in {x for _, x in posted}},
+           "readyz during": len(during("/readyz")), "healthz during": len(during("/healthz")),
+           "most consecutive failures": max(b["loop"]["consecutive_failures"] for _, b in during("/healthz"))})
     assert errors > 0
     assert {c for c, _ in during("/readyz")} == {503} and last["/readyz"][0] == 200, during("/readyz")
     assert {c for c, _ in during("/healthz")} == {200}, during("/healthz")  # alive: restarting cannot help

@@ -1,5 +1,6 @@
 """100 admins changing one policy at once, over real HTTP: every answer is a success, a 412 (If-Match
-names a version that is no longer current) or a 409; never a 500. Every success is one version, none lost."""
+names a version that is no longer current), a 409, or on SQLite's one write lock a 503 + Retry-After when
+the queue is longer than the database timeout; never a 500. Every success is one version, none lost."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ def test_concurrent_policy_puts_never_500(settings):
         guarded = at_once(lambda i: put(i, after_blind), NUM_WRITERS, num_threads=32)
         versions = [v["version"] for v in http.get("/v1/deployments/tiny/policy/versions").json()]
     counts = {"blind": {c: blind.count(c) for c in set(blind)}, "guarded": {c: guarded.count(c) for c in set(guarded)}}
-    assert set(blind) <= {200, 409} and set(guarded) <= {200, 409, 412}, counts
+    print(counts)
+    assert set(blind) <= {200, 409, 503} and set(guarded) <= {200, 409, 412, 503}, counts
     assert guarded.count(200) == 1, counts  # one writer read the current version; the rest are told to re-read
     assert sorted(versions) == list(range(1, 2 + blind.count(200) + 1)), (counts, versions)
