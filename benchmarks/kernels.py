@@ -166,17 +166,17 @@ def ops_table(num_tokens: int) -> list[str]:
                 num_experts=NUM_EXPERTS,
                 num_groups=NUM_GROUPS,
                 topk_group=TOPK_GROUP,
-                topk=TOPK,
+                top_k=TOPK,
                 return_recall=True,
             ),
         ),
-        ("histogram", dict(num_tokens=num_tokens, topk=TOPK, num_bins=NUM_EXPERTS)),
-        ("permute", dict(num_tokens=num_tokens, topk=TOPK, num_slots=NUM_EXPERTS)),
+        ("histogram", dict(num_tokens=num_tokens, top_k=TOPK, num_bins=NUM_EXPERTS)),
+        ("permute", dict(num_tokens=num_tokens, top_k=TOPK, num_slots=NUM_EXPERTS)),
         (
             "unpermute",
             dict(num_assignments=num_tokens * TOPK, num_rows=num_tokens * TOPK, dim=HIDDEN, dtype=DTYPE),
         ),
-        ("combine", dict(num_tokens=num_tokens, topk=TOPK, dim=HIDDEN, dtype=DTYPE)),
+        ("combine", dict(num_tokens=num_tokens, top_k=TOPK, dim=HIDDEN, dtype=DTYPE)),
         ("quant", dict(num_rows=num_tokens, dim=HIDDEN, group_size=128, dtype=DTYPE)),
     ]
     lines = [f"| kernel (T={num_tokens}) | triton ms | torch ms | speed-up | matches |", "|---|---|---|---|---|"]

@@ -12,7 +12,7 @@ import time
 
 # agent-side commands run as their own processes: the controller never imports agent code
 AGENT_COMMANDS = {"train": "agents.runtime.train", "worker": "agents.worker", "router": "agents.router",
-                  "loadgen": "agents.loadgen"}
+                  "loadgen": "agents.loadgen", "sim": "agents.sim"}
 
 
 def _settings(args: argparse.Namespace, generated: dict[str, str] | None = None):
@@ -36,15 +36,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     generated: dict[str, str] = {}
     settings = _settings(args, generated)
     return serve(settings, run_loop=not args.no_loop, generated_tokens=generated)
-
-
-def cmd_sim(args: argparse.Namespace) -> int:
-    from controlplane.sim.run import run_sim
-
-    return run_sim(url=args.url, api_token=args.api_token or os.environ.get("MOECTL_API_TOKEN", ""),
-                   agent_token=args.agent_token or os.environ.get("MOECTL_AGENT_TOKEN", ""),
-                   num_deployments=args.deployments, ep_size=args.ep_size, slots_per_rank=args.slots_per_rank,
-                   window_seconds=args.window_seconds, mode=args.mode, num_windows=args.windows)
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -102,21 +93,10 @@ def parser() -> argparse.ArgumentParser:
     db_args(q)
     q.add_argument("--host"), q.add_argument("--port", type=int)
     q.add_argument("--window-seconds", type=float)
-    q.add_argument("--no-loop", action="store_true", help="serve the API only, no reconcile loop")
+    q.add_argument("--no-loop", action="store_true",
+                   help="serve the API only: no reconcile loop, and no part in leader election (with it, what is "
+                        "asked here waits for the leader)")
     q.set_defaults(func=cmd_serve)
-
-    q = sub.add_parser("sim", help="run a simulated fleet against a controller")
-    q.add_argument("--url", default="http://127.0.0.1:8600", help="controller URL")
-    q.add_argument("--api-token", help="operator token, to register deployments (or MOECTL_API_TOKEN)")
-    q.add_argument("--agent-token", help="agent token, to post snapshots (or MOECTL_AGENT_TOKEN)")
-    q.add_argument("--deployments", type=int, default=2)
-    q.add_argument("--ep-size", type=int, default=8)
-    q.add_argument("--slots-per-rank", type=int, default=10)
-    q.add_argument("--window-seconds", type=float, default=2.0)
-    q.add_argument("--mode", choices=["off", "observe", "approve", "auto"], default="auto",
-                   help="policy mode the simulated deployments are registered with")
-    q.add_argument("--windows", type=int, default=0, help="stop after this many windows (0: run until Ctrl-C)")
-    q.set_defaults(func=cmd_sim)
 
     q = sub.add_parser("up", help="the whole system on this machine: controller + prefill and decode workers "
                                   "+ router + workload + dashboard (--sim: a simulated fleet instead)")
@@ -127,7 +107,7 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--router-port", type=int, help="default: a free port")
     q.add_argument("--rate", type=float, default=4.0, help="workload requests per second")
     q.add_argument("--no-loadgen", action="store_true", help="no workload generator: bring your own clients")
-    q.add_argument("--sim", action="store_true", help="a simulated fleet in-process instead of real workers")
+    q.add_argument("--sim", action="store_true", help="a simulated fleet instead of real workers")
     q.add_argument("--deployments", type=int, default=2, help="simulated deployments (with --sim)")
     q.set_defaults(func=cmd_up)
 

@@ -3,8 +3,9 @@
 By default: the controller (SQLite, this process) + a prefill and a decode instance of the bundled
 runtime (EP groups of local processes, agents embedded) + the router + a workload generator. The
 agent-side processes are started as `python -m agents.<module>`: the controller imports no agent
-code. `--sim` runs the simulated fleet in this process instead. Prints one `name: URL` line per
-service; Ctrl-C (or SIGTERM) stops everything, children first, and leaves no process behind.
+code. `--sim` runs the simulated fleet (`python -m agents.sim`) instead of workers, router and workload.
+Prints one `name: URL` line per service; Ctrl-C (or SIGTERM) stops everything, children first, and
+leaves no process behind.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import httpx
 
 from controlplane.config import Settings
 from controlplane.serve import Controller
-from controlplane.sim.run import run_sim
 
 STOP_SECONDS = 20.0
 
@@ -98,6 +98,23 @@ def start_controller(settings: Settings) -> tuple[Controller, threading.Thread]:
     return controller, thread
 
 
+def stop_on_signals() -> threading.Event:
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    return stop
+
+
+def serve_until_stopped(processes: Processes, controller_thread: threading.Thread, stop: threading.Event) -> None:
+    reported: set[str] = set()
+    while not stop.is_set() and controller_thread.is_alive():
+        for name, returncode in processes.exited():
+            if name not in reported:  # the controller sees its agents go stale; say it here too
+                print(f"{name} exited with code {returncode}", flush=True)
+                reported.add(name)
+        stop.wait(0.5)
+
+
 def up(settings: Settings, *, ep_size: int, router_port: int | None = None, rate: float = 4.0,
        is_loadgen: bool = True) -> int:
     started = time.monotonic()
@@ -105,9 +122,7 @@ def up(settings: Settings, *, ep_size: int, router_port: int | None = None, rate
     url = controller.url
     env = os.environ | {"MOECTL_AGENT_TOKEN": settings.agent_token, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     processes = Processes(env)
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
+    stop = stop_on_signals()
     code = 0
     try:
         ranks = {}
@@ -130,13 +145,7 @@ def up(settings: Settings, *, ep_size: int, router_port: int | None = None, rate
         if is_loadgen:
             processes.start("loadgen", "agents.loadgen", "--url", router_url, "--rate", f"{rate:g}")
         print(f"up in {time.monotonic() - started:.1f}s; press Ctrl-C to stop", flush=True)
-        reported: set[str] = set()
-        while not stop.is_set() and thread.is_alive():
-            for name, returncode in processes.exited():
-                if name not in reported:  # the controller sees its agents go stale; say it here too
-                    print(f"{name} exited with code {returncode}", flush=True)
-                    reported.add(name)
-            stop.wait(0.5)
+        serve_until_stopped(processes, thread, stop)
     except RuntimeError as exc:
         print(f"error: {exc}", flush=True)
         code = 1
@@ -149,25 +158,20 @@ def up(settings: Settings, *, ep_size: int, router_port: int | None = None, rate
 
 
 def up_sim(settings: Settings, *, num_deployments: int, ep_size: int) -> int:
-    """The simulated fleet in this process: hundreds of GPUs' worth of snapshots, no model."""
+    """The simulated fleet as one child process: hundreds of GPUs' worth of snapshots, no model."""
     controller, thread = start_controller(settings)
-    url = controller.url
-    stop = threading.Event()
-    sim = threading.Thread(target=run_sim, name="sim", daemon=True, kwargs=dict(
-        url=url, api_token=settings.api_token, agent_token=settings.agent_token, num_deployments=num_deployments,
-        ep_size=ep_size, slots_per_rank=max(2, 80 // ep_size), window_seconds=settings.window_seconds,
-        mode="auto", stop=stop))
-    sim.start()
+    processes = Processes(os.environ | {"MOECTL_API_TOKEN": settings.api_token,
+                                        "MOECTL_AGENT_TOKEN": settings.agent_token, "PYTHONUNBUFFERED": "1"})
+    stop = stop_on_signals()
+    processes.start("sim", "agents.sim", "--url", controller.url, "--deployments", str(num_deployments),
+                    "--ep-size", str(ep_size), "--slots-per-rank", str(max(2, 80 // ep_size)),
+                    "--window-seconds", f"{settings.window_seconds:g}", "--mode", "auto")
     print(f"sim: {num_deployments} deployments x {ep_size} ranks, {settings.window_seconds:g}s windows", flush=True)
     print("press Ctrl-C to stop", flush=True)
     try:
-        while thread.is_alive() and sim.is_alive():
-            thread.join(timeout=0.5)
-    except KeyboardInterrupt:
-        pass
+        serve_until_stopped(processes, thread, stop)
     finally:
-        stop.set()
-        sim.join(timeout=10)
+        processes.stop()
         controller.stop()
         thread.join(timeout=10)
         print("stopped", flush=True)

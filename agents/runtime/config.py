@@ -3,6 +3,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 CHECKPOINT_DIR = Path(__file__).parent / "checkpoint"
+RENAMED_KEYS = {"topk": "top_k"}  # old config.json key -> ModelConfig field
 
 
 @dataclass(slots=True)
@@ -17,7 +18,7 @@ class ModelConfig:
     moe_inter: int = 32
     num_experts: int = 32
     num_groups: int = 4
-    topk: int = 4
+    top_k: int = 4
     topk_group: int = 2
     route_scale: float = 2.5
     num_mtp_layers: int = 1
@@ -32,8 +33,8 @@ class ModelConfig:
             raise ValueError("num_experts must be divisible by num_groups")
         if not 1 <= self.topk_group <= self.num_groups:
             raise ValueError("topk_group must be in [1, num_groups]")
-        if self.topk > self.topk_group * self.num_experts // self.num_groups:
-            raise ValueError("topk exceeds the experts in topk_group groups")
+        if self.top_k > self.topk_group * self.num_experts // self.num_groups:
+            raise ValueError("top_k exceeds the experts in topk_group groups")
         if not 0 <= self.num_dense_layers <= self.num_layers:
             raise ValueError("num_dense_layers must be in [0, num_layers]")
 
@@ -52,6 +53,7 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, d: dict) -> "ModelConfig":
         names = {f.name for f in fields(cls)}
+        d = {RENAMED_KEYS.get(k, k): v for k, v in d.items()}  # checkpoints written before a rename still load
         return cls(**{k: v for k, v in d.items() if k in names})
 
     @classmethod
@@ -73,7 +75,7 @@ class EngineConfig:
     num_speculative_tokens: int = 0
     ep_size: int = 1
     ep_rank: int = 0
-    num_slots_per_rank: int = 0
+    slots_per_rank: int = 0  # 0: one slot per expert
     overlap_shared_expert: bool = True
     quantize_dispatch: bool = False  # int8 rows on the dispatch all-to-all (kernels/refs.py states the error bound)
     seed: int = 0

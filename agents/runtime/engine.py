@@ -1,6 +1,7 @@
 import itertools
 import math
 import time
+from typing import ClassVar
 
 import torch
 
@@ -9,7 +10,7 @@ from agents.runtime.config import EngineConfig
 from agents.runtime.ep import EPGroup, ExpertParallel
 from agents.runtime.model import Transformer, load_checkpoint
 from agents.runtime.model_runner import ModelRunner
-from agents.runtime.placement import Placement, RoutingLimits
+from agents.runtime.placement import EngineRoutingLimits, Placement
 from agents.runtime.scheduler import Scheduler
 from agents.runtime.sequence import SamplingParams, Sequence
 from agents.runtime.stats import RequestOutput, StepStats
@@ -19,6 +20,8 @@ from agents.runtime.tokenizer import encode
 class Engine:
     """One rank of an instance. With ep_size > 1 every rank calls step() in lockstep (collectives inside)."""
 
+    can_hand_off_kv: ClassVar[bool] = True  # kv_transfer.py exports and imports its requests' KV
+
     def __init__(self, cfg: EngineConfig, group: EPGroup | None = None, model: Transformer | None = None):
         torch.manual_seed(cfg.seed)
         self.cfg = cfg
@@ -27,8 +30,8 @@ class Engine:
         self.group = group or EPGroup(cfg.ep_rank, cfg.ep_size)
         if self.group.size != cfg.ep_size or self.group.rank != cfg.ep_rank:
             raise ValueError("EP group does not match ep_rank/ep_size")
-        num_slots_per_rank = cfg.num_slots_per_rank or math.ceil(mc.num_experts / cfg.ep_size)
-        self.ep = ExpertParallel(mc, self.group, num_slots_per_rank, cfg.device, cfg.overlap_shared_expert,
+        slots_per_rank = cfg.slots_per_rank or math.ceil(mc.num_experts / cfg.ep_size)
+        self.ep = ExpertParallel(mc, self.group, slots_per_rank, cfg.device, cfg.overlap_shared_expert,
                                  cfg.quantize_dispatch)
         for moe in self.model.moes:
             moe.ep = self.ep
@@ -39,7 +42,7 @@ class Engine:
         self.scheduler = Scheduler(cfg, self.block_manager)
         self.runner = ModelRunner(self.model, cfg)
         self.pending_placement: Placement | None = None
-        self.pending_limits: RoutingLimits | None = None
+        self.pending_limits: EngineRoutingLimits | None = None
         self.seqs: dict[str, Sequence] = {}
         self.num_steps = 0
         self.is_group_idle = True
@@ -50,7 +53,7 @@ class Engine:
         return self.ep.placement
 
     @property
-    def routing_limits(self) -> RoutingLimits:
+    def routing_limits(self) -> EngineRoutingLimits:
         return self.ep.limits
 
     @property
@@ -80,14 +83,14 @@ class Engine:
         placement.validate(self.model.cfg.num_moe_layers, self.model.cfg.num_experts, self.ep.num_slots)
         self.pending_placement = placement
 
-    def apply_routing_limits(self, limits: RoutingLimits) -> None:
+    def apply_routing_limits(self, limits: EngineRoutingLimits) -> None:
         """Stage routing limits; applied like a placement, at a step boundary agreed by the group."""
         if limits.topk_group is not None and not 1 <= limits.topk_group <= self.model.cfg.num_groups:
             raise ValueError("topk_group out of range")
         if limits.topk_group is not None:
             experts = limits.topk_group * self.model.cfg.experts_per_group
-            if experts < self.model.cfg.topk:
-                raise ValueError("topk_group leaves fewer experts than topk")
+            if experts < self.model.cfg.top_k:
+                raise ValueError("topk_group leaves fewer experts than top_k")
         if limits.max_tokens_per_expert is not None and limits.max_tokens_per_expert < 0:
             raise ValueError("max_tokens_per_expert must be >= 0")
         self.pending_limits = limits

@@ -7,7 +7,7 @@ from torch import Tensor
 from agents.runtime import kernels, moe_ops
 from agents.runtime.config import ModelConfig
 from agents.runtime.kernels import refs
-from agents.runtime.placement import Placement, RoutingLimits
+from agents.runtime.placement import EngineRoutingLimits, Placement
 from agents.runtime.stats import MoECounters
 
 
@@ -42,29 +42,29 @@ def init_ep_group(rank: int, size: int, port: int, backend: str = "gloo") -> EPG
 class ExpertParallel:
     """Dispatch, grouped expert compute and combine for every MoE layer of one rank."""
 
-    def __init__(self, cfg: ModelConfig, group: EPGroup, num_slots_per_rank: int, device, overlap: bool = True,
+    def __init__(self, cfg: ModelConfig, group: EPGroup, slots_per_rank: int, device, overlap: bool = True,
                  quantize_dispatch: bool = False):
         """quantize_dispatch: send int8 rows (+ fp32 scale per 128 channels) instead of activations; about half
         the bytes of bf16, a quarter of fp32, within scale / 2 per element (agents/runtime/kernels/refs.py)."""
         self.cfg, self.group, self.device, self.overlap = cfg, group, device, overlap
         self.quantize_dispatch = quantize_dispatch
-        self.num_slots_per_rank = num_slots_per_rank
-        self.num_slots = num_slots_per_rank * group.size
-        self.limits = RoutingLimits()
+        self.slots_per_rank = slots_per_rank
+        self.num_slots = slots_per_rank * group.size
+        self.limits = EngineRoutingLimits()
         self.placement: Placement | None = None
         self.counters = self.new_counters()
 
     def new_counters(self) -> MoECounters:
         return MoECounters.zeros(
-            self.cfg.num_moe_layers, self.cfg.num_experts, self.num_slots_per_rank, self.device
+            self.cfg.num_moe_layers, self.cfg.num_experts, self.slots_per_rank, self.device
         )
 
     def apply_placement(self, placement: Placement, moes: list) -> None:
         placement.validate(self.cfg.num_moe_layers, self.cfg.num_experts, self.num_slots)
         expert_to_slots, cum_share = placement.routing_tables(self.cfg.num_experts)  # [L, E, R]
         self.expert_to_slots, self.cum_share = expert_to_slots.to(self.device), cum_share.to(self.device)
-        start = self.group.rank * self.num_slots_per_rank
-        local = placement.slot_to_expert[:, start : start + self.num_slots_per_rank]  # [L, S_local]
+        start = self.group.rank * self.slots_per_rank
+        local = placement.slot_to_expert[:, start : start + self.slots_per_rank]  # [L, S_local]
         self.w13 = [
             moe.w13.detach().cpu()[local[i]].to(self.device) for i, moe in enumerate(moes)
         ]  # host copy
@@ -75,7 +75,7 @@ class ExpertParallel:
         cfg, layer, c, ops = self.cfg, moe.moe_index, self.counters, kernels.ops_for(x)
         topk_group = self.limits.topk_group or cfg.topk_group
         weights, topk_ids = ops.grouped_topk(
-            scores, moe.bias, cfg.num_groups, topk_group, cfg.topk, cfg.route_scale
+            scores, moe.bias, cfg.num_groups, topk_group, cfg.top_k, cfg.route_scale
         )
         c.recall_kept[layer] += moe_ops.routing_recall(scores, moe.bias, topk_ids)
         c.recall_total[layer] += topk_ids.numel()
@@ -89,14 +89,14 @@ class ExpertParallel:
             topk_ids, self.expert_to_slots[layer], self.cum_share[layer]
         )  # [T, K]
         order, counts = ops.permute(slot_ids, self.num_slots)  # counts: [S]
-        send_counts = counts.view(self.group.size, self.num_slots_per_rank)  # [W, S_local]
+        send_counts = counts.view(self.group.size, self.slots_per_rank)  # [W, S_local]
 
         in_splits = send_counts.sum(1).tolist()
-        send = x[order[: sum(in_splits)] // cfg.topk]  # [n_send, D] grouped by destination rank, then slot
+        send = x[order[: sum(in_splits)] // cfg.top_k]  # [n_send, D] grouped by destination rank, then slot
         wire = refs.pack(*ops.quantize(send)) if self.quantize_dispatch else send  # [n_send, D'] what travels
         t0 = time.perf_counter()
         recv_counts = torch.empty_like(send_counts)  # [W, S_local] rows from each source for each local slot
-        splits = [self.num_slots_per_rank] * self.group.size
+        splits = [self.slots_per_rank] * self.group.size
         self.group.all_to_all(recv_counts.view(-1), send_counts.flatten(), splits, splits)
         out_splits = recv_counts.sum(1).tolist()
         recv = wire.new_empty(sum(out_splits), wire.shape[1])
@@ -120,7 +120,7 @@ class ExpertParallel:
 
         if self.quantize_dispatch:
             recv = ops.dequantize(*refs.unpack(recv, x.shape[1]), x.dtype)  # [M, D]
-        slot_of_row = torch.arange(self.num_slots_per_rank, device=x.device).repeat(self.group.size)
+        slot_of_row = torch.arange(self.slots_per_rank, device=x.device).repeat(self.group.size)
         slot_of_row = slot_of_row.repeat_interleave(
             recv_counts.flatten()
         )  # [M] local slot of each received row

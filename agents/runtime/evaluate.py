@@ -27,7 +27,7 @@ def evaluate_text(
     def count_recall(moe, _module, _inp, gate_logits):
         scores = torch.sigmoid(gate_logits.float()).reshape(-1, cfg.num_experts)  # [T, E]
         for g in range(1, cfg.num_groups + 1):
-            _, ids = moe_ops.grouped_topk(scores, moe.bias, cfg.num_groups, g, cfg.topk, cfg.route_scale)
+            _, ids = moe_ops.grouped_topk(scores, moe.bias, cfg.num_groups, g, cfg.top_k, cfg.route_scale)
             recall[0, g - 1] += moe_ops.routing_recall(scores, moe.bias, ids)
             recall[1, g - 1] += ids.numel()
 

@@ -30,11 +30,11 @@ class MoE(nn.Module):
             return self.ep.forward(self, x, scores).view(shape)
         cfg, ops = self.cfg, kernels.ops_for(x)
         weights, topk_ids = ops.grouped_topk(
-            scores, self.bias, cfg.num_groups, cfg.topk_group, cfg.topk, cfg.route_scale
+            scores, self.bias, cfg.num_groups, cfg.topk_group, cfg.top_k, cfg.route_scale
         )  # [T, K]
         self.last_load = ops.histogram(topk_ids, cfg.num_experts)  # [E]
         order, counts = ops.permute(topk_ids, cfg.num_experts)
-        y = ops.grouped_swiglu(x[order // cfg.topk], counts, self.w13, self.w2)  # [N, D]
+        y = ops.grouped_swiglu(x[order // cfg.top_k], counts, self.w13, self.w2)  # [N, D]
         routed = ops.combine(ops.unpermute(y, order, topk_ids.numel()), weights.to(x.dtype))  # [T, D]
         return (self.shared(x) + routed).view(shape)
 

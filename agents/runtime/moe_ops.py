@@ -1,6 +1,6 @@
 """MoE hot ops as plain torch functions; Triton twins in kernels/ will match these signatures.
 
-Shapes: T tokens, K = topk, E logical experts, S physical slots, N = T * K assignments, D model dim.
+Shapes: T tokens, K = top_k, E logical experts, S physical slots, N = T * K assignments, D model dim.
 An id of -1 marks an assignment dropped by a capacity limit.
 """
 
@@ -12,7 +12,7 @@ GOLDEN = 0.6180339887498949
 
 
 def grouped_topk(
-    scores: Tensor, bias: Tensor, num_groups: int, topk_group: int, topk: int, route_scale: float
+    scores: Tensor, bias: Tensor, num_groups: int, topk_group: int, top_k: int, route_scale: float
 ) -> tuple[Tensor, Tensor]:
     num_tokens, num_experts = scores.shape  # [T, E] sigmoid affinities
     biased = scores + bias  # [T, E], used for selection only
@@ -24,7 +24,7 @@ def grouped_topk(
         group_mask = torch.zeros_like(group_scores, dtype=torch.bool).scatter_(1, keep, True)  # [T, G]
         expert_mask = group_mask.repeat_interleave(num_experts // num_groups, dim=1)  # [T, E]
         biased = biased.masked_fill(~expert_mask, float("-inf"))
-    topk_ids = biased.topk(topk, dim=-1).indices  # [T, K]
+    topk_ids = biased.topk(top_k, dim=-1).indices  # [T, K]
     weights = scores.gather(1, topk_ids)  # [T, K] from unbiased scores
     weights = weights / weights.sum(-1, keepdim=True) * route_scale
     return weights, topk_ids
@@ -94,9 +94,9 @@ def grouped_swiglu(x: Tensor, counts: Tensor, w13: Tensor, w2: Tensor) -> Tensor
 
 def combine(y: Tensor, weights: Tensor) -> Tensor:
     # y: [N, D] expert outputs in flat assignment order; weights: [T, K] -> [T, D]
-    num_tokens, topk = weights.shape
-    y = y.view(num_tokens, topk, y.shape[-1])
+    num_tokens, top_k = weights.shape
+    y = y.view(num_tokens, top_k, y.shape[-1])
     out = y[:, 0] * weights[:, :1]
-    for k in range(1, topk):  # fixed summation order: identical result for any placement
+    for k in range(1, top_k):  # fixed summation order: identical result for any placement
         out = out + y[:, k] * weights[:, k : k + 1]
     return out.to(y.dtype)

@@ -5,7 +5,10 @@ from torch import Tensor
 
 
 @dataclass(frozen=True, slots=True)
-class RoutingLimits:
+class EngineRoutingLimits:
+    """The routing limits an engine runs, versioned and staged like a placement (agents/protocol/wire.py's
+    RoutingLimits is what the controller asks for; the agent turns it into these, the same on every rank)."""
+
     version: int = 0
     topk_group: int | None = None  # None: the model's own topk_group
     max_tokens_per_expert: int | None = None  # per step, per routing rank; None: unlimited

@@ -15,10 +15,23 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 
+from controlplane.actuate.fence import NotLeader
+from controlplane.api.actuation import Actuation
 from controlplane.api.body_limit import BodyLimit
 from controlplane.api.deadline import Arrivals, Overloaded, StampArrival
 from controlplane.api.errors import ERROR_RESPONSES, RETRY_AFTER
-from controlplane.api.routes import actions, agents, alert_events, alerts, deployments, health, policies, tokens, whoami
+from controlplane.api.routes import (
+    actions,
+    agents,
+    alert_events,
+    alerts,
+    deployments,
+    health,
+    policies,
+    pool_sizes,
+    tokens,
+    whoami,
+)
 from controlplane.config import Settings
 from controlplane.liveness import LoopLiveness
 from controlplane.store.db import make_probe_engine
@@ -26,12 +39,15 @@ from controlplane.telemetry import ControllerMetrics
 
 
 def create_app(settings: Settings, sessions: sessionmaker[Session], *, clock: Callable[[], float] = time.time,
-               metrics: ControllerMetrics | None = None, liveness: LoopLiveness | None = None) -> FastAPI:
-    """liveness: the reconcile loop's, when this process runs one (/healthz reports it)."""
+               metrics: ControllerMetrics | None = None, actuation: Actuation | None = None,
+               liveness: LoopLiveness | None = None) -> FastAPI:
+    """actuation: the pool scaler and the leadership (default: no scaler, the only writer). liveness: the
+    reconcile loop's, when this process runs one (/healthz reports it)."""
     metrics = metrics or ControllerMetrics(CollectorRegistry())
     app = FastAPI(title="moectl controller", version="0.1.0",
                   description="Observability and autotuning control plane for MoE serving")
     app.state.settings, app.state.sessions, app.state.clock, app.state.metrics = settings, sessions, clock, metrics
+    app.state.actuation = actuation or Actuation()
     app.state.liveness = liveness
     # readiness: its own connections and threads, never queued behind requests waiting for the database
     app.state.probe_engine = make_probe_engine(settings.database_url, timeout_seconds=settings.db_timeout_seconds)
@@ -52,6 +68,11 @@ def create_app(settings: Settings, sessions: sessionmaker[Session], *, clock: Ca
     async def _overloaded(request: Request, exc: Overloaded) -> JSONResponse:
         return JSONResponse(status_code=503, content={"detail": str(exc)}, headers={"Retry-After": RETRY_AFTER})
 
+    @app.exception_handler(NotLeader)
+    async def _not_leader(request: Request, exc: NotLeader) -> JSONResponse:
+        return JSONResponse(status_code=503, headers={"Retry-After": RETRY_AFTER}, content={
+            "detail": f"this replica lost the leadership during the request and wrote nothing ({exc}); retry"})
+
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         # one readable line per problem, naming the field, beside pydantic's structured list
@@ -68,7 +89,7 @@ def create_app(settings: Settings, sessions: sessionmaker[Session], *, clock: Ca
             metrics.snapshots.labels(str(response.status_code)).inc()
         return response
 
-    for module in (health, agents, deployments, policies, actions, alerts, alert_events, tokens, whoami):
+    for module in (health, agents, deployments, policies, actions, pool_sizes, alerts, alert_events, tokens, whoami):
         app.include_router(module.router, responses=ERROR_RESPONSES)
     app.add_middleware(StampArrival, arrivals=arrivals)  # outermost: the wait for a worker thread counts
     return app

@@ -2,7 +2,7 @@
 a token name is unique among tokens not revoked (a revoked token's name can be given to a new token)
 
 Revision ID: 2026_12_01_alert_requests
-Revises: 2026_11_30_requests
+Revises: 2026_11_30_pool_sizes
 Create Date: 2026-12-01
 """
 
@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "2026_12_01_alert_requests"
-down_revision = "2026_11_30_requests"
+down_revision = "2026_11_30_pool_sizes"
 branch_labels = None
 depends_on = None
 

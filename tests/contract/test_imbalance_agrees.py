@@ -15,10 +15,10 @@ import torch
 from prometheus_client import CollectorRegistry
 from support.auth import agent, operator
 
-from agents.agent import Agent
 from agents.protocol import Identity, ModelShape, Role
 from agents.runtime.stats import MoECounters, StepStats
-from agents.sim_engine import SimConfig, SimEngine
+from agents.sim.engine import SimConfig, SimEngine
+from agents.telemetry.agent import Agent
 
 EP_SIZE, SLOTS_PER_RANK, WINDOW_SECONDS = 4, 3, 10.0
 MODEL = ModelShape(name="contract", num_layers=3, num_experts=8, num_groups=2, top_k=2)
@@ -51,8 +51,8 @@ def test_the_agents_gauge_is_the_controllers_window_imbalance(client, clock, reg
     gauges = []
     for rank in range(EP_SIZE):
         engine = SimEngine(SimConfig(num_layers=MODEL.num_layers, num_experts=MODEL.num_experts,
-                                     num_groups=MODEL.num_groups, topk=MODEL.top_k, topk_group=1, ep_size=EP_SIZE,
-                                     ep_rank=rank, num_slots_per_rank=SLOTS_PER_RANK, is_paced=False))
+                                     num_groups=MODEL.num_groups, top_k=MODEL.top_k, topk_group=1, ep_size=EP_SIZE,
+                                     ep_rank=rank, slots_per_rank=SLOTS_PER_RANK, is_paced=False))
         identity = Identity(deployment=MODEL.name, instance="contract-decode-0", role=Role.decode, rank=rank,
                             ep_size=EP_SIZE, slots_per_rank=SLOTS_PER_RANK)
         registry = CollectorRegistry()

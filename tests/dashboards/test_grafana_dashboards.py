@@ -1,9 +1,10 @@
 """The Grafana dashboards: well-formed, and every PromQL expression in them (panel targets, annotations,
 variable queries) is valid and returns data on a real Prometheus (Debian `prometheus`) that scrapes
-- simulated EP ranks: the real agent (agents.agent.Agent, its Exporter) over agents.sim_engine.SimEngine,
+- simulated EP ranks: the real agent (agents.telemetry.agent.Agent, its Exporter) over agents.sim.engine.SimEngine,
   each rank's registry on its own /metrics, posting its windows to
 - a real controller (its /metrics, with the reconcile loop deciding and rebalancing), and
-- a stand-in for vLLM and SGLang engines exporting their native metric names (docs/notes/metrics-conventions.md),
+- a stand-in for vLLM and SGLang engines exporting their native metric names (those
+  dashboards/grafana/moectl-native-engines.json queries),
 with dashboards/prometheus/moectl-rules.yml loaded, so the recording-rule queries return data too.
 """
 
@@ -192,16 +193,16 @@ class SimRanks:
     """Simulated EP ranks with the real agent embedded: steps, windows, /metrics, snapshots posted."""
 
     def __init__(self, controller_url: str):
-        from agents.agent import Agent
         from agents.protocol import Identity, ModelShape, Role
-        from agents.sim_engine import SimConfig, SimEngine
+        from agents.sim.engine import SimConfig, SimEngine
+        from agents.telemetry.agent import Agent
 
         model = ModelShape(name="sim-moe-32e", num_layers=4, num_experts=32, num_groups=4, top_k=4)
         self.ranks, self.targets, self.servers = [], [], []
         for role, ep_size, slots in (("prefill", 2, 20), ("decode", 4, 10)):
             for rank in range(ep_size):
-                cfg = SimConfig(num_layers=4, num_experts=32, num_groups=4, topk=4, ep_size=ep_size, ep_rank=rank,
-                                num_slots_per_rank=slots, is_paced=False, seed=11)
+                cfg = SimConfig(num_layers=4, num_experts=32, num_groups=4, top_k=4, ep_size=ep_size, ep_rank=rank,
+                                slots_per_rank=slots, is_paced=False, seed=11)
                 engine = SimEngine(cfg, group=LocalGroup(rank, ep_size))
                 registry = CollectorRegistry()
                 identity = Identity(deployment="sim-g", instance=f"sim-g-{role}-0", role=Role(role), rank=rank,

@@ -19,9 +19,9 @@ import httpx
 import pytest
 from support.servers import free_port, require_binary
 
+from agents.sim.fleet import FleetClient, make_fleet
 from controlplane.config import Settings
 from controlplane.serve import Controller
-from controlplane.sim.fleet import FleetClient, make_fleet
 
 pytestmark = pytest.mark.slow
 

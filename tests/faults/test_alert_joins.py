@@ -9,7 +9,7 @@ import httpx
 import pytest
 from support.alerts import alert, payload
 from support.auth import operator
-from support.controllers import at_once, live_fleet, running_controller
+from support.live import at_once, live_fleet, running_controller
 
 NUM_DELIVERIES = 500
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 from support.auth import agent
-from support.controllers import running_controller
+from support.live import running_controller
 
 LIMIT = 64 * 1024
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 from support.auth import AGENT_TOKEN, API_TOKEN, agent
-from support.controllers import at_once, live_fleet, running_controller
+from support.live import at_once, live_fleet, running_controller
 from support.servers import until
 
 from controlplane.config import Settings

@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import create_engine, func, select
 from support import servers
 from support.auth import AGENT_TOKEN, API_TOKEN, agent
-from support.controllers import live_fleet, running_controller
+from support.live import live_fleet, running_controller
 from support.servers import until
 
 from controlplane.config import Settings

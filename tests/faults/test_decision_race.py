@@ -7,7 +7,7 @@ import httpx
 import numpy as np
 import pytest
 from support.auth import operator
-from support.controllers import at_once, running_controller
+from support.live import at_once, running_controller
 from support.store import make_pool
 
 from agents.protocol.placement import PlacementTable

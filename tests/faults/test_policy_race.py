@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 import pytest
 from support.auth import operator
-from support.controllers import at_once, running_controller
+from support.live import at_once, running_controller
 
 MODEL = {"name": "tiny", "num_layers": 2, "num_experts": 8, "num_groups": 2, "top_k": 2}
 NUM_WRITERS = 100

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from agents.sim.fleet import FleetClient, make_fleet
 from controlplane.reconcile import reconcile_once
-from controlplane.sim.fleet import FleetClient, make_fleet
 from support.auth import AGENT_TOKEN, API_TOKEN
 
 

@@ -39,10 +39,10 @@ def _combine_kernel(
     tl.store(out_ptr + tok[:, None] * stride_out + cols[None, :], acc.to(out_ptr.dtype.element_ty), mask=m)
 
 
-def _launch(y: Tensor, weights: Tensor | None, num_tokens: int, topk: int) -> Tensor:
+def _launch(y: Tensor, weights: Tensor | None, num_tokens: int, top_k: int) -> Tensor:
     check_dtype(y)
     dim = y.shape[-1]
-    y = y.reshape(num_tokens * topk, dim)
+    y = y.reshape(num_tokens * top_k, dim)
     y = y if y.stride(1) == 1 else y.contiguous()
     out = y.new_empty(num_tokens, dim)
     block_d = min(next_pow2(dim), 512)
@@ -58,7 +58,7 @@ def _launch(y: Tensor, weights: Tensor | None, num_tokens: int, topk: int) -> Te
             dim,
             y.stride(0),
             out.stride(0),
-            TOPK=topk,
+            TOPK=top_k,
             HAS_WEIGHTS=weights is not None,
             BLOCK_T=block_t,
             BLOCK_D=block_d,
@@ -71,16 +71,16 @@ def triton_impl(y: Tensor, weights: Tensor) -> Tensor:
     return _launch(y, weights, *weights.shape)
 
 
-def moe_sum(y: Tensor, topk: int) -> Tensor:
+def moe_sum(y: Tensor, top_k: int) -> Tensor:
     """y [T * K, D] already weighted -> [T, D]: sum over k."""
-    return _launch(y, None, y.shape[0] // topk, topk)
+    return _launch(y, None, y.shape[0] // top_k, top_k)
 
 
 reference = moe_ops.combine
 
 
-def make_inputs(seed: int, num_tokens=24, topk=4, dim=48, dtype=torch.float32, device="cpu"):
+def make_inputs(seed: int, num_tokens=24, top_k=4, dim=48, dtype=torch.float32, device="cpu"):
     g = torch.Generator().manual_seed(seed)
-    y = torch.randn(num_tokens * topk, dim, generator=g).to(dtype)
-    weights = torch.rand(num_tokens, topk, generator=g).to(dtype)
+    y = torch.randn(num_tokens * top_k, dim, generator=g).to(dtype)
+    weights = torch.rand(num_tokens, top_k, generator=g).to(dtype)
     return y.to(device), weights.to(device)

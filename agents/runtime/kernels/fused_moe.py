@@ -25,7 +25,7 @@ reference = refs.fused_moe
 def make_inputs(
     seed: int,
     num_tokens=20,
-    topk=4,
+    top_k=4,
     num_slots=8,
     dim=32,
     inter=16,
@@ -35,11 +35,11 @@ def make_inputs(
     device="cpu",
 ):
     g = torch.Generator().manual_seed(seed)
-    ids = torch.rand(num_tokens, num_slots, generator=g).argsort(-1)[:, :topk]  # distinct slots per token
+    ids = torch.rand(num_tokens, num_slots, generator=g).argsort(-1)[:, :top_k]  # distinct slots per token
     if one_slot is not None:
-        ids[:, 0] = one_slot  # every token uses one slot (with topk 1: all tokens on one expert)
-    weights = torch.rand(num_tokens, topk, generator=g)
-    dropped = torch.rand(num_tokens, topk, generator=g) < drop_fraction
+        ids[:, 0] = one_slot  # every token uses one slot (with top_k 1: all tokens on one expert)
+    weights = torch.rand(num_tokens, top_k, generator=g)
+    dropped = torch.rand(num_tokens, top_k, generator=g) < drop_fraction
     ids, weights = ids.masked_fill(dropped, -1), weights.masked_fill(dropped, 0.0)
     x = torch.randn(num_tokens, dim, generator=g).to(dtype)
     w13 = (torch.randn(num_slots, 2 * inter, dim, generator=g) / dim**0.5).to(dtype)

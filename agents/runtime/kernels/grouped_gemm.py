@@ -148,12 +148,12 @@ def swiglu_experts(
     None -> y [N, D] in flat assignment order (dropped rows 0), weighted if weights are given."""
     check_dtype(x, w13, w2)
     num_slots, two_i, dim = w13.shape
-    topk, num_valid = ids.shape[1], ids.numel()
+    top_k, num_valid = ids.shape[1], ids.numel()
     config = config or pick_config(num_valid, num_slots, two_i // 2, dim)
     sorted_ids, block_bins, num_post_pad, _ = sort_by_bin(ids, num_slots, config["BLOCK_M"], keep_dropped=False)
     act = x.new_empty(num_valid, two_i // 2)  # [N, I]; rows of dropped assignments are never read
     y = x.new_zeros(num_valid, dim)  # [N, D]
-    gemm(x, w13, act, None, sorted_ids, block_bins, num_post_pad, num_valid, topk, True, config)
+    gemm(x, w13, act, None, sorted_ids, block_bins, num_post_pad, num_valid, top_k, True, config)
     w = weights.reshape(-1).contiguous() if weights is not None else None
     gemm(act, w2, y, w, sorted_ids, block_bins, num_post_pad, num_valid, 1, False, config)
     return y

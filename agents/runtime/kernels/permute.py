@@ -17,10 +17,10 @@ def triton_impl(slot_ids: Tensor, num_slots: int) -> tuple[Tensor, Tensor]:
 reference = moe_ops.permute
 
 
-def make_inputs(seed: int, num_tokens=40, topk=4, num_slots=16, drop_fraction=0.1, one_bin=None, device="cpu"):
+def make_inputs(seed: int, num_tokens=40, top_k=4, num_slots=16, drop_fraction=0.1, one_bin=None, device="cpu"):
     g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, num_slots, (num_tokens, topk), generator=g)
+    ids = torch.randint(0, num_slots, (num_tokens, top_k), generator=g)
     if one_bin is not None:
         ids.fill_(one_bin)  # every assignment on one expert
-    ids[torch.rand(num_tokens, topk, generator=g) < drop_fraction] = -1
+    ids[torch.rand(num_tokens, top_k, generator=g) < drop_fraction] = -1
     return ids.to(device), num_slots

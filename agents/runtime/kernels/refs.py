@@ -1,6 +1,6 @@
 """Torch references for the kernel-shaped ops that `moe_ops` does not have (torch only, no triton).
 
-Shapes: T tokens, K = topk, E experts (or S slots), N = T * K assignments, D model dim, I expert inter dim,
+Shapes: T tokens, K = top_k, E experts (or S slots), N = T * K assignments, D model dim, I expert inter dim,
 BM = block_m rows per GEMM block. An id of -1 marks a dropped assignment.
 """
 
@@ -17,12 +17,12 @@ def grouped_topk(
     bias: Tensor,
     num_groups: int,
     topk_group: int,
-    topk: int,
+    top_k: int,
     route_scale: float,
     return_recall: bool = False,
 ):
     """moe_ops.grouped_topk; with return_recall also moe_ops.routing_recall of its ids ([] int64)."""
-    weights, topk_ids = moe_ops.grouped_topk(scores, bias, num_groups, topk_group, topk, route_scale)
+    weights, topk_ids = moe_ops.grouped_topk(scores, bias, num_groups, topk_group, top_k, route_scale)
     if not return_recall:
         return weights, topk_ids
     return weights, topk_ids, moe_ops.routing_recall(scores, bias, topk_ids)
@@ -62,9 +62,9 @@ def align_block_size(ids: Tensor, num_bins: int, block_m: int) -> tuple[Tensor, 
 
 def fused_moe(x: Tensor, weights: Tensor, topk_ids: Tensor, w13: Tensor, w2: Tensor) -> Tensor:
     """The moe_ops MoE path: x [T, D], weights/topk_ids [T, K], w13 [S, 2I, D], w2 [S, D, I] -> [T, D]."""
-    num_slots, topk = w13.shape[0], topk_ids.shape[1]
+    num_slots, top_k = w13.shape[0], topk_ids.shape[1]
     order, counts = moe_ops.permute(topk_ids, num_slots)
-    y = moe_ops.grouped_swiglu(x[order // topk], counts, w13, w2)  # [N, D]
+    y = moe_ops.grouped_swiglu(x[order // top_k], counts, w13, w2)  # [N, D]
     return moe_ops.combine(moe_ops.unpermute(y, order, topk_ids.numel()), weights.to(x.dtype))
 
 

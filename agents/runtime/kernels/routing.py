@@ -107,7 +107,7 @@ def triton_impl(
     bias: Tensor,
     num_groups: int,
     topk_group: int,
-    topk: int,
+    top_k: int,
     route_scale: float,
     return_recall: bool = False,
 ):
@@ -115,12 +115,12 @@ def triton_impl(
     (and, with return_recall, the [] int64 count of unconstrained top-k choices that were kept)."""
     check_dtype(scores)
     num_tokens, num_experts = scores.shape
-    if not 1 <= topk <= num_experts:
-        raise ValueError("topk must be in [1, num_experts]")
+    if not 1 <= top_k <= num_experts:
+        raise ValueError("top_k must be in [1, num_experts]")
     scores = scores if scores.stride(1) == 1 else scores.contiguous()
     bias = bias.contiguous()
-    weights = torch.empty(num_tokens, topk, dtype=scores.dtype, device=scores.device)
-    topk_ids = torch.empty(num_tokens, topk, dtype=torch.int64, device=scores.device)
+    weights = torch.empty(num_tokens, top_k, dtype=scores.dtype, device=scores.device)
+    topk_ids = torch.empty(num_tokens, top_k, dtype=torch.int64, device=scores.device)
     kept = torch.empty(num_tokens if return_recall else 1, dtype=torch.int32, device=scores.device)
     use_groups = num_groups > 1 and topk_group < num_groups  # same condition as moe_ops
     block_e = next_pow2(num_experts)
@@ -139,13 +139,13 @@ def triton_impl(
             NUM_EXPERTS=num_experts,
             NUM_GROUPS=num_groups,
             TOPK_GROUP=topk_group,
-            TOPK=topk,
+            TOPK=top_k,
             USE_GROUPS=use_groups,
             WITH_RECALL=return_recall,
             BLOCK_T=block_t,
             BLOCK_E=block_e,
             BLOCK_G=next_pow2(num_groups),
-            BLOCK_K=next_pow2(topk),
+            BLOCK_K=next_pow2(top_k),
         )
     if not return_recall:
         return weights, topk_ids
@@ -161,7 +161,7 @@ def make_inputs(
     num_experts=32,
     num_groups=4,
     topk_group=2,
-    topk=4,
+    top_k=4,
     route_scale=2.5,
     dtype=torch.float32,
     return_recall=True,
@@ -173,4 +173,4 @@ def make_inputs(
     bias = 0.1 * torch.randn(num_experts, generator=g)  # fp32, like the e_score_correction_bias buffer
     if hot_expert is not None:
         bias[hot_expert] = 10.0  # every token picks it
-    return (scores.to(device), bias.to(device), num_groups, topk_group, topk, route_scale, return_recall)
+    return (scores.to(device), bias.to(device), num_groups, topk_group, top_k, route_scale, return_recall)

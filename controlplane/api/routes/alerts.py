@@ -2,8 +2,9 @@
 
 Delivery is at-least-once and alerts come in storms, so: each (fingerprint, startsAt, status) is
 handled once; each alert that asks for a rebalance records a request on its pools, and each pool is
-then reconciled once (`controlplane.reconcile`): its alerts join one action, or the one in flight.
-The policy's mode and cooldowns apply as for the loop.
+then reconciled once (`controlplane.reconcile`, on the replica that leads; elsewhere the leader's next
+pass does): its alerts join one action, or the one in flight. The policy's mode and cooldowns apply as
+for the loop.
 
 Each alert is handled in a transaction of its own (its event and its requests), so one bad alert never
 blocks its group: one that cannot be stored as sent (too long for its column, a NUL byte, a deployment
@@ -25,9 +26,8 @@ from sqlalchemy.orm import Session
 
 from agents.protocol import NAME_PATTERN
 from controlplane.actuate.placement import PLACEMENT
-from controlplane.api.deps import AlertsDep, NowDep, SessionsDep, SettingsDep
+from controlplane.api.deps import ActuationDep, AlertsDep, NowDep, SessionsDep, SettingsDep
 from controlplane.desired import Mode
-from controlplane.reconcile import reconcile_requested
 from controlplane.store import alerts, deployments, policies, requests
 from controlplane.store.tables import AlertEvent, Deployment, Pool
 
@@ -61,7 +61,7 @@ def _fingerprint(alert: AlertIn) -> str:
 
 
 @router.post("/alertmanager")
-def alertmanager(body: WebhookIn, sessions: SessionsDep, settings: SettingsDep, now: NowDep,
+def alertmanager(body: WebhookIn, sessions: SessionsDep, settings: SettingsDep, now: NowDep, actuation: ActuationDep,
                  caller: AlertsDep) -> dict:
     if body.version != "4":
         raise HTTPException(422, f"Alertmanager webhook payload version {body.version!r} is not supported; "
@@ -78,7 +78,8 @@ def alertmanager(body: WebhookIn, sessions: SessionsDep, settings: SettingsDep, 
     for pool_id in pool_ids:
         with sessions() as session, session.begin():
             pool = session.get(Pool, pool_id)
-            reconcile_requested(session, session.get(Deployment, pool.deployment_id), pool, settings, now=now)
+            actuation.reconcile_requested(session, session.get(Deployment, pool.deployment_id), pool, settings,
+                                          now=now)
     with sessions() as session:
         events = [session.get(AlertEvent, event_id) for event_id in handled]
         outcomes = [{"fingerprint": o.fingerprint, "alertname": o.alertname, "outcome": o.outcome,

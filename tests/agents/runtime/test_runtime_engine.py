@@ -4,7 +4,7 @@ import torch
 from agents.runtime.config import CHECKPOINT_DIR, EngineConfig
 from agents.runtime.engine import Engine
 from agents.runtime.model import load_checkpoint
-from agents.runtime.placement import Placement, RoutingLimits
+from agents.runtime.placement import EngineRoutingLimits, Placement
 from agents.runtime.sequence import SamplingParams
 from agents.runtime.tokenizer import encode
 
@@ -122,8 +122,8 @@ def replicated_placement(num_layers=4, num_experts=32, num_slots=40, version=1, 
 
 def test_placement_switch_mid_generation_keeps_tokens(model):
     params = SamplingParams(max_tokens=16)
-    plain, _ = run(engine(model, num_slots_per_rank=40), PROMPTS, params)
-    eng = engine(model, num_slots_per_rank=40)
+    plain, _ = run(engine(model, slots_per_rank=40), PROMPTS, params)
+    eng = engine(model, slots_per_rank=40)
     placement = replicated_placement()
     zero_slot = 0
     placement.slot_share[:, zero_slot] = 0.0  # an expert's replica that receives nothing
@@ -155,10 +155,10 @@ def test_routing_limits_apply_at_a_step_boundary(model):
     eng = engine(model)
     eng.add_request(PROMPTS[0], SamplingParams(max_tokens=8))
     eng.step()
-    eng.apply_routing_limits(RoutingLimits(version=1, topk_group=4))
+    eng.apply_routing_limits(EngineRoutingLimits(version=1, topk_group=4))
     _, unlimited = eng.step()
     assert torch.equal(unlimited.moe.recall_kept, unlimited.moe.recall_total)
-    eng.apply_routing_limits(RoutingLimits(version=2, topk_group=1, max_tokens_per_expert=0))
+    eng.apply_routing_limits(EngineRoutingLimits(version=2, topk_group=1, max_tokens_per_expert=0))
     assert eng.routing_limits.version == 1  # staged, not yet applied
     _, limited = eng.step()
     assert limited.routing_version == 2
@@ -169,7 +169,7 @@ def test_routing_limits_apply_at_a_step_boundary(model):
         4,
         4,
     ]  # 1 token x top-4; MTP layer idle without drafts
-    eng.apply_routing_limits(RoutingLimits(version=3, topk_group=1))
+    eng.apply_routing_limits(EngineRoutingLimits(version=3, topk_group=1))
     _, one_group = eng.step()
     assert (one_group.moe.recall_kept < one_group.moe.recall_total).any()
     assert one_group.num_scheduled_tokens == 1
@@ -177,7 +177,7 @@ def test_routing_limits_apply_at_a_step_boundary(model):
         experts = one_group.moe.expert_tokens[layer].nonzero().flatten()
         assert len(experts) == 4 and len(set((experts // 8).tolist())) == 1
     with pytest.raises(ValueError):
-        eng.apply_routing_limits(RoutingLimits(version=4, topk_group=9))
+        eng.apply_routing_limits(EngineRoutingLimits(version=4, topk_group=9))
 
 
 def test_sampling_is_seeded_and_stats_carry_request_times(model):

@@ -55,7 +55,7 @@ def ep_worker(
     cfg = EngineConfig(
         ep_size=size,
         ep_rank=rank,
-        num_slots_per_rank=slots_per_rank,
+        slots_per_rank=slots_per_rank,
         block_size=8,
         num_kv_blocks=64,
         overlap_shared_expert=overlap,

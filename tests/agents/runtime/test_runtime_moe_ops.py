@@ -83,18 +83,18 @@ def test_permute_then_unpermute_is_identity_and_grouped():
 
 def test_grouped_swiglu_and_combine_match_a_per_token_loop():
     g = torch.Generator().manual_seed(3)
-    num_tokens, dim, inter, num_experts, topk = 20, 16, 8, 6, 2
+    num_tokens, dim, inter, num_experts, top_k = 20, 16, 8, 6, 2
     x = torch.randn(num_tokens, dim, generator=g)
     w13 = torch.randn(num_experts, 2 * inter, dim, generator=g)
     w2 = torch.randn(num_experts, dim, inter, generator=g)
-    weights = torch.rand(num_tokens, topk, generator=g)
-    ids = torch.stack([torch.randperm(num_experts, generator=g)[:topk] for _ in range(num_tokens)])
+    weights = torch.rand(num_tokens, top_k, generator=g)
+    ids = torch.stack([torch.randperm(num_experts, generator=g)[:top_k] for _ in range(num_tokens)])
     order, counts = moe_ops.permute(ids, num_experts)
-    y = moe_ops.grouped_swiglu(x[order // topk], counts, w13, w2)
+    y = moe_ops.grouped_swiglu(x[order // top_k], counts, w13, w2)
     out = moe_ops.combine(moe_ops.unpermute(y, order, ids.numel()), weights)
     expected = torch.zeros(num_tokens, dim)
     for t in range(num_tokens):
-        for k in range(topk):
+        for k in range(top_k):
             gate, up = (w13[ids[t, k]] @ x[t]).chunk(2)
             expected[t] += weights[t, k] * (w2[ids[t, k]] @ (F.silu(gate) * up))
     assert torch.allclose(out, expected, atol=1e-4, rtol=1e-4)

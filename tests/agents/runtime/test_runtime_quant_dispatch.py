@@ -17,7 +17,7 @@ def quant_worker(rank: int, size: int) -> dict:
     model = load_checkpoint(CHECKPOINT_DIR)
     prompts = PROMPTS[rank::size]
     refs = [reference(model, p) for p in prompts]
-    cfg = EngineConfig(ep_size=size, ep_rank=rank, num_slots_per_rank=20, block_size=8, num_kv_blocks=64,
+    cfg = EngineConfig(ep_size=size, ep_rank=rank, slots_per_rank=20, block_size=8, num_kv_blocks=64,
                        quantize_dispatch=True)
     eng = Engine(cfg, group=EPGroup(rank, size), model=model)
     wire_dtypes = set()

@@ -1,0 +1,1 @@
+"""`moectl loadgen`: a drifting workload against the router's OpenAI API."""

@@ -1,0 +1,5 @@
+import sys
+
+from agents.loadgen.main import main
+
+sys.exit(main())

@@ -1,0 +1,150 @@
+"""`moectl loadgen`: Poisson arrivals against the router's OpenAI API, with a mix of text kinds that
+drifts over time (code vs prose, so expert hotness moves) and shared system prefixes (so the prefix
+cache hits). Prints throughput and TTFT/ITL percentiles every `--report-seconds`.
+
+  python -m agents.loadgen --url http://127.0.0.1:8800 --rate 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import random
+import sysconfig
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+SYSTEM_PREFIXES = {
+    "code": ["# You are a careful Python reviewer. Complete the code below in the style of the\n"
+             "# standard library: small functions, clear names, no surprises.\n\n",
+             "# Module from the Python standard library, continued. Keep the existing style.\n\n"],
+    "prose": ["You are the Python documentation. Answer in the reference manual's voice: precise,\n"
+              "brief, with the exact names of the objects involved.\n\n",
+              "The following is an excerpt from the Python language reference.\n\n"],
+}
+
+
+def load_texts() -> dict[str, list[str]]:
+    """Text that ships with Python: stdlib sources (code) and pydoc topics (prose)."""
+    from pydoc_data.topics import topics
+
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    code = [p.read_text(encoding="utf-8", errors="replace") for p in sorted(stdlib.glob("*.py"))[:200]]
+    return {"code": [t for t in code if len(t) > 2000], "prose": [t for t in topics.values() if len(t) > 2000]}
+
+
+@dataclass
+class Stats:
+    ttft: list[float] = field(default_factory=list)
+    itl: list[float] = field(default_factory=list)
+    num_done: int = 0
+    num_failed: int = 0
+    num_tokens: int = 0
+
+    def line(self, seconds: float, code_share: float) -> str:
+        def pct(values: list[float], q: float) -> str:
+            return f"{np.quantile(values, q) * 1000:.0f}" if values else "-"
+
+        return (f"loadgen: {self.num_done / seconds:.2f} req/s {self.num_tokens / seconds:.1f} chunks/s "
+                f"failed {self.num_failed} | ttft ms p50 {pct(self.ttft, 0.5)} p90 {pct(self.ttft, 0.9)} "
+                f"p99 {pct(self.ttft, 0.99)} | itl ms p50 {pct(self.itl, 0.5)} p99 {pct(self.itl, 0.99)} "
+                f"| code share {code_share:.2f}")
+
+
+class Workload:
+    def __init__(self, seed: int, period_seconds: float, min_chars: int, max_chars: int):
+        self.rng, self.period = random.Random(seed), period_seconds
+        self.texts, self.min_chars, self.max_chars = load_texts(), min_chars, max_chars
+        self.started = time.monotonic()
+
+    def code_share(self) -> float:
+        """Swings between mostly code and mostly prose over one period."""
+        return 0.5 + 0.4 * math.sin(2 * math.pi * (time.monotonic() - self.started) / self.period)
+
+    def prompt(self) -> tuple[str, str]:
+        kind = "code" if self.rng.random() < self.code_share() else "prose"
+        text = self.rng.choice(self.texts[kind])
+        length = self.rng.randint(self.min_chars, self.max_chars)
+        start = self.rng.randrange(0, len(text) - length)
+        return kind, self.rng.choice(SYSTEM_PREFIXES[kind]) + text[start : start + length].encode(
+            "ascii", "ignore").decode()
+
+
+async def one_request(client: httpx.AsyncClient, workload: Workload, stats: Stats, max_tokens: int) -> None:
+    kind, prompt = workload.prompt()
+    is_chat = workload.rng.random() < 0.2
+    path = "/v1/chat/completions" if is_chat else "/v1/completions"
+    body = {"model": "moectl-tiny", "max_tokens": max_tokens, "stream": True}
+    body |= {"messages": [{"role": "user", "content": prompt}]} if is_chat else {"prompt": prompt}
+    started = last = time.perf_counter()
+    num_chunks = 0
+    try:
+        async with client.stream("POST", path, json=body) as response:
+            if response.status_code != 200:
+                stats.num_failed += 1
+                return
+            async for line in response.aiter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                if "error" in json.loads(line[6:]):
+                    stats.num_failed += 1
+                    return
+                now = time.perf_counter()
+                (stats.ttft if num_chunks == 0 else stats.itl).append(now - (started if num_chunks == 0 else last))
+                last, num_chunks = now, num_chunks + 1
+    except httpx.HTTPError:
+        stats.num_failed += 1
+        return
+    stats.num_done += 1
+    stats.num_tokens += num_chunks
+
+
+async def run(args: argparse.Namespace) -> int:
+    workload = Workload(args.seed, args.period_seconds, args.min_chars, args.max_chars)
+    rng = random.Random(args.seed + 1)
+    stats, since = Stats(), time.monotonic()
+    deadline = time.monotonic() + args.duration if args.duration else math.inf
+    tasks: set[asyncio.Task] = set()
+    limits = httpx.Limits(max_connections=args.max_concurrency)
+    async with httpx.AsyncClient(base_url=args.url, timeout=120, limits=limits) as client:
+        while time.monotonic() < deadline:
+            await asyncio.sleep(rng.expovariate(args.rate))  # Poisson arrivals
+            if len(tasks) < args.max_concurrency:
+                task = asyncio.create_task(one_request(client, workload, stats, args.max_tokens))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            if time.monotonic() - since >= args.report_seconds:
+                print(stats.line(time.monotonic() - since, workload.code_share()), flush=True)
+                stats, since = Stats(), time.monotonic()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    print(stats.line(max(1e-9, time.monotonic() - since), workload.code_share()), flush=True)
+    return 0
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="moectl loadgen", description=__doc__.split("\n\n")[0])
+    p.add_argument("--url", default="http://127.0.0.1:8800", help="router URL")
+    p.add_argument("--rate", type=float, default=4.0, help="mean requests per second")
+    p.add_argument("--duration", type=float, default=0, help="seconds (0: until Ctrl-C)")
+    p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--min-chars", type=int, default=40)
+    p.add_argument("--max-chars", type=int, default=400)
+    p.add_argument("--max-concurrency", type=int, default=32)
+    p.add_argument("--period-seconds", type=float, default=120.0, help="code <-> prose drift period")
+    p.add_argument("--report-seconds", type=float, default=10.0)
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return asyncio.run(run(parse_args(argv)))
+    except KeyboardInterrupt:
+        return 0
+

@@ -1,0 +1,5 @@
+import sys
+
+from agents.router.main import main
+
+sys.exit(main())

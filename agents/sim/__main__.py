@@ -1,0 +1,5 @@
+import sys
+
+from agents.sim.run import main
+
+sys.exit(main())

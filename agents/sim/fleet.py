@@ -1,0 +1,145 @@
+"""Simulated EP groups that report windows to a controller and apply what it answers.
+
+Each instance routes tokens with a `LoadModel` (agents/sim/load.py), spreads every expert's tokens over the slots that
+hold it (per the placement it runs), and posts one `Snapshot` per rank per window over HTTP. All
+ranks of an instance switch placement together, at the next window, as real EP groups must.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import httpx
+import numpy as np
+
+from agents.protocol import (
+    Array,
+    DesiredState,
+    Identity,
+    LatencySummary,
+    ModelShape,
+    Role,
+    Snapshot,
+)
+from agents.protocol.placement import default_slot_to_expert, effective_share, gpu_load, slot_load
+from agents.sim.cost import remote_share, routing_effect, step_times
+from agents.sim.load import LoadModel
+
+log = logging.getLogger("moectl.sim")
+
+DEFAULT_MODEL = ModelShape(name="sim-moe-64e", num_layers=8, num_experts=64, num_groups=8, top_k=6)
+
+
+@dataclass
+class SimInstance:
+    deployment: str
+    instance: str
+    role: Role
+    model: ModelShape
+    ep_size: int
+    slots_per_rank: int
+    load: LoadModel
+    gpus_per_node: int = 8
+    placement_version: int = 0
+    slot_to_expert: np.ndarray = field(init=False)  # [num_layers, num_slots]
+    slot_share: np.ndarray | None = None  # [num_layers, num_slots] or even split
+    topk_group: int | None = None  # routing limit in force; None: every group
+
+    def __post_init__(self) -> None:
+        self.slot_to_expert = default_slot_to_expert(self.model.num_layers, self.model.num_experts,
+                                                     self.ep_size * self.slots_per_rank)
+
+    def shares(self) -> np.ndarray:
+        """[num_layers, num_slots] share of its expert's tokens each slot takes, as the runtime splits."""
+        return effective_share(self.slot_to_expert, self.slot_share, self.model.num_experts)
+
+    def window(self, window_start: float, window_seconds: float, num_tokens: int) -> list[Snapshot]:
+        rng = self.load.rng
+        expert_tokens = self.load.route(self.load.popularity(), num_tokens)
+        # each rank's attention is data parallel: it routes its own share of the tokens
+        per_rank = rng.multinomial(expert_tokens, np.full(self.ep_size, 1.0 / self.ep_size))  # [L, E, R]
+        slot_tokens = np.rint(slot_load(self.slot_to_expert, expert_tokens, self.shares()))
+        _, recall = routing_effect(self.topk_group, self.model.num_groups, self.model.top_k)
+        times = step_times(gpu_load(slot_tokens, self.ep_size), num_tokens / self.ep_size,
+                           remote_share(self.ep_size, self.topk_group, self.model.num_groups, self.model.top_k))
+        queries = num_tokens // self.ep_size * 4
+        drafts = num_tokens // self.ep_size // 4
+        snapshots = []
+        for rank in range(self.ep_size):
+            ident = Identity(deployment=self.deployment, instance=self.instance, role=self.role, rank=rank,
+                             ep_size=self.ep_size, slots_per_rank=self.slots_per_rank,
+                             gpus_per_node=self.gpus_per_node, node=f"{self.instance}-node{rank // 8}")
+            columns = slice(rank * self.slots_per_rank, (rank + 1) * self.slots_per_rank)
+            ttft = rng.gamma(4.0, 0.05, 32)
+            # two MTP draft positions: the second is verified only where the first was accepted
+            accepted = [int(rng.binomial(drafts, 0.85))]
+            accepted.append(int(rng.binomial(accepted[0], 0.7)))
+            snapshots.append(Snapshot(
+                identity=ident, model=self.model, window_start=window_start, window_seconds=window_seconds,
+                placement_version=self.placement_version, num_steps=int(window_seconds * 20),
+                expert_tokens=Array.from_numpy(per_rank[:, :, rank]),
+                slot_tokens=Array.from_numpy(slot_tokens[:, columns].astype(np.int64)),
+                forward_seconds=times.forward_seconds, dispatch_seconds=times.dispatch_seconds,
+                combine_seconds=times.combine_seconds, prefix_query_tokens=queries,
+                prefix_hit_tokens=int(rng.binomial(queries, 0.55)), spec_drafts=drafts,
+                spec_draft_tokens=2 * drafts, spec_accepted_tokens=sum(accepted),
+                spec_accepted_by_position=accepted,
+                requests_running=int(rng.poisson(24)), requests_waiting=int(rng.poisson(3)),
+                ttft=LatencySummary(count=len(ttft), sum=float(ttft.sum()), p50=float(np.quantile(ttft, 0.5)),
+                                    p90=float(np.quantile(ttft, 0.9)), p99=float(np.quantile(ttft, 0.99))),
+                routing_recall=recall))
+        self.load.drift()
+        return snapshots
+
+    def apply(self, desired: DesiredState) -> None:
+        self.topk_group = desired.routing.topk_group
+        if desired.slot_to_expert is None or desired.placement_version == self.placement_version:
+            return
+        table = desired.slot_to_expert.to_numpy()
+        if table.shape != self.slot_to_expert.shape:
+            log.error("%s: ignoring placement v%d of shape %s", self.instance, desired.placement_version,
+                      table.shape)
+            return
+        self.slot_to_expert = table.astype(np.int64)
+        self.slot_share = desired.slot_share.to_numpy() if desired.slot_share is not None else None
+        self.placement_version = desired.placement_version
+
+
+def make_fleet(num_deployments: int = 2, ep_size: int = 8, slots_per_rank: int = 10,
+               model: ModelShape = DEFAULT_MODEL, seed: int = 0) -> list[SimInstance]:
+    return [SimInstance(deployment=f"sim-{i}", instance=f"sim-{i}-decode-0", role=Role.decode, model=model,
+                        ep_size=ep_size, slots_per_rank=slots_per_rank,
+                        load=LoadModel(model.num_layers, model.num_experts, model.top_k, seed=seed + i))
+            for i in range(num_deployments)]
+
+
+class FleetClient:
+    """Talks to the controller for a fleet: registers deployments, posts windows, applies answers."""
+
+    def __init__(self, client: httpx.Client, *, api_token: str, agent_token: str):
+        self.client, self.api_token, self.agent_token = client, api_token, agent_token
+
+    def register(self, fleet: list[SimInstance], policy: dict | None = None) -> None:
+        for deployment, model in {(i.deployment, i.model) for i in fleet}:
+            body = {"model": model.model_dump()} | ({"policy": policy} if policy else {})
+            response = self.client.put(f"/v1/deployments/{deployment}", json=body,
+                                       headers={"Authorization": f"Bearer {self.api_token}"})
+            response.raise_for_status()
+
+    def post_window(self, fleet: list[SimInstance], window_start: float, window_seconds: float,
+                    num_tokens: int = 8192) -> None:
+        """Every rank posts; each instance then applies the answer (all its ranks agree on it)."""
+        headers = {"Authorization": f"Bearer {self.agent_token}"}
+        for instance in fleet:
+            answers = []
+            for snapshot in instance.window(window_start, window_seconds, num_tokens):
+                response = self.client.post("/v1/agents/snapshot", content=snapshot.model_dump_json(),
+                                            headers=headers | {"Content-Type": "application/json"})
+                if response.status_code != 200:
+                    log.warning("%s rank %d: %d %s", instance.instance, snapshot.identity.rank,
+                                response.status_code, response.text[:200])
+                    continue
+                answers.append(DesiredState.model_validate_json(response.content))
+            if answers and len({a.placement_version for a in answers}) == 1:
+                instance.apply(answers[0])

@@ -1,0 +1,150 @@
+"""The agent embedded in one EP rank: step stats -> windows and metrics; snapshot per window to the
+controller; the desired state it answers -> the engine, at a step boundary.
+
+Everything here runs on the engine's thread and costs a few dictionary updates per step: posting
+happens on the poster's thread, and MoE counters stay on the device until a window closes.
+Applying a placement only stages it: the engine switches at the first step where every rank of the
+group staged the same version (each rank's agent gets the same answer from the controller), so the
+group never runs two placements at once. If the controller is unreachable nothing is applied and the
+rank keeps serving on the last state it had.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+import zlib
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from prometheus_client import CollectorRegistry
+
+from agents import protocol
+from agents.protocol import DesiredState, Identity, ModelShape
+from agents.runtime.placement import EngineRoutingLimits, Placement
+from agents.runtime.stats import StepStats
+from agents.telemetry.engine import AgentEngine
+from agents.telemetry.exporter import Exporter
+from agents.telemetry.imbalance import gpu_load_ratio
+from agents.telemetry.latency import RequestTimer
+from agents.telemetry.poster import SnapshotPoster
+from agents.telemetry.windows import ClosedWindow, WindowBuilder
+
+log = logging.getLogger("moectl.agent")
+
+
+def routing_version(limits: protocol.RoutingLimits, max_tokens_per_expert: int | None) -> int:
+    """Every rank derives the same version from the same limits: the group agrees on it without talking."""
+    if limits.topk_group is None and max_tokens_per_expert is None:
+        return 0
+    return zlib.crc32(repr((limits.topk_group, max_tokens_per_expert)).encode()) or 1
+
+
+class Agent:
+    def __init__(self, engine: AgentEngine, *, identity: Identity, model: ModelShape, registry: CollectorRegistry,
+                 controller_url: str = "", agent_token: str = "", api_token: str = "",
+                 window_seconds: float = 5.0, runtime: str = "moectl-runtime", num_speculative_tokens: int = 0,
+                 max_batched_tokens: int | None = None, policy: dict | None = None,
+                 clock: Callable[[], float] = time.time, poster_kwargs: dict | None = None):
+        self.engine, self.identity, self.model, self.clock = engine, identity, model, clock
+        self.runtime, self.max_batched_tokens = runtime, max_batched_tokens
+        self.exporter = Exporter(registry, deployment=identity.deployment, role=identity.role.value,
+                                 ep_rank=identity.rank, num_layers=model.num_layers,
+                                 num_speculative_tokens=num_speculative_tokens)
+        self.windows = WindowBuilder(identity, model, window_seconds, clock())
+        self.timer = RequestTimer()
+        self.local_prefill_threshold: int | None = None
+        self.last_answer_time: float | None = None
+        self._answer: DesiredState | None = None
+        self._lock = threading.Lock()
+        self._staged_version = engine.placement.version
+        self._refused_versions: set[int] = set()
+        self.poster = SnapshotPoster(controller_url, agent_token, on_answer=self._on_answer,
+                                     on_failure=self.exporter.report_failure, api_token=api_token, model=model,
+                                     policy=policy, **(poster_kwargs or {})).start() if controller_url else None
+        self._set_info()
+
+    def on_step(self, stats: StepStats) -> None:
+        samples = self.timer.observe(stats)
+        self.exporter.observe_step(stats, samples)
+        self.windows.add(stats, samples)
+
+    def tick(self, now: float | None = None) -> ClosedWindow | None:
+        """Call between steps: applies a new answer and closes the window once it is over."""
+        now = self.clock() if now is None else now
+        with self._lock:
+            answer, self._answer = self._answer, None
+        if answer is not None:
+            self.apply(answer, now)
+        closed = self.windows.roll(now)
+        if closed is not None:
+            self._publish(closed)
+        self._set_info()
+        return closed
+
+    def close(self) -> None:
+        if self.poster is not None:
+            self.poster.stop()
+
+    def _publish(self, closed: ClosedWindow) -> None:
+        ratio = gpu_load_ratio(closed.expert_tokens, self.engine.placement, self.identity.ep_size)
+        self.exporter.observe_window(closed, ratio)
+        if self.poster is not None:
+            self.poster.submit(closed.snapshot)
+
+    def _on_answer(self, answer: DesiredState) -> None:  # poster thread
+        self.exporter.snapshots.inc()
+        with self._lock:
+            self._answer = answer
+            self.last_answer_time = self.clock()
+
+    def apply(self, desired: DesiredState, now: float) -> None:
+        """Stages what differs from what the engine runs; the engine switches at an agreed step."""
+        try:
+            self._apply_placement(desired)
+            self._apply_routing(desired.routing)
+        except ValueError as exc:
+            log.error("rank %d: cannot apply the desired state: %s", self.identity.rank, exc)
+            self.exporter.report_failure("apply")
+        self.local_prefill_threshold = desired.local_prefill_threshold
+        if desired.window_seconds and not math.isclose(desired.window_seconds, self.windows.window_seconds):
+            closed = self.windows.set_window_seconds(desired.window_seconds, now)
+            if closed is not None:
+                self._publish(closed)
+
+    def _apply_placement(self, desired: DesiredState) -> None:
+        version = desired.placement_version
+        if desired.slot_to_expert is None or version in (self.engine.placement.version, self._staged_version):
+            return
+        if version in self._refused_versions:
+            return
+        table = desired.slot_to_expert.to_numpy()
+        share = desired.slot_share.to_numpy() if desired.slot_share is not None else None
+        try:
+            placement = Placement(torch.from_numpy(table.astype(np.int64)),
+                                  None if share is None else torch.from_numpy(share.astype(np.float64)), version)
+            self.engine.apply_placement(placement)
+        except ValueError:
+            self._refused_versions.add(version)  # the same table would fail again every window
+            raise
+        self._staged_version = version
+        log.info("rank %d: staged placement v%d", self.identity.rank, version)
+
+    def _apply_routing(self, limits: protocol.RoutingLimits) -> None:
+        max_tokens = None
+        if limits.expert_capacity_factor is not None and self.max_batched_tokens:
+            # the runtime caps rows per expert per step; the factor is relative to an even share
+            max_tokens = math.ceil(limits.expert_capacity_factor * self.max_batched_tokens * self.model.top_k
+                                   / self.model.num_experts)
+        version = routing_version(limits, max_tokens)
+        pending = self.engine.pending_limits
+        if version in (self.engine.routing_limits.version, pending.version if pending else None):
+            return
+        self.engine.apply_routing_limits(EngineRoutingLimits(version, limits.topk_group, max_tokens))
+
+    def _set_info(self) -> None:
+        self.exporter.set_info(gpu_uuid=self.identity.gpu_uuid, node=self.identity.node, runtime=self.runtime,
+                               placement_version=self.engine.placement.version)

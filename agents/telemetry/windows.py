@@ -1,0 +1,180 @@
+"""One rank's step stats summed into windows on the controller's grid, each closed into a `Snapshot`.
+
+Window `i` covers wall-clock `[i * window_seconds, (i + 1) * window_seconds)`, on the grid the controller
+files snapshots by (agents/protocol/grid.py), so every rank of every instance lines up.
+MoE arrays are summed where the engine keeps them (on device, no host sync per step) and copied
+to the host once, when the window closes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from torch import Tensor
+
+from agents.protocol import Array, Identity, LatencySummary, ModelShape, Snapshot
+from agents.protocol.grid import window_index, window_start
+from agents.runtime.stats import StepStats
+from agents.telemetry.latency import LatencySamples
+
+
+def summarize(samples: list[float]) -> LatencySummary:
+    if not samples:
+        return LatencySummary()
+    values = np.asarray(samples, dtype=np.float64)
+    p50, p90, p99 = np.quantile(values, [0.5, 0.9, 0.99])
+    return LatencySummary(count=len(values), sum=float(values.sum()), p50=float(p50), p90=float(p90),
+                          p99=float(p99))
+
+
+@dataclass
+class WindowSums:
+    """Sums over the steps of one window, on the engine's device. Arrays stay None until the first step adds
+    them."""
+
+    index: int
+    num_steps: int = 0
+    expert_tokens: Tensor | None = None  # [num_layers, num_experts]
+    slot_tokens: Tensor | None = None  # [num_layers, slots_per_rank]
+    recall_kept: Tensor | None = None  # [num_layers]
+    recall_total: Tensor | None = None  # [num_layers]
+    dropped_tokens: Tensor | None = None  # [num_layers]
+    forward_seconds: float = 0.0
+    dispatch_seconds: float = 0.0
+    combine_seconds: float = 0.0
+    prefix_query_tokens: int = 0
+    prefix_hit_tokens: int = 0
+    spec_drafts: int = 0
+    spec_draft_tokens: int = 0
+    spec_accepted_tokens: int = 0
+    spec_accepted_by_position: list[int] = field(default_factory=list)
+    requests_running: int = 0
+    requests_waiting: int = 0
+    placement_version: int = 0
+    ttft: list[float] = field(default_factory=list)
+    itl: list[float] = field(default_factory=list)
+
+    def add(self, stats: StepStats, samples: LatencySamples) -> None:
+        moe = stats.moe
+        self.expert_tokens = _accumulate(self.expert_tokens, moe.expert_tokens)
+        self.slot_tokens = _accumulate(self.slot_tokens, moe.slot_tokens)
+        self.recall_kept = _accumulate(self.recall_kept, moe.recall_kept)
+        self.recall_total = _accumulate(self.recall_total, moe.recall_total)
+        self.dropped_tokens = _accumulate(self.dropped_tokens, moe.dropped_tokens)
+        self.num_steps += 1
+        self.forward_seconds += stats.forward_seconds
+        self.dispatch_seconds += moe.dispatch_seconds
+        self.combine_seconds += moe.combine_seconds
+        self.prefix_query_tokens += stats.prefix_query_tokens
+        self.prefix_hit_tokens += stats.prefix_hit_tokens
+        self.spec_drafts += stats.spec_num_drafts
+        self.spec_draft_tokens += stats.spec_draft_tokens
+        self.spec_accepted_tokens += stats.spec_accepted_tokens
+        for position, count in enumerate(stats.spec_accepted_by_position):
+            if position == len(self.spec_accepted_by_position):
+                self.spec_accepted_by_position.append(0)
+            self.spec_accepted_by_position[position] += count
+        self.requests_running, self.requests_waiting = stats.num_running, stats.num_waiting  # at window end
+        self.placement_version = stats.placement_version  # the version the window ended on
+        self.ttft += samples.ttft
+        self.itl += samples.itl
+
+
+def _accumulate(total: Tensor | None, step: Tensor) -> Tensor:
+    # the engine reuses nothing between steps, but a copy keeps the window independent of it anyway
+    return step.clone() if total is None else total + step
+
+
+@dataclass(frozen=True)
+class ClosedWindow:
+    """A finished window, on the host: what the snapshot and the window-level metrics are made of.
+
+    expert_tokens: [num_layers, num_experts]; slot_tokens: [num_layers, slots_per_rank] int64.
+    recall: [num_layers] kept / unconstrained top-k assignments, NaN where a layer routed nothing.
+    """
+
+    snapshot: Snapshot
+    expert_tokens: np.ndarray
+    slot_tokens: np.ndarray
+    recall: np.ndarray
+    num_dropped_tokens: int = 0
+
+
+class WindowBuilder:
+    """Sums one rank's steps and closes a window when the wall clock passes its end."""
+
+    def __init__(self, identity: Identity, model: ModelShape, window_seconds: float, now: float):
+        self.identity, self.model = identity, model
+        self.window_seconds = window_seconds
+        self.placement_version = 0
+        self.current = WindowSums(self.index_at(now))
+
+    def index_at(self, now: float) -> int:
+        return window_index(now, self.window_seconds)
+
+    def add(self, stats: StepStats, samples: LatencySamples) -> None:
+        self.current.add(stats, samples)
+        self.placement_version = stats.placement_version
+
+    def roll(self, now: float) -> ClosedWindow | None:
+        """Closes the current window if `now` is past its end; the next one starts at `now`'s index.
+
+        A window length change (from the controller) takes effect at the next window."""
+        index = self.current.index
+        if now < window_start(index + 1, self.window_seconds):
+            return None
+        closed = self.close(self.current)
+        self.current = WindowSums(self.index_at(now))
+        return closed
+
+    def set_window_seconds(self, window_seconds: float, now: float) -> ClosedWindow | None:
+        if math.isclose(window_seconds, self.window_seconds):
+            return None
+        closed = self.close(self.current) if self.current.num_steps else None
+        self.window_seconds = window_seconds
+        self.current = WindowSums(self.index_at(now))
+        return closed
+
+    def close(self, sums: WindowSums) -> ClosedWindow:
+        num_layers, num_experts = self.model.num_layers, self.model.num_experts
+        slots = self.identity.slots_per_rank
+        expert_tokens = _host(sums.expert_tokens, (num_layers, num_experts))
+        slot_tokens = _host(sums.slot_tokens, (num_layers, slots))
+        kept, total = _host(sums.recall_kept, (num_layers,)), _host(sums.recall_total, (num_layers,))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            recall = np.where(total > 0, kept / np.maximum(total, 1), np.nan)
+        num_total = int(total.sum())
+        version = sums.placement_version if sums.num_steps else self.placement_version
+        snapshot = Snapshot(
+            identity=self.identity, model=self.model, window_start=window_start(sums.index, self.window_seconds),
+            window_seconds=self.window_seconds, placement_version=version, num_steps=sums.num_steps,
+            expert_tokens=Array.from_numpy(expert_tokens), slot_tokens=Array.from_numpy(slot_tokens),
+            forward_seconds=sums.forward_seconds, dispatch_seconds=sums.dispatch_seconds,
+            combine_seconds=sums.combine_seconds, prefix_query_tokens=sums.prefix_query_tokens,
+            prefix_hit_tokens=min(sums.prefix_hit_tokens, sums.prefix_query_tokens),
+            spec_drafts=sums.spec_drafts, spec_draft_tokens=sums.spec_draft_tokens,
+            spec_accepted_tokens=min(sums.spec_accepted_tokens, sums.spec_draft_tokens),
+            spec_accepted_by_position=_by_position(sums),
+            requests_running=sums.requests_running, requests_waiting=sums.requests_waiting,
+            ttft=summarize(sums.ttft), itl=summarize(sums.itl),
+            routing_recall=min(1.0, int(kept.sum()) / num_total) if num_total else None)
+        dropped = int(_host(sums.dropped_tokens, (num_layers,)).sum())
+        return ClosedWindow(snapshot, expert_tokens, slot_tokens, recall, dropped)
+
+
+def _host(value: Tensor | None, shape: tuple[int, ...]) -> np.ndarray:
+    if value is None:
+        return np.zeros(shape, dtype=np.int64)
+    array = value.detach().cpu().numpy().astype(np.int64)  # the one host copy per window
+    if array.shape != shape:
+        raise ValueError(f"engine counters have shape {array.shape}, the model shape needs {shape}")
+    return array
+
+
+def _by_position(sums: WindowSums) -> list[int]:
+    """Per-position acceptance as the wire allows it: at most 16 positions, summing to the accepted total."""
+    counts = sums.spec_accepted_by_position[:16]
+    budget = min(sums.spec_accepted_tokens, sums.spec_draft_tokens)
+    return counts if sum(counts) <= budget else []

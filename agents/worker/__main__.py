@@ -1,0 +1,5 @@
+import sys
+
+from agents.worker.main import main
+
+sys.exit(main())

@@ -1,0 +1,169 @@
+"""`moectl worker`: one runtime instance (an EP group of `--ep-size` rank processes) with a role.
+
+Without `--rank` this process is the launcher: it starts one process per rank (gloo on 127.0.0.1)
+and stops them all together. Each rank serves the internal API (agents/worker/app.py) on its own port,
+runs its engine with the agent embedded, and exposes `/metrics`. Attention is data parallel, so
+the router sends requests to ranks; expert parallelism happens inside the group.
+
+  python -m agents.worker --role decode --ep-size 2 --ports 8701,8702 --controller http://127.0.0.1:8600
+  python -m agents.worker --sim --role decode --ep-size 2 --ports 8711,8712 --controller ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+log = logging.getLogger("moectl.worker")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="moectl worker", description=__doc__.split("\n\n")[0])
+    p.add_argument("--role", choices=["prefill", "decode", "unified"], default="unified")
+    p.add_argument("--deployment", default="tiny", help="deployment name (a DNS label)")
+    p.add_argument("--instance", help="instance name (default: DEPLOYMENT-ROLE-0)")
+    p.add_argument("--ep-size", type=int, default=1)
+    p.add_argument("--slots-per-rank", type=int, default=0, help="expert slots per rank (0: room for replicas)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--ports", default="8700", help="one HTTP port per rank, comma separated (or a first port)")
+    p.add_argument("--controller", default=os.environ.get("MOECTL_URL", ""), help="controller URL ('': none)")
+    p.add_argument("--agent-token", default=os.environ.get("MOECTL_AGENT_TOKEN", ""))
+    p.add_argument("--api-token", default=os.environ.get("MOECTL_API_TOKEN", ""),
+                   help="operator token: registers the deployment if the controller does not know it")
+    p.add_argument("--mode", default="auto", help="policy mode when this worker registers the deployment")
+    p.add_argument("--window-seconds", type=float, default=float(os.environ.get("MOECTL_WINDOW_SECONDS", 5.0)))
+    p.add_argument("--checkpoint", default="", help="checkpoint directory (default: the shipped one)")
+    p.add_argument("--num-speculative-tokens", type=int, default=2)
+    p.add_argument("--num-kv-blocks", type=int, default=512)
+    p.add_argument("--max-num-seqs", type=int, default=32)
+    p.add_argument("--sim", action="store_true", help="a simulated engine (no model): the real agent over it")
+    p.add_argument("--rank", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--dist-port", type=int, default=0, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    ports = [int(x) for x in args.ports.split(",")]
+    args.ports = ports if len(ports) == args.ep_size else [ports[0] + r for r in range(args.ep_size)]
+    args.instance = args.instance or f"{args.deployment}-{args.role}-0"
+    args.slots_per_rank = args.slots_per_rank or -(-40 // args.ep_size)  # 32 experts + 8 spare slots
+    return args
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(args: argparse.Namespace, argv: list[str]) -> int:
+    """Starts every rank, waits; a rank that dies takes the group down (its peers would hang)."""
+    dist_port = free_port()
+    procs = [subprocess.Popen([sys.executable, "-m", "agents.worker", *argv, "--rank", str(r),
+                               "--dist-port", str(dist_port)]) for r in range(args.ep_size)]
+    stopping = threading.Event()
+
+    def stop(signum, _frame) -> None:
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    code = 0
+    while not stopping.is_set():
+        exited = [(r, p.returncode) for r, p in enumerate(procs) if p.poll() is not None]
+        if exited:
+            code = next((c for _, c in exited if c), 0)
+            if code:
+                log.error("%s: rank %d exited with code %d; stopping the group", args.instance, *exited[0])
+            break
+        stopping.wait(0.2)
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)  # ranks agree on a step to stop at
+    deadline = time.monotonic() + 15
+    for p in procs:
+        try:
+            p.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    return code
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel sends SIGTERM when the launcher goes, so no rank outlives it."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def run_rank(args: argparse.Namespace) -> int:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    _die_with_parent()
+    import torch
+    import uvicorn
+    from prometheus_client import CollectorRegistry, disable_created_metrics
+
+    from agents.protocol import Identity, Role
+    from agents.runtime.ep import init_ep_group
+    from agents.telemetry.agent import Agent
+    from agents.worker.app import create_app
+    from agents.worker.build import build_engine
+    from agents.worker.engine_loop import EngineLoop
+
+    torch.set_num_threads(1)
+    disable_created_metrics()  # a _created series per counter doubles the series for nothing
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    group = init_ep_group(args.rank, args.ep_size, args.dist_port)
+    built = build_engine(args, group)
+    identity = Identity(deployment=args.deployment, instance=args.instance, role=Role(args.role), rank=args.rank,
+                        ep_size=args.ep_size, slots_per_rank=args.slots_per_rank, node=socket.gethostname(),
+                        gpu_uuid=built.gpu_uuid)
+    registry = CollectorRegistry()
+    agent = Agent(built.engine, identity=identity, model=built.model, registry=registry,
+                  controller_url=args.controller, agent_token=args.agent_token,
+                  api_token=args.api_token if args.rank == 0 else "",  # one registrant: no race to create it
+                  window_seconds=args.window_seconds, runtime=built.runtime,
+                  num_speculative_tokens=args.num_speculative_tokens, max_batched_tokens=built.max_batched_tokens,
+                  policy={"mode": args.mode, "cooldown_seconds": 3 * args.window_seconds})
+    loop = EngineLoop(built.engine, agent)
+    info = {"role": args.role, "instance": args.instance, "ep_rank": args.rank, "ep_size": args.ep_size,
+            "model": built.model.name, "runtime": built.runtime}
+    port = args.ports[args.rank]
+    server = uvicorn.Server(uvicorn.Config(create_app(loop, registry, info), host=args.host, port=port,
+                                           log_level="warning"))
+    server_thread = threading.Thread(target=server.run, name="http", daemon=True)
+    server_thread.start()
+    while not server.started and server_thread.is_alive():
+        time.sleep(0.02)
+    print(f"worker: {args.instance} rank {args.rank} ({args.role}) http://{args.host}:{port}", flush=True)
+    try:
+        loop.run(stop)
+    finally:
+        server.should_exit = True
+        agent.close()
+        server_thread.join(timeout=5)
+        if args.ep_size > 1:
+            torch.distributed.destroy_process_group()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(levelname)s {args.instance}: %(message)s")
+    for noisy in ("httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    if args.rank is None:
+        return launch(args, argv)
+    return run_rank(args)
+

@@ -1,0 +1,46 @@
+"""`moectl sim` (`python -m agents.sim`): the simulated fleet as its own process against a controller URL,
+with the flags it always had."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import httpx
+import pytest
+from support.auth import AGENT_TOKEN, API_TOKEN, operator
+from support.servers import free_port
+
+from agents.sim.run import main
+from controlplane.serve import Controller
+
+
+def test_without_tokens_it_says_which_it_needs(monkeypatch, capsys):
+    monkeypatch.delenv("MOECTL_API_TOKEN", raising=False)
+    monkeypatch.delenv("MOECTL_AGENT_TOKEN", raising=False)
+    assert main(["--url", "http://127.0.0.1:1", "--windows", "1"]) == 2
+    assert "--api-token and --agent-token" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_moectl_sim_registers_its_deployments_and_posts_windows(settings):
+    settings = settings.model_copy(update={"port": free_port(), "window_seconds": 1.0})
+    controller = Controller(settings, run_loop=False)
+    thread = controller.start()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "controlplane", "sim", "--url", controller.url, "--api-token", API_TOKEN,
+             "--agent-token", AGENT_TOKEN, "--deployments", "2", "--ep-size", "4", "--slots-per-rank", "20",
+             "--window-seconds", "1", "--mode", "observe", "--windows", "3"],
+            capture_output=True, text=True, timeout=90, env=os.environ | {"MOECTL_API_TOKEN": ""})
+        assert done.returncode == 0, done.stdout + done.stderr
+        listed = httpx.get(f"{controller.url}/v1/deployments", headers=operator()).json()
+        assert {(d["name"], d["mode"]) for d in listed} == {("sim-0", "observe"), ("sim-1", "observe")}, listed
+        for name in ("sim-0", "sim-1"):
+            overview = httpx.get(f"{controller.url}/v1/deployments/{name}/overview").json()
+            assert overview["agents"]["total"] == 4, overview
+    finally:
+        controller.stop()
+        thread.join(timeout=10)

@@ -1,0 +1,150 @@
+"""The agent against a real controller (uvicorn on a free port): it registers, posts a window per rank,
+applies the placement the loop plans on every rank at the same step, and survives the controller
+being away."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry
+from support.auth import AGENT_TOKEN, API_TOKEN
+from support.ranks import SIM_MODEL, ThreadGroup, identity, sim_config
+from support.servers import free_port
+
+from agents.sim.engine import SimEngine
+from agents.telemetry.agent import Agent
+from controlplane.serve import Controller
+
+EP_SIZE = 2
+
+
+@pytest.fixture
+def controller(settings):
+    ctl = Controller(settings.model_copy(update={"port": free_port(), "window_seconds": 1.0,
+                                                 "reconcile_seconds": 0.5}))
+    thread = ctl.start()
+    yield ctl
+    ctl.stop()
+    thread.join(timeout=10)
+
+
+def run_group(agents: list[Agent], engines: list[SimEngine], seconds: float, switched: list) -> None:
+    """Every rank steps in its own thread, in lockstep through the group's agreement."""
+    stop = time.monotonic() + seconds
+
+    def loop(rank: int) -> None:
+        engine, agent = engines[rank], agents[rank]
+        while True:
+            is_last = time.monotonic() > stop
+            before = engine.placement.version
+            _, stats = engine.step()
+            agent.on_step(stats)
+            if stats.placement_version != before:
+                switched.append((rank, engine.num_steps, stats.placement_version))
+            agent.tick()
+            time.sleep(0.01)
+            # ranks leave together: rank 0 decides, the others follow through the agreement
+            if engine.group.agree_max([int(is_last and rank == 0)])[0]:
+                return
+
+    threads = [threading.Thread(target=loop, args=(r,)) for r in range(len(engines))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=seconds + 30)
+
+
+def make_group(url: str, *, api_token: str = API_TOKEN, poster_kwargs=None, clock=time.time):
+    group = ThreadGroup(EP_SIZE)
+    engines = [SimEngine(sim_config(r, EP_SIZE, seed=7), group=group.rank(r)) for r in range(EP_SIZE)]
+    agents = [Agent(engines[r], identity=identity(r, EP_SIZE), model=SIM_MODEL, registry=CollectorRegistry(),
+                    controller_url=url, agent_token=AGENT_TOKEN, api_token=api_token if r == 0 else "",
+                    window_seconds=1.0,
+                    num_speculative_tokens=2, runtime="sim",
+                    policy={"mode": "auto", "cooldown_seconds": 0, "sustained_windows": 1},
+                    poster_kwargs=poster_kwargs, clock=clock)
+              for r in range(EP_SIZE)]
+    return engines, agents
+
+
+@pytest.mark.slow
+def test_agents_report_and_switch_placement_together(controller):
+    engines, agents = make_group(controller.url)
+    switched: list = []
+    try:
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline and not switched:
+            run_group(agents, engines, 2.0, switched)
+        run_group(agents, engines, 2.5, [])  # whole windows under the new placement, for the overview
+    finally:
+        for agent in agents:
+            agent.close()
+    assert switched, "the controller never issued a placement the group applied"
+    by_rank = {rank: (step, version) for rank, step, version in switched}
+    assert by_rank[0] == by_rank[1], switched  # same step, same version on both ranks
+    overview = httpx.get(f"{controller.url}/v1/deployments/tiny/overview").json()
+    assert overview["agents"]["total"] == EP_SIZE
+    for signal in ("imbalance", "all2all_share", "prefix_hit_ratio", "mtp_acceptance"):
+        assert overview[signal] and overview[signal] > 0, (signal, overview)
+    registry = agents[0].exporter
+    assert registry.snapshots._value.get() >= 2
+
+
+def test_a_dead_controller_never_blocks_a_step_and_the_rank_keeps_its_state():
+    url = f"http://127.0.0.1:{free_port()}"  # nobody listens
+    clock = [5000.0]
+    engines, agents = make_group(url, poster_kwargs={"min_backoff": 0.05, "max_backoff": 0.2, "max_queue": 2},
+                                 clock=lambda: clock[0])
+    agent, engine = agents[0], engines[0]
+    engine.group = ThreadGroup(1).rank(0)  # run rank 0 alone
+    agents[1].close()
+    worst = 0.0
+    try:
+        for _ in range(40):
+            _, stats = engine.step()
+            started = time.perf_counter()
+            agent.on_step(stats)
+            agent.tick()
+            worst = max(worst, time.perf_counter() - started)
+            clock[0] += 0.25  # a window closes every 4 steps
+        deadline = time.monotonic() + 10
+        while agent.exporter.failures["connect"]._value.get() < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        agent.close()
+    assert worst < 0.05, worst  # the posts happen on the poster's thread
+    assert agent.exporter.failures["connect"]._value.get() >= 2
+    assert agent.exporter.failures["queue_full"]._value.get() >= 1  # 10 windows into a queue of 2
+    assert engine.placement.version == 0 and agent.exporter.snapshots._value.get() == 0
+
+
+@pytest.mark.slow
+def test_serving_survives_a_controller_restart_and_the_agents_reconnect(settings):
+    settings = settings.model_copy(update={"port": free_port(), "window_seconds": 1.0, "reconcile_seconds": 0.5})
+    first = Controller(settings)
+    thread = first.start()
+    engines, agents = make_group(first.url, poster_kwargs={"min_backoff": 0.1, "max_backoff": 0.5})
+    try:
+        run_group(agents, engines, 3.0, [])
+        posted = agents[0].poster.num_posted
+        assert posted >= 1
+        first.stop()
+        thread.join(timeout=10)
+        steps = engines[0].num_steps
+        run_group(agents, engines, 3.0, [])  # nobody answers: the group keeps stepping
+        assert engines[0].num_steps > steps + 20
+        assert agents[0].exporter.failures["connect"]._value.get() >= 1
+        second = Controller(settings)  # same database: it resumes from its store
+        thread = second.start()
+        run_group(agents, engines, 3.0, [])
+        assert agents[0].poster.num_posted > posted
+        overview = httpx.get(f"{second.url}/v1/deployments/tiny/overview").json()
+        assert overview["agents"] == {"total": EP_SIZE, "fresh": EP_SIZE, "stale": 0}
+        second.stop()
+        thread.join(timeout=10)
+    finally:
+        for agent in agents:
+            agent.close()
