@@ -10,7 +10,7 @@ from typing import Annotated
 from fastapi import Depends, Header, HTTPException, Path, Request
 from sqlalchemy.orm import Session, sessionmaker
 
-from agents.protocol import NAME_PATTERN
+from agents.protocol import NAME_PATTERN, Role
 from controlplane.api.actuation import Actuation
 from controlplane.config import Settings
 from controlplane.store import tokens
@@ -101,5 +101,7 @@ AgentDep = Annotated[Caller, Depends(require("agent"))]
 AlertsDep = Annotated[Caller, Depends(require("alerts", "operator"))]
 DeploymentName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=63,
                                       description="a DNS label: lowercase letters, digits and '-', at most 63")]
+PoolRole = Annotated[str, Path(pattern=f"^({'|'.join(r.value for r in Role)})$",
+                               description="the pool: " + ", ".join(r.value for r in Role))]
 # ids and versions are 32-bit INTEGER columns (PostgreSQL): larger path values are a 422, not a database error
 RowId = Annotated[int, Path(ge=1, le=2**31 - 1)]

@@ -67,6 +67,7 @@ POLICIES = {
 PATHS = {
     "NUL in a web path": ("GET", "/web/%00"),
     "NUL in a pool role": ("GET", "/v1/deployments/tiny/pools/%00/load"),
+    "NUL in a pool size's role": ("GET", "/v1/deployments/tiny/pools/%00/size"),
     "NUL in a token name": ("DELETE", "/v1/tokens/%00"),
     "NUL in an alerts filter": ("GET", "/v1/alerts?deployment=%00"),
     "NUL in a deep web path": ("GET", "/web/vendor/%00.js"),

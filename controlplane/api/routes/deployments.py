@@ -6,9 +6,8 @@ from fastapi import APIRouter, HTTPException
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from agents.protocol import Role
 from controlplane.api import overview
-from controlplane.api.deps import AdminDep, DeploymentName, NowDep, SessionDep, SettingsDep, ViewerDep
+from controlplane.api.deps import AdminDep, DeploymentName, NowDep, PoolRole, SessionDep, SettingsDep, ViewerDep
 from controlplane.api.schemas import DeploymentIn, DeploymentSummary, Overview, PoolLoad
 from controlplane.store import deployments, placements, pools
 from controlplane.store.tables import Deployment
@@ -68,19 +67,19 @@ def get_overview(name: DeploymentName, session: SessionDep, settings: SettingsDe
 
 
 @router.get("/{name}/pools/{role}/load", response_model=PoolLoad)
-def get_pool_load(name: DeploymentName, role: Role, session: SessionDep, settings: SettingsDep, now: NowDep,
+def get_pool_load(name: DeploymentName, role: PoolRole, session: SessionDep, settings: SettingsDep, now: NowDep,
                   _: ViewerDep) -> PoolLoad:
     deployment = get_or_404(session, name)
-    pool = deployments.get_pool(session, deployment, role.value)
+    pool = deployments.get_pool(session, deployment, role)
     if pool is None:
-        raise HTTPException(404, f"deployment {name!r} has no {role.value!r} pool reporting")
+        raise HTTPException(404, f"deployment {name!r} has no {role!r} pool reporting")
     state = pools.read_state(session, deployment, pool, now=now, settings=settings, num_windows=4)
     # right after a placement change the newest window may hold no per-GPU load yet: show the last that does
     measured = [w for w in state.windows if w.num_slot_reports > 0]
     window = measured[-1] if measured else (state.windows[-1] if state.windows else None)
     previous = placements.get(session, pool, state.placement_version - 1) if state.placement_version else None
     empty = [[] for _ in range(state.num_layers)]
-    return PoolLoad(role=role.value, ep_size=pool.ep_size, slots_per_rank=pool.slots_per_rank,
+    return PoolLoad(role=role, ep_size=pool.ep_size, slots_per_rank=pool.slots_per_rank,
                     gpus_per_node=pool.gpus_per_node, window_index=window.index if window else None,
                     window_start=window.start if window else None,
                     window_placement_version=window.placement_version if window else None,
