@@ -22,18 +22,20 @@ class Overloaded(Exception):
 
 class Arrivals:
     """The requests in flight, and when the current one arrived (a context variable: a request's worker
-    threads copy its context). Counted on the event loop's one thread, so without a lock."""
+    threads copy its context; the list in it is shared, so the first transaction can take it). Counted on
+    the event loop's one thread, so without a lock."""
 
     def __init__(self, *, max_wait_seconds: float):
         self.max_wait_seconds, self.num_in_flight = max_wait_seconds, 0
-        self.arrived_at: ContextVar[float | None] = ContextVar("moectl_arrived_at", default=None)
+        self.arrived_at: ContextVar[list[float] | None] = ContextVar("moectl_arrived_at", default=None)
 
     def refuse_if_late(self, *_) -> None:
-        """A session's `after_begin` hook: raises Overloaded before the transaction's first statement."""
-        arrived_at = self.arrived_at.get()
-        if arrived_at is None:  # not a request (the loop, a test)
+        """A session's `after_begin` hook: raises Overloaded before a request's first transaction starts
+        (its later ones, once it has started its work, are not refused)."""
+        stamp = self.arrived_at.get()
+        if not stamp:  # not a request (the loop, a test), or one already started
             return
-        waited = time.monotonic() - arrived_at
+        waited = time.monotonic() - stamp.pop()
         if waited > self.max_wait_seconds and self.num_in_flight > API_WORKER_THREADS:
             raise Overloaded(f"the controller is overloaded: this request waited {waited:.1f}s for a worker and "
                              f"was not started; nothing was stored, retry")
@@ -48,7 +50,7 @@ class StampArrival:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        self.arrivals.arrived_at.set(time.monotonic())
+        self.arrivals.arrived_at.set([time.monotonic()])
         self.arrivals.num_in_flight += 1
         try:
             await self.app(scope, receive, send)

@@ -24,7 +24,9 @@ T = TypeVar("T")
 
 @contextmanager
 def running_controller(settings: Settings, *, run_loop: bool = False) -> Iterator[Controller]:
-    controller = Controller(settings.model_copy(update={"port": free_port()}), run_loop=run_loop)
+    """Without its loop the controller is the only writer (no election: a replica without a loop never leads)."""
+    update = {"port": free_port()} | ({} if run_loop else {"leader_election": False})
+    controller = Controller(settings.model_copy(update=update), run_loop=run_loop)
     thread = controller.start()
     try:
         yield controller
