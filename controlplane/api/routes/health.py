@@ -13,6 +13,7 @@ from fastapi import APIRouter, HTTPException, Request, Response
 from fastapi.responses import FileResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from controlplane.api.errors import RETRY_AFTER
 from controlplane.store.db import is_ready
 
 router = APIRouter(tags=["health"])
@@ -39,7 +40,7 @@ async def readyz(request: Request) -> JSONResponse:
     if problem is None:
         return JSONResponse({"status": "ok", "database": "ok"})
     return JSONResponse({"status": "unavailable", "database": problem}, status_code=503,
-                        headers={"Retry-After": "1"})
+                        headers={"Retry-After": RETRY_AFTER})
 
 
 @router.get("/metrics", include_in_schema=False)  # Prometheus exposition text, not part of the JSON API
