@@ -1,7 +1,9 @@
 """Another process holds SQLite's write lock for 40 s while 24 agents post: health answers at once (it never
 waits for the database), snapshot posts are told 503 + Retry-After before the agents' own 5 s timeout
 (nobody holds a connection for the old 30 s busy timeout), nothing answers 500, and all recovers after.
-With more callers than worker threads, those that queued past the timeout are refused before they start."""
+With more callers than worker threads, those that queued past the timeout are refused before they start.
+The controller runs as its own process (`moectl serve`), as in production: the callers' threads here do not
+share its interpreter lock."""
 
 from __future__ import annotations
 
@@ -12,15 +14,14 @@ from dataclasses import dataclass, field
 
 import httpx
 import pytest
-from support.auth import AGENT_TOKEN, API_TOKEN, agent
-from support.live import at_once, live_fleet, running_controller
+from support.auth import agent
+from support.controllers import replica
+from support.live import at_once, live_fleet
 from support.servers import until
 
-from controlplane.config import Settings
-
 LOCK_SECONDS = 40.0
-AGENT_TIMEOUT = 5.0  # agents/poster.py: SnapshotPoster's default
-NUM_POSTERS = 24  # more than the request pool's 15 connections
+AGENT_TIMEOUT = 5.0  # agents/telemetry/poster.py: the SnapshotPoster default
+NUM_POSTERS = 24  # more than the 15 connections the request pool had (500 "QueuePool limit reached")
 
 
 @dataclass
@@ -47,10 +48,8 @@ class Answers:
 @pytest.mark.slow
 def test_a_40s_sqlite_write_lock_gets_fast_503s_and_health_stays_fast(tmp_path):
     path = tmp_path / "c.db"
-    settings = Settings(database_url=f"sqlite:///{path}", api_token=API_TOKEN, agent_token=AGENT_TOKEN,
-                        window_seconds=1.0, reconcile_seconds=0.5, warmup_windows=0)
     posts, health = Answers(), Answers()
-    with running_controller(settings, run_loop=True) as controller:
+    with replica("contention", {"MOECTL_DATABASE_URL": f"sqlite:///{path}"}, tmp_path) as controller:
         [instance] = live_fleet(controller.url, {"mode": "observe"}, num_windows=1, window_seconds=1.0)
         bodies = [s.model_dump_json() for s in instance.window(time.time() - 1.0, 1.0, 4096)]
         stop = threading.Event()
@@ -107,9 +106,7 @@ def test_a_40s_sqlite_write_lock_gets_fast_503s_and_health_stays_fast(tmp_path):
 @pytest.mark.slow
 def test_more_callers_than_workers_are_refused_unstarted_not_queued_past_their_timeout(tmp_path):
     path, num_callers = tmp_path / "c.db", 80  # twice the API's worker threads
-    settings = Settings(database_url=f"sqlite:///{path}", api_token=API_TOKEN, agent_token=AGENT_TOKEN,
-                        window_seconds=1.0, warmup_windows=0)
-    with running_controller(settings) as controller:
+    with replica("overload", {"MOECTL_DATABASE_URL": f"sqlite:///{path}"}, tmp_path) as controller:
         [instance] = live_fleet(controller.url, {"mode": "observe"}, num_windows=1, window_seconds=1.0)
         body = instance.window(time.time() - 1.0, 1.0, 4096)[0].model_dump_json()
         locker = sqlite3.connect(path, isolation_level=None)
