@@ -62,6 +62,7 @@ POLICIES = {
     "gpu budget 10^400": (f'{{"gpu_budget": {BIG}}}', "gpu_budget"),
     "replicas 10^400": (f'{{"replicas": {{"decode": {{"max": {BIG}}}}}}}', "replicas"),
     "moves per hour Infinity": ('{"max_moved_slots_per_hour_fraction": Infinity}', "max_moved_slots_per_hour"),
+    "slo NaN": ('{"slo": {"ttft_p90_seconds": NaN}}', "slo.ttft_p90_seconds"),
 }
 
 PATHS = {
