@@ -46,6 +46,8 @@ SNAPSHOTS = {
     "ttft count 10^400": (lambda c, r: snapshot_body(c, r, ttft={"count": BIG}), "ttft.count"),
     "accepted by position 10^400": (lambda c, r: snapshot_body(c, r, spec_accepted_by_position=[BIG]),
                                     "spec_accepted_by_position"),
+    "groups per token 10^400": (lambda c, r: snapshot_body(c, r, routing_groups_per_token=[0, BIG]),
+                                "routing_groups_per_token"),
     "placement_version 2^31": (lambda c, r: snapshot_body(c, r, placement_version=2**31), "placement_version"),
     "model name with NUL": (lambda c, r: snapshot_body(c, r, model={**MODEL.model_dump(), "name": "t\x00"}),
                             "name"),
