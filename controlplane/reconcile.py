@@ -23,7 +23,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from opentelemetry import trace
-from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from agents.protocol.placement import PlacementTable
@@ -42,6 +41,7 @@ from controlplane.observed import PoolState
 from controlplane.plan import check_pool_size, diagnose_prefix_hits, plan_pool, plan_routing
 from controlplane.routing_reach import RoutingReach, check_routing_limit
 from controlplane.store import actions, deployments, policies, pool_sizes, pools, requests, tokens, windows
+from controlplane.store.db import is_unavailable
 from controlplane.store.tables import Action, Deployment, Pool, Request
 from controlplane.verify import verify_pool
 
@@ -110,7 +110,7 @@ def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: 
                 num_errors += 1
                 span.record_exception(exc)
                 log.exception("reconcile failed for pool %s; retrying next pass", pool_id)
-                if isinstance(exc, OperationalError):  # the database itself: the other pools would wait as long
+                if is_unavailable(exc):  # the database itself: the other pools would wait as long
                     break
         span.set_attribute("moectl.pools", len(targets))
         span.set_attribute("moectl.errors", num_errors)

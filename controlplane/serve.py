@@ -10,6 +10,7 @@ import time
 
 import uvicorn
 from prometheus_client import CollectorRegistry
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.actuate import kube
@@ -66,6 +67,15 @@ def make_actuation(settings: Settings, sessions: sessionmaker[Session]) -> tuple
     return Actuation(scaler, elector or SOLE), elector
 
 
+def engine_for(settings: Settings) -> Engine:
+    """The controller's database. Among elected replicas, a transaction left idle for a lease (its replica
+    paused or hung, so no longer leading) is ended by the database: its pool locks must not outlast its
+    leadership and hold off the successor's writes."""
+    idle = settings.leader_lease_seconds if settings.leader_election else None
+    return make_engine(settings.database_url, timeout_seconds=settings.db_timeout_seconds,
+                       max_idle_in_transaction_seconds=idle)
+
+
 class Controller:
     """The API server and, unless disabled, the reconcile loop (with the leader election it needs), started
     and stopped together."""
@@ -74,7 +84,7 @@ class Controller:
         upgrade(settings.database_url)
         configure_tracing(settings)
         self.settings = settings
-        self.sessions = make_sessions(make_engine(settings.database_url, timeout_seconds=settings.db_timeout_seconds))
+        self.sessions = make_sessions(engine_for(settings))
         self.metrics = ControllerMetrics(CollectorRegistry())
         actuation, self.elector = make_actuation(settings, self.sessions)
         self.liveness = LoopLiveness.for_settings(settings) if run_loop else None
@@ -145,7 +155,7 @@ def reconcile_command(settings: Settings, *, once: bool, dry_run: bool) -> int:
     """Reconciles from the command line, as one more candidate of the election: while another replica leads
     (a running controller) it plans nothing."""
     upgrade(settings.database_url)
-    sessions = make_sessions(make_engine(settings.database_url, timeout_seconds=settings.db_timeout_seconds))
+    sessions = make_sessions(engine_for(settings))
     actuation, elector = make_actuation(settings, sessions)
     try:
         while True:

@@ -11,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry
 from sqlalchemy import event
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -34,7 +34,7 @@ from controlplane.api.routes import (
 )
 from controlplane.config import Settings
 from controlplane.liveness import LoopLiveness
-from controlplane.store.db import make_probe_engine
+from controlplane.store.db import is_unavailable, make_probe_engine
 from controlplane.telemetry import ControllerMetrics
 
 
@@ -56,9 +56,11 @@ def create_app(settings: Settings, sessions: sessionmaker[Session], *, clock: Ca
     arrivals = Arrivals(max_wait_seconds=settings.db_timeout_seconds)
     event.listen(sessions, "after_begin", arrivals.refuse_if_late)
 
-    @app.exception_handler(OperationalError)
+    @app.exception_handler(DBAPIError)
     @app.exception_handler(PoolTimeout)
     async def _unavailable(request: Request, exc: Exception) -> JSONResponse:
+        if isinstance(exc, DBAPIError) and not is_unavailable(exc):
+            raise exc  # a bug, not the database's state: a 500
         # locked, overloaded or unreachable: nothing was stored (the transaction rolled back); try again soon
         detail = ("the database is busy or unreachable; nothing was stored, retry after the Retry-After seconds ("
                   f"{type(exc).__name__})")

@@ -8,6 +8,7 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
@@ -18,11 +19,16 @@ API_WORKER_THREADS = 40  # anyio's default thread limiter, where the API's handl
 POOL = {"pool_size": 10, "max_overflow": API_WORKER_THREADS + 5 - 10}
 
 
-def make_engine(url: str, *, timeout_seconds: float) -> Engine:
+def make_engine(url: str, *, timeout_seconds: float, max_idle_in_transaction_seconds: float | None = None) -> Engine:
     """timeout_seconds bounds every wait on the database: a lock (SQLite's busy timeout, PostgreSQL's
     lock_timeout), a connection from the pool, a new connection. A request that would wait longer fails
     fast (the API answers 503 + Retry-After) instead of holding a connection long after its caller, an
-    agent with a 5 s timeout, gave up."""
+    agent with a 5 s timeout, gave up.
+
+    max_idle_in_transaction_seconds (PostgreSQL): the server ends a session that stays this long inside a
+    transaction without a statement, releasing its locks, and nothing it had not committed is kept. A
+    replica paused (or hung) while it holds a pool's lock would otherwise block every other writer of that
+    pool, its successor as leader too, for as long as it is paused."""
     if url.startswith("sqlite"):
         engine = create_engine(url, pool_timeout=timeout_seconds, **POOL,
                                connect_args={"check_same_thread": False, "timeout": timeout_seconds})
@@ -34,8 +40,11 @@ def make_engine(url: str, *, timeout_seconds: float) -> Engine:
             conn.execute("PRAGMA foreign_keys=ON")
 
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_timeout=timeout_seconds, **POOL,
-                         connect_args=_postgres_timeouts(timeout_seconds))
+    connect_args = _postgres_timeouts(timeout_seconds)
+    if max_idle_in_transaction_seconds is not None:
+        idle = _milliseconds(max_idle_in_transaction_seconds)
+        connect_args["options"] += f" -c idle_in_transaction_session_timeout={idle}"
+    return create_engine(url, pool_pre_ping=True, pool_timeout=timeout_seconds, **POOL, connect_args=connect_args)
 
 
 def make_probe_engine(url: str, *, timeout_seconds: float) -> Engine:
@@ -44,7 +53,7 @@ def make_probe_engine(url: str, *, timeout_seconds: float) -> Engine:
     if url.startswith("sqlite"):
         return create_engine(url, poolclass=NullPool, connect_args={"timeout": timeout_seconds})
     timeouts = _postgres_timeouts(timeout_seconds)
-    timeouts["options"] += f" -c statement_timeout={int(timeout_seconds * 1000)}"
+    timeouts["options"] += f" -c statement_timeout={_milliseconds(timeout_seconds)}"
     return create_engine(url, poolclass=NullPool, connect_args=timeouts)
 
 
@@ -58,10 +67,21 @@ def is_ready(engine: Engine) -> str | None:
     return None
 
 
+def is_unavailable(exc: BaseException) -> bool:
+    """The database itself failed (busy, unreachable, or it ended the session): nothing of the transaction
+    was stored, and a retry may succeed. psycopg reports a session ended for idling in a transaction as an
+    InternalError on a connection SQLAlchemy then invalidates."""
+    return isinstance(exc, OperationalError) or (isinstance(exc, DBAPIError) and exc.connection_invalidated)
+
+
 def _postgres_timeouts(timeout_seconds: float) -> dict:
     # libpq's connect_timeout is whole seconds, at least 2
     return {"connect_timeout": max(2, math.ceil(timeout_seconds)),
-            "options": f"-c lock_timeout={int(timeout_seconds * 1000)}"}
+            "options": f"-c lock_timeout={_milliseconds(timeout_seconds)}"}
+
+
+def _milliseconds(seconds: float) -> int:
+    return max(1, int(seconds * 1000))  # PostgreSQL's 0 would mean no limit
 
 
 def make_sessions(engine: Engine) -> sessionmaker[Session]:

@@ -21,7 +21,7 @@ import re
 
 from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
 from agents.protocol import NAME_PATTERN
@@ -29,6 +29,7 @@ from controlplane.actuate.placement import PLACEMENT
 from controlplane.api.deps import ActuationDep, AlertsDep, NowDep, SessionsDep, SettingsDep
 from controlplane.desired import Mode
 from controlplane.store import alerts, deployments, policies, requests
+from controlplane.store.db import is_unavailable
 from controlplane.store.tables import AlertEvent, Deployment, Pool
 
 router = APIRouter(prefix="/v1/alerts", tags=["alerts"])
@@ -108,9 +109,10 @@ def _handle(sessions, settings, alert: AlertIn, now: float, caller: str) -> tupl
             if event is None:
                 raise
             return event.id, False, alerts.pending_pools(session, event)
-    except OperationalError:  # the database is busy or gone: the delivery is answered 503 and retried
-        raise
-    except DBAPIError as exc:  # refused for a reason the checks above missed: recorded, never blocking the group
+    except DBAPIError as exc:
+        if is_unavailable(exc):  # the database is busy or gone: the delivery is answered 503 and retried
+            raise
+        # refused for a reason the checks above missed: recorded, never blocking the group
         reason = f"the database refused it ({type(exc.orig).__name__})"
         with sessions() as session, session.begin():
             return _store(session, settings, alert, fingerprint, None, now, caller, rejected=reason)
