@@ -53,9 +53,12 @@ def _ingest(snapshot: Snapshot, session, settings, now: float) -> DesiredState:
                                            placement_version=snapshot.placement_version, now=now)
     # a new rank's first windows start mid-window on cold caches: counted as fresh, not as load
     if num_windows > settings.warmup_windows:
-        windows.add_report(session, pool=pool, report=report, report_version=snapshot.placement_version,
-                           current_version=latest.version, grid_seconds=settings.window_seconds,
-                           empty=deployments.zeros_for(deployment, pool))
+        try:
+            windows.add_report(session, pool=pool, report=report, report_version=snapshot.placement_version,
+                               current_version=latest.version, grid_seconds=settings.window_seconds,
+                               empty=deployments.zeros_for(deployment, pool))
+        except windows.WindowOverflow as exc:
+            raise HTTPException(422, str(exc)) from None
     counters = replica_counters(snapshot)
     if counters is not None and num_windows > 0:  # every window, the cold ones too: the planner skips those by age
         serving.add_replica_report(session, pool=pool, instance=ident.instance, window_index=report.window_index,
