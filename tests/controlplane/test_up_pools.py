@@ -6,11 +6,12 @@ The decode capacity is the batch slots of an instance (`--max-num-seqs 4`): by L
 rate x output tokens x ITL sequences in flight, which the planner's latency model predicts from the instances'
 windows (the engine's own ITL, per token). How fast a token is depends on how busy this shared machine is, so
 the step is sized from the decode rank's ITL the warm-up measured: 1.2x what one instance's slots carry at that
-ITL (a fuller batch steps slower, so one instance carries less), which two carry. The warm-up sends one request
-at a time (the load generator skips arrivals while one is in flight), so however slow the machine is, it never
-needs a second instance: a Poisson warm-up at a fixed rate is, on a busy machine, a few seconds' burst the
-reactive step rightly answers. The SLO is loose enough that noise never breaches it: what moves the pool is
-the load. About ten minutes on two cores.
+ITL (a fuller batch steps slower, so one instance carries less), which two carry; the fall is 0.05x, a fifth
+of what one sequence at a time carries, since the model has by then learnt from the step how much slower a
+full batch on a busy machine steps. The warm-up sends one request at a time (the load generator skips
+arrivals while one is in flight), so however slow the machine is, it never needs a second instance: a Poisson
+warm-up at a fixed rate is, on a busy machine, a few seconds' burst the reactive step rightly answers. The SLO
+is loose enough that noise never breaches it: what moves the pool is the load. About ten minutes on two cores.
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ def test_a_step_in_traffic_adds_a_decode_instance_and_the_fall_drains_one(tmp_pa
         stepped = time.time()
         totals = [run_loadgen(router, 1.2 * one_instance, PHASES[1][1], env, watch)]
         fell = time.time()
-        totals.append(run_loadgen(router, 0.15 * one_instance, PHASES[2][1], env, lambda: watch() if "down" not in
+        totals.append(run_loadgen(router, 0.05 * one_instance, PHASES[2][1], env, lambda: watch() if "down" not in
                                   found else None))
         text = (tmp_path / "up.log").read_text()
         assert "up" in found, "no decode instance was added:\n" + text[-6000:]
