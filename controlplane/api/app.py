@@ -13,7 +13,18 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.api.body_limit import BodyLimit
 from controlplane.api.errors import ERROR_RESPONSES
-from controlplane.api.routes import actions, agents, alert_events, alerts, deployments, health, policies, tokens, whoami
+from controlplane.api.routes import (
+    actions,
+    agents,
+    alert_events,
+    alerts,
+    deployments,
+    health,
+    policies,
+    removals,
+    tokens,
+    whoami,
+)
 from controlplane.config import Settings
 from controlplane.telemetry import ControllerMetrics
 
@@ -42,7 +53,7 @@ def create_app(settings: Settings, sessions: sessionmaker[Session], *, clock: Ca
             metrics.snapshots.labels(str(response.status_code)).inc()
         return response
 
-    for module in (health, agents, deployments, policies, actions, alerts, alert_events, tokens, whoami):
+    for module in (health, agents, deployments, removals, policies, actions, alerts, alert_events, tokens, whoami):
         app.include_router(module.router, responses=ERROR_RESPONSES)
     return app
 
