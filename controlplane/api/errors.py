@@ -8,6 +8,8 @@ from pydantic import BaseModel, Field
 class ErrorOut(BaseModel):
     detail: str = Field(description="what is wrong, naming the field or the conflict, and what to do")
     errors: list[dict] | None = Field(default=None, description="422: one entry per invalid field (loc, msg, type)")
+    code: str | None = Field(default=None, description="for programs: what to do about it (agents.protocol's "
+                                                       "PLACEMENT_UNKNOWN: post again with running_placement)")
 
 
 ERROR_RESPONSES = {

@@ -12,6 +12,7 @@ PLANNED, AWAITING_APPROVAL, APPLIED = "planned", "awaiting_approval", "applied"
 VERIFIED, ROLLED_BACK, FAILED, REJECTED = "verified", "rolled_back", "failed", "rejected"
 SUPERSEDED = "superseded"  # what it changes had moved on (a newer version) when it was approved
 RECORDED = "recorded"  # a finding for people: nothing to apply
+ADOPTED = "adopted"  # what the fleet ran under a version the store had lost, recorded as that version
 
 
 def record(session: Session, *, deployment: Deployment, pool: Pool | None, kind: str, trigger: str, mode: str,
