@@ -2,26 +2,33 @@
 placement v8 were refused `409 placement_version 8 was never issued` forever, their windows dropped, the
 overview at 0 agents. Now the fleet registers again where it must, sends the table it runs, the controller
 adopts it as that version (an `adopted` action) and the loop goes on from there; ranks left on different
-versions converge on the highest. The simulated fleet (agents/sim/fleet.py) against SQLite and PostgreSQL."""
+versions converge on the highest. The simulated fleet (agents/sim/fleet.py), and real agents over simulated
+engines against a real controller restarted on another database, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import httpx
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
 from support.auth import AGENT_TOKEN, API_TOKEN
 from support.databases import sibling
 from support.fleet import run_windows
+from support.ranks import make_group, run_group
+from support.servers import free_port
 
 from agents.sim.fleet import FleetClient, SimInstance, make_fleet
 from agents.sim.load import LoadModel
 from controlplane.api.app import create_app
 from controlplane.reconcile import reconcile_once
+from controlplane.serve import Controller
 from controlplane.store import placements
 from controlplane.store.db import make_engine, make_sessions, upgrade
 from controlplane.store.tables import LoadWindow, Pool
@@ -139,3 +146,48 @@ def test_instances_left_on_different_versions_converge_on_the_highest(client, se
         assert behind.placement_version == ahead.placement_version
         np.testing.assert_array_equal(behind.slot_to_expert, ahead.slot_to_expert)
         assert versions(new_sessions)[-1] == ahead.placement_version
+
+
+@pytest.mark.slow
+def test_real_agents_keep_running_through_a_database_swap(settings):
+    """Real agents (agents/telemetry) over simulated engines; the controller restarted on an empty database:
+    no rank restarts, none switches back to v0, each is refused at most once, and the new controller's
+    overview counts them and the version they run."""
+    settings = settings.model_copy(update={"port": free_port(), "window_seconds": 1.0, "reconcile_seconds": 0.5})
+    controller = Controller(settings)
+    thread = controller.start()
+    engines, agents = make_group(controller.url, poster_kwargs={"min_backoff": 0.1, "max_backoff": 0.5})
+    try:
+        switched: list = []
+        deadline = time.monotonic() + 60
+        while not switched and time.monotonic() < deadline:
+            run_group(agents, engines, 2.0, switched)
+        running = engines[0].placement.version
+        assert running >= 1, "the first controller never issued a placement"
+        controller.stop()
+        thread.join(timeout=10)
+
+        controller = Controller(settings.model_copy(update={"database_url": sibling(settings.database_url)}))
+        thread = controller.start()
+        switched = []
+        run_group(agents, engines, 5.0, switched)
+        overview = httpx.get(f"{controller.url}/v1/deployments/tiny/overview").json()
+        refusals = httpx.get(f"{controller.url}/metrics").text
+    finally:
+        for agent in agents:
+            agent.close()
+        controller.stop()
+        thread.join(timeout=10)
+    assert all(version >= running for _, _, version in switched), switched  # never back to v0
+    assert engines[0].placement.version == engines[1].placement.version
+    assert overview["placement_version"] == {"decode": engines[0].placement.version}
+    assert overview["agents"] == {"total": 2, "fresh": 2, "stale": 0, "gone": 0}
+    adopted = [a for a in overview["last_actions"] if a["status"] == "adopted"]
+    assert [a["placement_version"] for a in adopted] == [running], overview["last_actions"]
+    assert sum(a.exporter.failures["placement_unknown"]._value.get() for a in agents) >= 1
+    assert sum(a.exporter.failures["http_4xx"]._value.get() for a in agents) == 0
+    answers = {s.labels["status"]: s.value for family in text_string_to_metric_families(refusals)
+               for s in family.samples if s.name == "moectl_controller_snapshots_total"}
+    assert answers.get("409", 0) <= 2 and answers["200"] > 2 * 3, answers  # at most once per rank
+    measured = [h for h in overview["pools"][0]["history"] if h["placement_version"] >= running and h["imbalance"]]
+    assert len(measured) >= 2, overview["pools"][0]["history"]
