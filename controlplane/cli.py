@@ -61,6 +61,12 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     return reconcile_command(_settings(args), once=args.once, dry_run=args.dry_run)
 
 
+def cmd_prune(args: argparse.Namespace) -> int:
+    from controlplane.serve import prune_command
+
+    return prune_command(_settings(args))
+
+
 def cmd_token(args: argparse.Namespace) -> int:
     from controlplane.tokens_cli import token_command
 
@@ -118,6 +124,11 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--once", action="store_true", help="one pass, then exit")
     q.add_argument("--dry-run", action="store_true", help="plan and log, write nothing")
     q.set_defaults(func=cmd_reconcile)
+
+    q = sub.add_parser("prune", help="delete what is past its retention (MOECTL_RETAIN_*), as the loop does "
+                                     "every MOECTL_PRUNE_SECONDS; never what is in force")
+    db_args(q)
+    q.set_defaults(func=cmd_prune)
 
     q = sub.add_parser("token", help="create, list or revoke API tokens (writes the database directly)")
     db_args(q)

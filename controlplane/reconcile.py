@@ -5,7 +5,8 @@ rebalance and an alert only record a request on the pool (`store.requests`) and 
 so they can answer with the action. A pending request forces the plan (trigger thresholds skipped,
 safety rails kept); an action already in flight on the knob is joined, never doubled
 (`actuate.in_flight`). Every change is written by `actuate`. A pool's failure is logged and retried
-next pass; it never stops the others. `dry_run` plans and writes nothing.
+next pass; it never stops the others. `dry_run` plans and writes nothing. The loop also runs the pruning
+job (controlplane/prune.py) at its bounded rate.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from controlplane.config import Settings
 from controlplane.desired import Decision, Plan, Policy
 from controlplane.observed import PoolState
 from controlplane.plan import diagnose_prefix_hits, plan_pool, plan_routing
+from controlplane.prune import Pruning
 from controlplane.store import actions, deployments, policies, pools, requests, windows
 from controlplane.store.tables import Action, Deployment, Pool, Request
 from controlplane.verify import verify_pool
@@ -105,8 +107,7 @@ def reconcile_pool(session: Session, deployment: Deployment, pool: Pool, setting
         log.info("%s/%s: %s (%s)", deployment.name, pool.role, plan.decision.value, plan.reason)
         if dry_run:
             return PoolResult(plan)
-        if state.windows:
-            windows.prune(session, pool, keep_from_index=state.windows[-1].index - settings.history_windows)
+        windows.prune(session, pool, history_windows=settings.history_windows, limit=settings.max_prune_rows)
         with tracer.start_as_current_span("actuate"):
             action, is_new = _actuate_placement(session, deployment, pool, policy, plan, pending, settings, now)
             if plan.decision != Decision.rebalance:  # one change per pass: routing moves when the placement does not
@@ -175,8 +176,10 @@ def _record_findings(session: Session, deployment: Deployment, pool: Pool, state
 
 def run_forever(sessions: sessionmaker[Session], settings: Settings, *, stop: threading.Event,
                 clock: Callable[[], float] = time.time, on_pass: Callable[[PassResult], None] | None = None) -> None:
+    pruning = Pruning(settings)  # after a pass, at most once per prune_seconds
     while not stop.is_set():
         result = reconcile_once(sessions, settings, now=clock())
+        pruning.run_if_due(sessions, now=clock())
         if on_pass is not None:
             on_pass(result)
         stop.wait(settings.reconcile_seconds)

@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from controlplane.api.app import create_app
 from controlplane.config import Settings
+from controlplane.prune import prune_all
 from controlplane.reconcile import reconcile_once, run_forever
 from controlplane.store.db import make_engine, make_sessions, upgrade
 from controlplane.telemetry import ControllerMetrics
@@ -102,3 +103,15 @@ def reconcile_command(settings: Settings, *, once: bool, dry_run: bool) -> int:
         if once:
             return 1 if result.num_errors else 0
         time.sleep(settings.reconcile_seconds)
+
+
+def prune_command(settings: Settings) -> int:
+    """`moectl prune`: the loop's pruning job run once, until nothing is past its retention."""
+    upgrade(settings.database_url)
+    engine = make_engine(settings.database_url)
+    try:
+        pruned = prune_all(make_sessions(engine), settings, now=time.time())
+    finally:
+        engine.dispose()
+    print(", ".join(f"{count} {kind}" for kind, count in pruned.items()) + " deleted", flush=True)
+    return 0

@@ -6,6 +6,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from controlplane.store.batches import delete_some
 from controlplane.store.tables import AlertEvent
 from controlplane.store.timestamps import utc
 
@@ -32,3 +33,8 @@ def recent(session: Session, *, deployment: str | None, limit: int) -> list[Aler
     if deployment is not None:
         query = query.where(AlertEvent.deployment == deployment)
     return list(session.scalars(query))
+
+
+def prune(session: Session, *, before: float, limit: int) -> int:
+    """Deletes events received before `before`: a redelivery of one of them is then handled as new."""
+    return delete_some(session, AlertEvent, AlertEvent.received_at < utc(before), limit=limit)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from controlplane.store.batches import delete_some
 from controlplane.store.tables import AuditEvent
 from controlplane.store.timestamps import utc
 
@@ -21,3 +22,7 @@ def recent(session: Session, *, deployment: str | None, limit: int) -> list[Audi
     if deployment is not None:
         query = query.where(AuditEvent.deployment == deployment)
     return list(session.scalars(query))
+
+
+def prune(session: Session, *, before: float, limit: int) -> int:
+    return delete_some(session, AuditEvent, AuditEvent.created_at < utc(before), limit=limit)

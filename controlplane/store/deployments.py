@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 from agents.protocol import Identity, ModelShape, default_slot_to_expert
 from controlplane.desired import Policy
 from controlplane.store import placements, policies, routing_limits
+from controlplane.store.batches import delete_some
 from controlplane.store.tables import Action, Agent, Deployment, LoadWindow, Placement, Pool
 from controlplane.store.timestamps import utc
 
@@ -143,3 +144,8 @@ def remove(session: Session, deployment: Deployment) -> dict[str, int]:
     removed["actions"] = session.scalar(select(func.count()).where(Action.deployment_id == deployment.id)) or 0
     session.execute(delete(Deployment).where(Deployment.id == deployment.id))
     return removed
+
+
+def prune_agents(session: Session, *, silent_since: float, limit: int) -> int:
+    """Deletes agents that have not reported since `silent_since` (gone long ago)."""
+    return delete_some(session, Agent, Agent.last_seen < silent_since, limit=limit)
