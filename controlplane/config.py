@@ -36,7 +36,7 @@ class Settings(BaseSettings):
     # retention: what `controlplane/prune.py` deletes, never what is in force (see there)
     retain_actions_seconds: float = Field(default=30 * DAY, gt=0,
                                           description="settled actions (the audit trail) older than this")
-    retain_versions_seconds: float = Field(default=7 * DAY, gt=0,
+    retain_versions_seconds: float = Field(default=DAY, gt=0,
                                            description="placement and routing versions replaced this long ago")
     retain_requests_seconds: float = Field(default=DAY, gt=0, description="handled requests older than this")
     retain_alert_events_seconds: float = Field(default=7 * DAY, gt=0,
