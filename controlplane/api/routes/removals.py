@@ -13,6 +13,7 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Path, Query
 from pydantic import BaseModel, Field
 
+from agents.protocol import NAME_PATTERN, Role
 from controlplane.api.deps import AdminDep, DeploymentName, NowDep, SessionDep, SettingsDep, ViewerDep
 from controlplane.api.routes.deployments import get_or_404
 from controlplane.config import Settings
@@ -21,7 +22,8 @@ from controlplane.store.tables import Agent, Deployment, Pool
 from controlplane.store.timestamps import seconds
 
 router = APIRouter(tags=["removals"])
-Instance = Annotated[str, Path(min_length=1, max_length=128, description="the agent's instance (its EP group)")]
+Instance = Annotated[str, Path(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f\x7f]+$",
+                               description="the agent's instance (its EP group): printable, as on the wire")]
 Rank = Annotated[int, Path(ge=0, le=4095, description="the EP rank within the instance")]
 
 
@@ -54,10 +56,10 @@ def _agent_out(agent: Agent, role: str, settings: Settings, now: float) -> Agent
                     placement_version=agent.placement_version)
 
 
-def _pool_or_404(session, deployment: Deployment, role: str) -> Pool:
-    pool = deployments.get_pool(session, deployment, role)
+def _pool_or_404(session, deployment: Deployment, role: Role) -> Pool:
+    pool = deployments.get_pool(session, deployment, role.value)
     if pool is None:
-        raise HTTPException(404, f"deployment {deployment.name!r} has no {role!r} pool")
+        raise HTTPException(404, f"deployment {deployment.name!r} has no {role.value!r} pool")
     return pool
 
 
@@ -72,47 +74,48 @@ def _refuse_fresh(agents: list[AgentOut], what: str, settings: Settings) -> None
 
 
 @router.get("/v1/deployments/{name}/pools/{role}/agents", response_model=list[AgentOut])
-def list_agents(name: DeploymentName, role: str, session: SessionDep, settings: SettingsDep, now: NowDep,
+def list_agents(name: DeploymentName, role: Role, session: SessionDep, settings: SettingsDep, now: NowDep,
                 _: ViewerDep) -> list[AgentOut]:
     pool = _pool_or_404(session, get_or_404(session, name), role)
-    return [_agent_out(a, role, settings, now) for a in deployments.find_agents(session, pool)]
+    return [_agent_out(a, role.value, settings, now) for a in deployments.find_agents(session, pool)]
 
 
 @router.delete("/v1/deployments/{name}/pools/{role}/agents", response_model=list[AgentOut])
-def remove_silent_agents(name: DeploymentName, role: str, session: SessionDep, settings: SettingsDep, now: NowDep,
+def remove_silent_agents(name: DeploymentName, role: Role, session: SessionDep, settings: SettingsDep, now: NowDep,
                          caller: AdminDep) -> list[AgentOut]:
     """Removes every agent of the pool that stopped reporting (stale or gone); fresh ones stay. Answers
     with those removed (none: an empty list)."""
     with session.begin():
         pool = _pool_or_404(session, get_or_404(session, name), role)
         found = deployments.find_agents(session, pool)
-        removed = [(a, out) for a in found if (out := _agent_out(a, role, settings, now)).state != "fresh"]
+        removed = [(a, out) for a in found if (out := _agent_out(a, role.value, settings, now)).state != "fresh"]
         return _remove(session, name, [a for a, _ in removed], [o for _, o in removed], caller.name, now)
 
 
 @router.delete("/v1/deployments/{name}/pools/{role}/agents/{instance}", response_model=list[AgentOut])
-def remove_instance(name: DeploymentName, role: str, instance: Instance, session: SessionDep, settings: SettingsDep,
+def remove_instance(name: DeploymentName, role: Role, instance: Instance, session: SessionDep, settings: SettingsDep,
                     now: NowDep, caller: AdminDep) -> list[AgentOut]:
     """Removes every rank of an instance; 409 while any of them still reports."""
     return _remove_matching(name, role, instance, None, session, settings, now, caller.name)
 
 
 @router.delete("/v1/deployments/{name}/pools/{role}/agents/{instance}/{rank}", response_model=list[AgentOut])
-def remove_rank(name: DeploymentName, role: str, instance: Instance, rank: Rank, session: SessionDep,
+def remove_rank(name: DeploymentName, role: Role, instance: Instance, rank: Rank, session: SessionDep,
                 settings: SettingsDep, now: NowDep, caller: AdminDep) -> list[AgentOut]:
     """Removes one rank of an instance; 409 while it still reports."""
     return _remove_matching(name, role, instance, rank, session, settings, now, caller.name)
 
 
-def _remove_matching(name: str, role: str, instance: str, rank: int | None, session, settings: Settings, now: float,
+def _remove_matching(name: str, role: Role, instance: str, rank: int | None, session, settings: Settings, now: float,
                      created_by: str) -> list[AgentOut]:
     with session.begin():
         pool = _pool_or_404(session, get_or_404(session, name), role)
         found = deployments.find_agents(session, pool, instance=instance, rank=rank)
-        what = f"{name}/{role}/{instance}" + (f"/{rank}" if rank is not None else "")
+        what = f"{name}/{role.value}/{instance}" + (f"/{rank}" if rank is not None else "")
         if not found:
-            raise HTTPException(404, f"no agent {what}; GET /v1/deployments/{name}/pools/{role}/agents lists them")
-        outs = [_agent_out(a, role, settings, now) for a in found]
+            raise HTTPException(404, f"no agent {what}; GET /v1/deployments/{name}/pools/{role.value}/agents "
+                                     f"lists them")
+        outs = [_agent_out(a, role.value, settings, now) for a in found]
         _refuse_fresh(outs, f"cannot remove {what}", settings)
         return _remove(session, name, found, outs, created_by, now)
 
@@ -145,7 +148,8 @@ def remove_deployment(name: DeploymentName, session: SessionDep, settings: Setti
 
 
 @router.get("/v1/audit", response_model=list[AuditOut])
-def list_audit(session: SessionDep, _: ViewerDep, deployment: str | None = Query(None, max_length=63),
+def list_audit(session: SessionDep, _: ViewerDep,
+               deployment: str | None = Query(None, pattern=NAME_PATTERN, max_length=63),
                limit: int = Query(50, ge=1, le=1000)) -> list[AuditOut]:
     """Admin removals, newest first."""
     events = audit.recent(session, deployment=deployment, limit=limit)
