@@ -32,12 +32,13 @@ SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
 # deployment -> replicaset, statefulset and the garbage collector for workloads; serviceaccount(-token) and
 # root-ca-cert-publisher give namespaces what pods expect; namespace deletion; clusterrole-aggregation fills
-# the admin/edit/view roles that charts bind to
+# the admin/edit/view roles that charts bind to; persistentvolumeclaim-protection lets a deleted claim go (the
+# apiserver's admission puts its finalizer on every claim)
 DEFAULT_CONTROLLERS = (
     "deployment-controller", "replicaset-controller", "statefulset-controller", "daemonset-controller",
     "job-controller", "garbage-collector-controller", "namespace-controller", "serviceaccount-controller",
     "serviceaccount-token-controller", "root-ca-certificate-publisher-controller",
-    "clusterrole-aggregation-controller",
+    "clusterrole-aggregation-controller", "persistentvolumeclaim-protection-controller",
 )
 START_TIMEOUT_S = 180.0  # a cold apiserver on 2 busy cores takes tens of seconds
 
