@@ -8,7 +8,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from controlplane.desired import Decision, Mode, PlacementChange, Plan, Policy, VerifyOutcome
+from controlplane.desired import (
+    Decision,
+    Mode,
+    PlacementChange,
+    Plan,
+    Policy,
+    PoolSizeStep,
+    ReplicaBounds,
+    VerifyOutcome,
+)
 from controlplane.learn.forecast import forecast_load
 from controlplane.observed import PoolState
 from controlplane.solve.algorithm import MigrationAware, PlacementAlgorithm
@@ -155,3 +164,28 @@ def diagnose_prefix_hits(policy: Policy, pool: PoolState) -> tuple[str, list[flo
     finding = (f"prefix hit ratio {ratios[-1]:.2f} under floor {policy.prefix_hit_floor} for {len(ratios)} windows: "
                f"check the router's prefix affinity and the KV cache's size (no placement change helps)")
     return finding, ratios
+
+
+def check_pool_size(policy: Policy, *, role: str, replicas: int, current: int | None, gpus_per_instance: int,
+                    other_pools_gpus: int) -> PoolSizeStep:
+    """Whether a pool may run `replicas` instances: within the policy's bounds for its role (the defaults of
+    `ReplicaBounds` when the policy names none) and, with the GPUs the other pools use, within the GPU budget.
+    gpus_per_instance: GPUs one instance uses (its EP size)."""
+
+    def step(is_allowed: bool, reason: str) -> PoolSizeStep:
+        return PoolSizeStep(replicas, current, is_allowed, reason)
+
+    if policy.mode == Mode.off:
+        return step(False, "policy mode is off")
+    bounds = policy.replicas.get(role, ReplicaBounds())
+    if not bounds.min <= replicas <= bounds.max:
+        return step(False, f"{replicas} replicas is outside the policy's bounds for {role}: "
+                           f"min {bounds.min}, max {bounds.max}")
+    gpus = replicas * gpus_per_instance + other_pools_gpus
+    if policy.gpu_budget is not None and gpus > policy.gpu_budget:
+        return step(False, f"{replicas} replicas x {gpus_per_instance} GPUs + {other_pools_gpus} GPUs of the other "
+                           f"pools = {gpus} GPUs, over the policy's gpu_budget {policy.gpu_budget}")
+    if replicas == current:
+        return step(True, f"{role} already runs {replicas} replicas")
+    return step(True, f"{current if current is not None else 'unsized'} -> {replicas} replicas "
+                      f"({gpus} GPUs of the budget {policy.gpu_budget or 'unbounded'})")

@@ -3,8 +3,10 @@
 What goes, by kind:
 - load windows: all but each pool's newest `history_windows` complete ones (what the planner and the
   views read) and those still filling (each pool's pass also prunes its own, `reconcile.reconcile_pool`);
-- actions: settled ones last updated over `retain_actions_seconds` ago; never one awaiting approval or
-  applied and not yet verified, nor the newest of its pool and knob (what `actuate.in_flight` reads);
+- actions: settled ones last updated over `retain_actions_seconds` ago; never one awaiting approval,
+  applied and not yet verified, or a conflict moectl stands down for, nor the newest of its pool and knob
+  (what `actuate.in_flight` reads), nor the one that last applied a pool's size (`actuate.scale`
+  measures other writers against it);
 - placement and routing versions: made over `retain_versions_seconds` ago, but never the newest of those
   (in force, or the one the newer versions replaced) nor one an open action needs
   (`store.actions.versions_in_use`);
@@ -15,8 +17,9 @@ What goes, by kind:
 
 Nothing younger than an hour is deleted whatever the settings say: the rails read the last hour (actions
 and moved slots per hour, findings once an hour). The loop runs the job at most once per `prune_seconds`
-(`Pruning`), each kind in its own transaction and at most `max_prune_rows` rows of each per run, so a run
-never holds a long write lock; `moectl prune` runs it until nothing is left to delete.
+(`Pruning`; with leader election only the leader, its commits fenced), each kind in its own transaction
+and at most `max_prune_rows` rows of each per run, so a run never holds a long write lock; `moectl prune`
+runs it until nothing is left to delete.
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ import time
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from controlplane.actuate.fence import SOLE, Fence, guard
 from controlplane.actuate.knobs import KNOBS
+from controlplane.actuate.scale import last_applied
 from controlplane.config import Settings
 from controlplane.store import actions, alerts, audit, deployments, requests, windows
 from controlplane.store.tables import Pool
@@ -37,9 +42,10 @@ log = logging.getLogger("moectl.prune")
 MIN_AGE_SECONDS = 3600.0
 
 
-def prune(sessions: sessionmaker[Session], settings: Settings, *, now: float, max_rows: int) -> dict[str, int]:
-    """One run over every kind, at most `max_rows` rows of each (per pool for windows and versions).
-    Returns how many rows of each kind went."""
+def prune(sessions: sessionmaker[Session], settings: Settings, *, now: float, max_rows: int,
+          fence: Fence = SOLE) -> dict[str, int]:
+    """One run over every kind, at most `max_rows` rows of each (per pool for windows and versions), each
+    commit fenced. Returns how many rows of each kind went."""
 
     def before(retain_seconds: float) -> float:
         return now - max(retain_seconds, MIN_AGE_SECONDS)
@@ -51,11 +57,15 @@ def prune(sessions: sessionmaker[Session], settings: Settings, *, now: float, ma
 
     with sessions() as session:
         pool_ids = list(session.scalars(select(Pool.id).order_by(Pool.id)))
+    kept_actions: set[int] = set()
     for pool_id in pool_ids:
         with sessions() as session, session.begin():
+            guard(session, fence)
             pool = session.get(Pool, pool_id)
             if pool is None:  # its deployment was deleted since
                 continue
+            holder, _ = last_applied(session, pool)
+            kept_actions |= {holder.id} if holder is not None else set()
             add("load_windows", windows.prune(session, pool, history_windows=settings.history_windows,
                                               limit=max_rows))
             for kind, knob in KNOBS.items():
@@ -63,7 +73,8 @@ def prune(sessions: sessionmaker[Session], settings: Settings, *, now: float, ma
                                                    keep=actions.versions_in_use(session, pool, kind),
                                                    limit=max_rows))
     for kind, delete in (
-        ("actions", lambda s: actions.prune(s, before=before(settings.retain_actions_seconds), limit=max_rows)),
+        ("actions", lambda s: actions.prune(s, before=before(settings.retain_actions_seconds), keep=kept_actions,
+                                            limit=max_rows)),
         ("requests", lambda s: requests.prune(s, before=before(settings.retain_requests_seconds), limit=max_rows)),
         ("alert_events", lambda s: alerts.prune(s, before=before(settings.retain_alert_events_seconds),
                                                 limit=max_rows)),
@@ -72,6 +83,7 @@ def prune(sessions: sessionmaker[Session], settings: Settings, *, now: float, ma
         ("audit_events", lambda s: audit.prune(s, before=before(settings.retain_audit_seconds), limit=max_rows)),
     ):
         with sessions() as session, session.begin():
+            guard(session, fence)
             add(kind, delete(session))
     return pruned
 
@@ -88,20 +100,20 @@ def prune_all(sessions: sessionmaker[Session], settings: Settings, *, now: float
 
 
 class Pruning:
-    """The loop's schedule: `run_if_due` prunes at most once per `prune_seconds`. A failed run is logged and
-    tried again when next due; it never stops the loop."""
+    """The loop's schedule: `run_if_due` prunes at most once per `prune_seconds`, on the leader only. A failed
+    run is logged and tried again when next due; it never stops the loop."""
 
-    def __init__(self, settings: Settings):
-        self.settings = settings
+    def __init__(self, settings: Settings, *, fence: Fence = SOLE):
+        self.settings, self.fence = settings, fence
         self.next_at = 0.0
 
     def run_if_due(self, sessions: sessionmaker[Session], *, now: float) -> dict[str, int] | None:
-        if now < self.next_at:
+        if now < self.next_at or not self.fence.is_leading():
             return None
         self.next_at = now + self.settings.prune_seconds
         started = time.perf_counter()
         try:
-            pruned = prune(sessions, self.settings, now=now, max_rows=self.settings.max_prune_rows)
+            pruned = prune(sessions, self.settings, now=now, max_rows=self.settings.max_prune_rows, fence=self.fence)
         except Exception:
             log.exception("pruning failed; trying again in %.0fs", self.settings.prune_seconds)
             return None

@@ -21,8 +21,11 @@ class ControllerMetrics:
                                       registry=registry)
         self.pass_errors = Counter("moectl_controller_reconcile_errors_total", "Pools whose reconcile failed",
                                    registry=registry)
+        self.leader = Gauge("moectl_controller_leader", "1 while this replica leads: it reconciles and writes",
+                            registry=registry)
 
-    def observe_pass(self, plans: list[Plan], num_errors: int, seconds: float) -> None:
+    def observe_pass(self, plans: list[Plan], num_errors: int, seconds: float, *, is_leading: bool = True) -> None:
+        self.leader.set(1 if is_leading else 0)
         self.pass_seconds.observe(seconds)
         self.pass_errors.inc(num_errors)
         for plan in plans:

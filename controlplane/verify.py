@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from controlplane.actuate import change
 from controlplane.actuate.placement import PLACEMENT
+from controlplane.actuate.pool_size import POOL_SIZE
 from controlplane.actuate.routing import ROUTING
 from controlplane.desired import Policy, VerifyOutcome
 from controlplane.observed import PoolState
@@ -22,6 +23,8 @@ from controlplane.store.tables import Action, Pool
 def verify_pool(session: Session, pool: Pool, state: PoolState, policy: Policy, now: float) -> None:
     """Settles applied changes once measured; one that made things worse is rolled back (`actuate.change`)."""
     for action in actions.awaiting_verification(session, pool):
+        if action.kind == POOL_SIZE.kind:
+            continue  # verified once the platform runs it (actuate/scale.py)
         if action.kind == ROUTING.kind:
             _verify_routing(session, pool, action, state, policy, now)
             continue

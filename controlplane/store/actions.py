@@ -11,10 +11,12 @@ from controlplane.store.timestamps import utc
 
 PLANNED, AWAITING_APPROVAL, APPLIED = "planned", "awaiting_approval", "applied"
 VERIFIED, ROLLED_BACK, FAILED, REJECTED = "verified", "rolled_back", "failed", "rejected"
-OPEN = (AWAITING_APPROVAL, APPLIED)  # a person or the verifier still has to settle these
 SUPERSEDED = "superseded"  # what it changes had moved on (a newer version) when it was approved
 RECORDED = "recorded"  # a finding for people: nothing to apply
+CONFLICT = "conflict"  # another writer sets what the knob changes: moectl stands down until a person resumes
+RESUMED = "resumed"  # a person resumed moectl after a conflict
 ADOPTED = "adopted"  # what the fleet ran under a version the store had lost, recorded as that version
+OPEN = (AWAITING_APPROVAL, APPLIED, CONFLICT)  # a person or the verifier still has to settle these
 
 
 def record(session: Session, *, deployment: Deployment, pool: Pool | None, kind: str, trigger: str, mode: str,
@@ -73,9 +75,9 @@ def versions_in_use(session: Session, pool: Pool, kind: str) -> set[int]:
     return in_use
 
 
-def prune(session: Session, *, before: float, limit: int) -> int:
-    """Deletes settled actions last updated before `before`, except open ones and the newest of each pool
-    and kind (what `in_flight` and the views read). Returns how many went."""
+def prune(session: Session, *, before: float, keep: set[int], limit: int) -> int:
+    """Deletes settled actions last updated before `before`, except open ones, the newest of each pool and
+    kind (what `in_flight` and the views read) and those in `keep`. Returns how many went."""
     newest = select(func.max(Action.id)).group_by(Action.pool_id, Action.kind)
     return delete_some(session, Action, Action.status.not_in(OPEN), Action.updated_at < utc(before),
-                       Action.id.not_in(newest), limit=limit)
+                       Action.id.not_in(newest), Action.id.not_in(keep), limit=limit)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import math
 
+from sqlalchemy import distinct, func, select
 from sqlalchemy.orm import Session
 
 from controlplane.config import Settings
 from controlplane.observed import PoolState
-from controlplane.store import actions, deployments, placements, routing_limits, windows
-from controlplane.store.tables import Deployment, Pool
+from controlplane.store import actions, deployments, placements, pool_sizes, routing_limits, windows
+from controlplane.store.tables import Agent, Deployment, Pool
 
 HOUR = 3600.0
 
@@ -45,3 +46,19 @@ def read_state(session: Session, deployment: Deployment, pool: Pool, *, now: flo
         model_topk_group=model.topk_group,
         num_actions_last_hour=actions.count_since(session, pool, since=now - HOUR,
                                                   statuses=(actions.APPLIED, actions.VERIFIED, actions.ROLLED_BACK)))
+
+
+def other_pools_gpus(session: Session, deployment: Deployment, pool: Pool, settings: Settings, now: float) -> int:
+    """GPUs the deployment's other pools use: each one's size (moectl's latest, else its instances reporting
+    fresh windows) times the GPUs of an instance (its EP size)."""
+    since = now - settings.stale_after_windows * settings.window_seconds
+    total = 0
+    for other in deployments.pools_of(session, deployment):
+        if other.id == pool.id:
+            continue
+        replicas = pool_sizes.latest(session, other).replicas
+        if replicas is None:
+            replicas = session.scalar(select(func.count(distinct(Agent.instance)))
+                                      .where(Agent.pool_id == other.id, Agent.last_seen >= since)) or 0
+        total += replicas * other.ep_size
+    return total

@@ -85,8 +85,8 @@ def test_the_job_deletes_the_old_and_keeps_what_is_in_force(sessions, settings):
         assert list(session.scalars(select(Agent.rank))) == [1]
         assert count(session, AuditEvent) == 0
         assert count(session, LoadWindow) == settings.history_windows + 2
-    assert pruned == {"load_windows": 8, "placement_versions": 3, "routing_versions": 0, "actions": 4,
-                      "requests": 1, "alert_events": 1, "agents": 1, "audit_events": 1}
+    assert pruned == {"load_windows": 8, "placement_versions": 3, "routing_versions": 0, "pool_size_versions": 0,
+                      "actions": 4, "requests": 1, "alert_events": 1, "agents": 1, "audit_events": 1}
 
     with sessions() as session, session.begin():  # what the job kept still works: v6 rolls back to v5
         action = session.get(Action, kept["v6"])
