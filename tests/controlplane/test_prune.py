@@ -11,6 +11,8 @@ from support.store import make_pool, snapshot
 from agents.protocol.placement import PlacementTable
 from controlplane.actuate import change
 from controlplane.actuate.placement import PLACEMENT
+from controlplane.actuate.pool_size import POOL_SIZE
+from controlplane.actuate.scale import APPLIED
 from controlplane.collect.aggregate import to_report
 from controlplane.desired import Mode, Policy, VerifyOutcome
 from controlplane.prune import Pruning, prune_all
@@ -122,3 +124,26 @@ def test_nothing_of_the_last_hour_goes_whatever_the_settings(sessions, settings)
         assert [r.handled_at is None for r in session.scalars(select(Request))] == [True, False]
         assert list(session.scalars(select(AlertEvent.fingerprint))) == ["f1"]
         assert list(session.scalars(select(Agent.rank))) == [1]
+
+
+def test_a_pool_size_conflict_and_the_last_size_applied_stay(sessions, settings):
+    """moectl stands down while a conflict is open, and measures other writers against the size it last
+    applied (actuate/scale.py): neither may go, however old."""
+    with sessions() as session, session.begin():
+        deployment, pool = make_pool(session, now=T0)
+
+        def size_action(status: str, measured: dict, at: float) -> int:
+            action = actions.record(session, deployment=deployment, pool=pool, kind=POOL_SIZE.kind, trigger="manual",
+                                    mode="auto", status=status, reason="test", inputs={}, predicted={},
+                                    created_by="alice", now=at)
+            action.measured = measured
+            return action.id
+
+        earlier = size_action(actions.VERIFIED, {APPLIED: 2}, T0)
+        applied = size_action(actions.VERIFIED, {APPLIED: 3}, T0 + 10)
+        conflict = size_action(actions.CONFLICT, {}, T0 + 20)
+        newest = size_action(actions.PLANNED, {}, T0 + 30)  # observe mode: nothing applied
+    prune_all(sessions, settings, now=T0 + 100 * DAY)
+    with sessions() as session:
+        assert sorted(session.scalars(select(Action.id))) == [applied, conflict, newest]
+        assert earlier not in set(session.scalars(select(Action.id)))
