@@ -40,7 +40,7 @@ def check_snapshot(snapshot: Snapshot, model: ModelShape, pool: PoolShape | None
                                     f"ep_size={ident.ep_size}, slots_per_rank={ident.slots_per_rank}")
     if snapshot.placement_version > latest_version and snapshot.running_placement is None:
         # the controller's database was restored or replaced while the fleet ran on: the agent sends the
-        # table it runs and the controller adopts it (reconcile.adopt_running_placement)
+        # table it runs and the controller adopts it (api/routes/agents.py, actuate.change.adopt)
         raise SnapshotRejected(409, f"placement_version {snapshot.placement_version} was never issued: the "
                                     f"latest for pool {ident.role} is {latest_version} (was the controller's "
                                     f"database restored or replaced?); post the window again with "
