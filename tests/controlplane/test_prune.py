@@ -57,8 +57,8 @@ def fill(sessions, settings) -> dict[str, int]:
             if handled is not None:
                 requests.settle(request, outcome="done", action_id=None, now=handled)
         for i, received in enumerate((T0, now - 600)):
-            alerts.record_once(session, fingerprint=f"f{i}", starts_at="s", status="firing", alertname="A",
-                               deployment="tiny", labels={}, now=received)
+            alerts.record(session, fingerprint=f"f{i}", starts_at="s", status="firing", alertname="A",
+                          deployment="tiny", labels={}, outcome="done", now=received)
         for rank, last_seen in ((0, T0), (1, now - 600)):
             deployments.record_agent(session, pool=pool, identity=snapshot(window_start=T0, rank=rank).identity,
                                      window_index=1, placement_version=0, now=last_seen)

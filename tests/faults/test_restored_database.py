@@ -42,7 +42,7 @@ def controller_on(url: str, settings, clock) -> Iterator[tuple[TestClient, objec
     """A controller restarted on the database at `url`: (client, sessions, settings, metrics)."""
     settings = settings.model_copy(update={"database_url": url})
     upgrade(url)
-    engine = make_engine(url)
+    engine = make_engine(url, timeout_seconds=settings.db_timeout_seconds)
     sessions, metrics = make_sessions(engine), ControllerMetrics(CollectorRegistry())
     try:
         with TestClient(create_app(settings, sessions, clock=clock, metrics=metrics)) as client:

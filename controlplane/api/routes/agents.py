@@ -55,6 +55,9 @@ def _ingest(snapshot: Snapshot, session, settings, now: float, caller: Caller) -
         latest = placements.latest(session, pool)
     _, policy = policies.active(session, deployment)
     if snapshot.placement_version > latest.version:  # checked: it carries the table the rank runs
+        deployments.lock_pool(session, pool)  # as every writer of the pool: the loop cannot issue this number now
+        latest = placements.latest(session, pool)
+    if snapshot.placement_version > latest.version:  # nobody issued or adopted it meanwhile
         running = snapshot.running_placement
         table = PlacementTable(running.slot_to_expert.to_numpy(),
                                running.slot_share.to_numpy() if running.slot_share is not None else None)
@@ -67,9 +70,12 @@ def _ingest(snapshot: Snapshot, session, settings, now: float, caller: Caller) -
                                            placement_version=snapshot.placement_version, now=now)
     # a new rank's first windows start mid-window on cold caches: counted as fresh, not as load
     if num_windows > settings.warmup_windows:
-        windows.add_report(session, pool=pool, report=report, report_version=snapshot.placement_version,
-                           current_version=latest.version, grid_seconds=settings.window_seconds,
-                           empty=deployments.zeros_for(deployment, pool))
+        try:
+            windows.add_report(session, pool=pool, report=report, report_version=snapshot.placement_version,
+                               current_version=latest.version, grid_seconds=settings.window_seconds,
+                               empty=deployments.zeros_for(deployment, pool))
+        except windows.WindowOverflow as exc:
+            raise HTTPException(422, str(exc)) from None
     return desired_state(placement_version=latest.version, slot_to_expert=latest.slot_to_expert,
                          slot_share=latest.slot_share, reported_version=snapshot.placement_version,
                          routing=RoutingLimits(topk_group=routing_limits.latest(session, pool).topk_group),
