@@ -7,7 +7,11 @@ code. The pools' instances belong to the local pool scaler (controlplane/actuate
 planner can add and drain them; the router learns them through its admin API. `--sim` runs the simulated
 fleet (`python -m agents.sim`) instead of workers, router and workload.
 Prints one `name: URL` line per service; Ctrl-C (or SIGTERM) stops everything, children first, and
-leaves no process behind.
+leaves no process behind. The database (MOECTL_DATABASE_URL, else the default every command shares) is
+kept across runs: policies, tokens and the audit trail survive a restart; `--fresh` clears it first. On a
+kept database the deployment keeps its policy (`--policy` registers a new deployment's only), each pool
+starts with one instance and the loop brings it to the size moectl last decided, and the new instances are
+named apart from the earlier run's (`LocalScaler` run), whose agents go stale and then gone.
 """
 
 from __future__ import annotations
@@ -22,11 +26,13 @@ import threading
 import time
 
 import httpx
+from sqlalchemy.engine import make_url
 
 from controlplane.actuate.local import STOP_SECONDS, LocalScaler, die_with_parent, free_port
 from controlplane.actuate.scaler import PoolScaler
 from controlplane.config import Settings
 from controlplane.serve import Controller
+from controlplane.store.db import reset
 
 DEPLOYMENT = "tiny"  # what the workers report as (agents/worker/main.py)
 # the embedded deployment's pool policy (README, "make run"): latency targets the tiny model meets on two shared
@@ -85,8 +91,14 @@ def wait_ready(urls: list[str], processes: Processes, timeout: float, stop: thre
         time.sleep(0.2)
 
 
-def start_controller(settings: Settings, scaler: PoolScaler | None = None) -> tuple[Controller, threading.Thread]:
-    """The controller in this process, its loop paced to the window; prints where to find it."""
+def start_controller(settings: Settings, *, is_fresh: bool,
+                     scaler: PoolScaler | None = None) -> tuple[Controller, threading.Thread]:
+    """The controller in this process, its loop paced to the window, on the database cleared first if
+    `is_fresh`; prints where to find it and where its state is kept."""
+    shown = make_url(settings.database_url).render_as_string(hide_password=True)
+    if is_fresh:
+        reset(settings.database_url)
+    print(f"database: {shown} ({'cleared' if is_fresh else 'kept across runs; --fresh clears it'})", flush=True)
     controller = Controller(settings.model_copy(update={"reconcile_seconds": settings.window_seconds}),
                             scaler=scaler)
     thread = controller.start()
@@ -125,7 +137,7 @@ def wait_serving(scaler: LocalScaler, roles: tuple[str, ...], processes: Process
 
 def up(settings: Settings, *, ep_size: int, router_port: int | None = None, is_loadgen: bool = True,
        pool_policy: dict | None = None, loadgen_args: tuple[str, ...] = ("--rate", "4"),
-       max_num_seqs: int | None = None) -> int:
+       max_num_seqs: int | None = None, is_fresh: bool = False) -> int:
     """pool_policy: the policy fields the deployment registers with (default POOL_POLICY); loadgen_args: the
     workload generator's rate or schedule; max_num_seqs: sequences a worker rank batches at most (default
     MAX_NUM_SEQS)."""
@@ -137,18 +149,25 @@ def up(settings: Settings, *, ep_size: int, router_port: int | None = None, is_l
     scaler = LocalScaler(deployment=DEPLOYMENT, ep_sizes={"prefill": ep_size, "decode": ep_size}, env=env,
                          worker_args=["--controller", url, "--window-seconds", f"{settings.window_seconds:g}",
                                       "--max-num-seqs", str(max_num_seqs or MAX_NUM_SEQS)],
-                         router=router_url, admin_token=admin_token)
-    controller, thread = start_controller(
-        settings.model_copy(update={"replica_startup_seconds": STARTUP_SECONDS}), scaler)
+                         router=router_url, admin_token=admin_token, run=f"{secrets.token_hex(2)}-")
+    # the first instances start before the loop: on a kept database its first pass would otherwise start the
+    # size moectl last decided beside them (the workers retry until the controller answers). The decode instance
+    # registers the deployment (its model shape is the runtime's to say) with the pool policy; the prefill
+    # instance retries its first windows until it exists
+    policy = json.dumps(POOL_POLICY if pool_policy is None else pool_policy)
+    first = [scaler.start("prefill"), scaler.start("decode", env={"MOECTL_API_TOKEN": settings.api_token},
+                                                    args=("--policy", policy))]
+    try:
+        controller, thread = start_controller(
+            settings.model_copy(update={"replica_startup_seconds": STARTUP_SECONDS}), is_fresh=is_fresh,
+            scaler=scaler)
+    except BaseException:
+        scaler.stop()
+        raise
     processes = Processes(env | {"MOECTL_ROUTER_ADMIN_TOKEN": admin_token})
     stop = stop_on_signals()
     code = 0
     try:
-        # the decode instance registers the deployment (its model shape is the runtime's to say) with the pool
-        # policy; the prefill instance retries its first windows until it exists
-        policy = json.dumps(POOL_POLICY if pool_policy is None else pool_policy)
-        first = [scaler.start("prefill"), scaler.start("decode", env={"MOECTL_API_TOKEN": settings.api_token},
-                                                        args=("--policy", policy))]
         wait_ready([u for instance in first for u in instance.urls], processes, timeout=180, stop=stop)
         processes.start("router", "agents.router", "--port", router_url.rsplit(":", 1)[1], "--controller", url,
                         "--deployment", DEPLOYMENT, "--window-seconds", f"{settings.window_seconds:g}")
@@ -173,9 +192,9 @@ def up(settings: Settings, *, ep_size: int, router_port: int | None = None, is_l
     return code
 
 
-def up_sim(settings: Settings, *, num_deployments: int, ep_size: int) -> int:
+def up_sim(settings: Settings, *, num_deployments: int, ep_size: int, is_fresh: bool = False) -> int:
     """The simulated fleet as one child process: hundreds of GPUs' worth of snapshots, no model."""
-    controller, thread = start_controller(settings)
+    controller, thread = start_controller(settings, is_fresh=is_fresh)
     processes = Processes(os.environ | {"MOECTL_API_TOKEN": settings.api_token,
                                         "MOECTL_AGENT_TOKEN": settings.agent_token, "PYTHONUNBUFFERED": "1"})
     stop = stop_on_signals()

@@ -74,12 +74,15 @@ class Instance:
 class LocalScaler:
     """deployment: the moectl deployment the pools belong to; ep_sizes: role -> ranks per instance;
     worker_args: what every `agents.worker` gets besides role, ranks, ports and instance (controller URL,
-    window, ...); env: their environment; router, admin_token: the router's URL and admin token."""
+    window, ...); env: their environment; router, admin_token: the router's URL and admin token; run: put in
+    every instance's name (`tiny-decode-<run>0`), so a run on a kept database never takes an earlier run's
+    instance for its own (its agents' windows and warm-up are counted per instance name)."""
 
     def __init__(self, *, deployment: str, ep_sizes: dict[str, int], worker_args: list[str], env: dict[str, str],
-                 router: str, admin_token: str, start_timeout: float = 180.0, drain_timeout: float = 120.0,
-                 poll_seconds: float = 0.5):
+                 router: str, admin_token: str, run: str = "", start_timeout: float = 180.0,
+                 drain_timeout: float = 120.0, poll_seconds: float = 0.5):
         self.deployment, self.ep_sizes, self.worker_args, self.env = deployment, ep_sizes, worker_args, env
+        self.run = run
         self.router, self.start_timeout, self.drain_timeout = router.rstrip("/"), start_timeout, drain_timeout
         self.client = httpx.Client(timeout=5.0, headers={"Authorization": f"Bearer {admin_token}"})
         self.instances: dict[str, Instance] = {}
@@ -130,7 +133,7 @@ class LocalScaler:
         with self.lock:
             if self.stopping.is_set():
                 raise RuntimeError("the local scaler is stopping: no instance starts")
-            name = f"{self.deployment}-{role}-{self.num_started[role]}"
+            name = f"{self.deployment}-{role}-{self.run}{self.num_started[role]}"
             self.num_started[role] += 1
             ports = [free_port() for _ in range(self.ep_sizes[role])]
             process = subprocess.Popen(

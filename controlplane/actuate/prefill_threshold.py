@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from controlplane.store import prefill_thresholds
-from controlplane.store.tables import Action, Pool
+from controlplane.store import prefill_thresholds, versions
+from controlplane.store.tables import Action, Pool, PrefillThreshold
 
 
 class PrefillThresholdKnob:
@@ -32,6 +32,9 @@ class PrefillThresholdKnob:
 
     def take_proposal(self, action: Action) -> int | None:
         return action.predicted["tokens_after"]
+
+    def prune(self, session: Session, pool: Pool, *, before: float, keep: set[int], limit: int) -> int:
+        return versions.prune(session, PrefillThreshold, pool, before=before, keep=keep, limit=limit)
 
 
 PREFILL_THRESHOLD = PrefillThresholdKnob()

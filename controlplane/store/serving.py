@@ -3,11 +3,12 @@ deployment's windows the pool planner sees (`PoolWindow`, oldest first)."""
 
 from __future__ import annotations
 
-from sqlalchemy import delete, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from controlplane.collect.serving import merge, pool_window, replica_window
 from controlplane.solve.pool_view import PoolWindow
+from controlplane.store.batches import delete_some
 from controlplane.store.tables import Deployment, Pool, ReplicaWindow, RouterWindow
 
 
@@ -72,8 +73,22 @@ def reported_threshold(session: Session, deployment: Deployment) -> int | None:
     return None if value is None else int(value)
 
 
-def prune(session: Session, deployment: Deployment, pools: list[Pool], *, keep_from_index: int) -> None:
-    session.execute(delete(RouterWindow).where(RouterWindow.deployment_id == deployment.id,
-                                               RouterWindow.window_index < keep_from_index))
-    session.execute(delete(ReplicaWindow).where(ReplicaWindow.pool_id.in_([p.id for p in pools]),
-                                                ReplicaWindow.window_index < keep_from_index))
+def prune_replicas(session: Session, pool: Pool, *, history_windows: int, limit: int) -> int:
+    """Deletes (at most `limit` of) the pool's replica windows older than the newest `history_windows` complete
+    ones the pool planner reads and the two still filling, as `windows.prune` does for load windows
+    (controlplane/prune.py). Returns how many went."""
+    newest = session.scalar(select(func.max(ReplicaWindow.window_index)).where(ReplicaWindow.pool_id == pool.id))
+    if newest is None:
+        return 0
+    return delete_some(session, ReplicaWindow, ReplicaWindow.pool_id == pool.id,
+                       ReplicaWindow.window_index <= newest - (history_windows + 2), limit=limit)
+
+
+def prune_routers(session: Session, deployment: Deployment, *, history_windows: int, limit: int) -> int:
+    """The same for the deployment's router windows."""
+    newest = session.scalar(select(func.max(RouterWindow.window_index))
+                            .where(RouterWindow.deployment_id == deployment.id))
+    if newest is None:
+        return 0
+    return delete_some(session, RouterWindow, RouterWindow.deployment_id == deployment.id,
+                       RouterWindow.window_index <= newest - (history_windows + 2), limit=limit)
