@@ -10,8 +10,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from agents.protocol.placement import PlacementTable, gpu_load, imbalance
+from controlplane.effect import Effect
+from controlplane.parking import KnobInputs, Parked
 
 RANK_REPORTS = "slot_reports_rank_"  # + EP rank: window counter, reports whose slot load the window counted
+ACCEPTED_AT = "spec_accepted_at_"  # + draft position: window counter, accepted draft tokens there
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,39 @@ class Window:
         den = self.counters.get(denominator, 0.0)
         return self.counters.get(numerator, 0.0) / den if den > 0 else None
 
+    def layer_imbalance(self, ep_size: int) -> np.ndarray | None:
+        """[num_layers] max/mean GPU load of each MoE layer that carried load (a per-layer straggler the
+        mean over layers can hide); None under the same conditions as `imbalance`."""
+        if not self.is_slot_load_complete(ep_size):
+            return None
+        load = self.gpu_load(ep_size)
+        mean = load.mean(axis=1)
+        loaded = mean > 0
+        return load.max(axis=1)[loaded] / mean[loaded] if loaded.any() else None
+
+
+def acceptance_by_position(windows) -> list[float]:
+    """MTP acceptance at each draft position over `windows` (or counter dicts): a draft reaches position i only
+    if 0..i-1 were accepted, so the ratio is per draft, not per token proposed there."""
+    counters = [w.counters if isinstance(w, Window) else w for w in windows]
+    drafts = sum(c.get("spec_drafts", 0.0) for c in counters)
+    positions = sorted({int(k[len(ACCEPTED_AT):]) for c in counters for k in c if k.startswith(ACCEPTED_AT)})
+    return [round(sum(c.get(f"{ACCEPTED_AT}{i}", 0.0) for c in counters) / drafts, 4)
+            for i in positions] if drafts > 0 else []
+
+
+@dataclass(frozen=True)
+class KnobChange:
+    """An applied change of one of the pool's knobs, whoever asked for it. direction: +1 the knob's value
+    went up (a looser routing limit), -1 down, 0 the knob has no order (a placement)."""
+
+    action_id: int
+    knob: str
+    at: float
+    status: str
+    direction: int
+    effect: Effect | None = None
+
 
 @dataclass(frozen=True)
 class PoolState:
@@ -88,10 +124,18 @@ class PoolState:
     last_change_at: float | None = None
     moved_slots_last_hour: int = 0
     num_actions_last_hour: int = 0
-    topk_group: int | None = None  # the routing limit the controller issued; None: unlimited
+    topk_group: int | None = None  # the routing limit the controller issued; None: the model's own
+    routing_version: int = 0
     routing_changed_at: float | None = None
     top_k: int = 1
     model_topk_group: int | None = None  # the limit the model routes with when the controller sets none
+    model_key: str = ""  # fingerprint of the model shape (parking.model_key)
+    policy_version: int = 0
+    parked: dict[str, Parked] = field(default_factory=dict)  # knob -> its park, while one stands
+    changes: tuple[KnobChange, ...] = ()  # recent applied changes of every knob, oldest first
+    # routing recall (against the unconstrained top-k) measured under the model's own limit, as recorded by
+    # the action that set the limit in force; None: not recorded (or the model's own limit is in force)
+    recall_reference: float | None = None
 
     @property
     def num_slots(self) -> int:
@@ -101,6 +145,52 @@ class PoolState:
     def placement(self) -> PlacementTable:
         """The placement the controller last issued."""
         return PlacementTable(self.slot_to_expert, self.slot_share, self.placement_version)
+
+    @property
+    def effective_topk_group(self) -> int:
+        """The groups per token the agents route with: the issued limit, else the model's own, else all."""
+        return self.topk_group or self.model_topk_group or self.num_groups
+
+    def routing_recall(self, window: Window) -> float | None:
+        """Routing recall against the model's own routing (its topk_group), under the limit in force. Agents
+        measure recall against the unconstrained top-k; a limit no looser than the model's own keeps a subset
+        of the unconstrained top-k experts the model's own limit keeps (its groups are a subset of those
+        groups), so the ratio of the two recalls is the share of those the tighter limit still keeps: exact
+        per token, a ratio of means over a window. 1.0 at the model's own limit."""
+        raw = window.ratio("routing_recall_sum", "routing_recall_count")
+        if raw is None or self.model_topk_group is None:
+            return raw  # the model routes over every group: its own routing is the unconstrained top-k
+        if self.effective_topk_group >= self.model_topk_group:
+            return 1.0
+        return min(1.0, raw / self.recall_reference) if self.recall_reference else None
+
+    def signals(self, windows: tuple[Window, ...] | list[Window]) -> dict[str, float | None]:
+        """The signals changes aim at (controlplane/effect.py), over `windows`: ratios of sums for the
+        counters, means over windows for the imbalance and the recall."""
+
+        def mean(values) -> float | None:
+            values = [v for v in values if v is not None]
+            return float(np.mean(values)) if values else None
+
+        def pooled(numerators: tuple[str, ...], denominator: str) -> float | None:
+            den = sum(w.counters.get(denominator, 0.0) for w in windows)
+            return sum(w.counters.get(n, 0.0) for w in windows for n in numerators) / den if den > 0 else None
+
+        return {"imbalance": mean(w.imbalance(self.ep_size) for w in windows),
+                "all2all_share": pooled(("dispatch_seconds", "combine_seconds"), "forward_seconds"),
+                "routing_recall": mean(self.routing_recall(w) for w in windows),
+                "mtp_acceptance": pooled(("spec_accepted_tokens",), "spec_draft_tokens")}
+
+    def knob_inputs(self, windows: tuple[Window, ...] | list[Window], *, with_expert_share: bool) -> KnobInputs:
+        """What a change decided over `windows` was decided from (controlplane/parking.py)."""
+        seconds = sum(w.seconds for w in windows)
+        # layer 0's row counts every routed token top_k times
+        tokens = sum(float(w.expert_tokens[0].sum()) for w in windows if len(w.expert_tokens)) / max(self.top_k, 1)
+        share = None
+        if with_expert_share and windows:
+            total = np.sum([w.expert_tokens for w in windows], axis=0).astype(np.float64)  # [L, E]
+            share = total / np.maximum(total.sum(axis=1, keepdims=True), 1.0)
+        return KnobInputs(self.model_key, self.policy_version, tokens / seconds if seconds > 0 else None, share)
 
     def current_windows(self) -> tuple[Window, ...]:
         """Complete windows measured entirely under the issued placement, oldest first."""

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from controlplane.api.app import create_app
 from controlplane.config import Settings
-from controlplane.reconcile import reconcile_once, run_forever
+from controlplane.reconcile import PassResult, reconcile_once, run_forever
 from controlplane.store.db import make_engine, make_sessions, upgrade
 from controlplane.telemetry import ControllerMetrics
 
@@ -51,7 +51,11 @@ class Controller:
         self.stop_loop = threading.Event()
         self.loop = threading.Thread(target=run_forever, name="reconcile", daemon=True, kwargs=dict(
             sessions=self.sessions, settings=settings, stop=self.stop_loop,
-            on_pass=lambda r: self.metrics.observe_pass(r.plans, r.num_errors, r.seconds))) if run_loop else None
+            on_pass=self._observe)) if run_loop else None
+
+    def _observe(self, result: PassResult) -> None:
+        self.metrics.observe_pass(result.plans, result.num_errors, result.seconds)
+        self.metrics.observe_pools([(r.plan.deployment, r.plan.role, r.parked, r.mtp) for r in result.pools])
 
     @property
     def url(self) -> str:

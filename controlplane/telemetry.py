@@ -5,6 +5,9 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from controlplane.desired import Plan
+from controlplane.diagnose import Cause, MtpDiagnosis
+
+KNOBS = ("placement", "routing")
 
 
 class ControllerMetrics:
@@ -21,6 +24,14 @@ class ControllerMetrics:
                                       registry=registry)
         self.pass_errors = Counter("moectl_controller_reconcile_errors_total", "Pools whose reconcile failed",
                                    registry=registry)
+        self.parked = Gauge("moectl_controller_knob_parked",
+                            "1 while a knob is parked for the pool: its last change was reverted and the loop leaves "
+                            "it until the model, the policy or the load changes", ["deployment", "role", "knob"],
+                            registry=registry)
+        self.mtp_diagnosis = Gauge("moectl_controller_mtp_diagnosis",
+                                   "1 for the cause the controller found for MTP acceptance under its floor "
+                                   "(skew, routing, regression, not_load_related); all 0 while it is not under it",
+                                   ["deployment", "role", "cause"], registry=registry)
 
     def observe_pass(self, plans: list[Plan], num_errors: int, seconds: float) -> None:
         self.pass_seconds.observe(seconds)
@@ -30,3 +41,12 @@ class ControllerMetrics:
             measured = plan.inputs.get("measured_imbalance")
             if measured:
                 self.imbalance.labels(plan.deployment, plan.role).set(measured[-1])
+
+    def observe_pools(self, pools: list[tuple[str, str, tuple[str, ...], MtpDiagnosis | None]]) -> None:
+        """pools: (deployment, role, its parked knobs, its MTP diagnosis) after a pass."""
+        for deployment, role, parked, mtp in pools:
+            for knob in KNOBS:
+                self.parked.labels(deployment, role, knob).set(int(knob in parked))
+            found = mtp.cause if mtp is not None else None
+            for cause in Cause:
+                self.mtp_diagnosis.labels(deployment, role, cause.value).set(int(found == cause))

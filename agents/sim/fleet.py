@@ -23,8 +23,9 @@ from agents.protocol import (
     Snapshot,
 )
 from agents.protocol.placement import default_slot_to_expert, effective_share, gpu_load, slot_load
-from agents.sim.cost import remote_share, routing_effect, step_times
+from agents.sim.cost import GPU_NODES, Links, step_times
 from agents.sim.load import LoadModel
+from agents.sim.routing import GROUP_AFFINITY, expert_to_gpu, sample_routing
 
 log = logging.getLogger("moectl.sim")
 
@@ -41,10 +42,13 @@ class SimInstance:
     slots_per_rank: int
     load: LoadModel
     gpus_per_node: int = 8
+    links: Links = GPU_NODES
+    group_affinity: float = GROUP_AFFINITY  # agents/sim/routing.py
+    mtp_acceptance: float = 0.85  # at draft position 1, routing as the model was trained
     placement_version: int = 0
     slot_to_expert: np.ndarray = field(init=False)  # [num_layers, num_slots]
     slot_share: np.ndarray | None = None  # [num_layers, num_slots] or even split
-    topk_group: int | None = None  # routing limit in force; None: every group
+    topk_group: int | None = None  # routing limit the controller set; None: the model's own
 
     def __post_init__(self) -> None:
         self.slot_to_expert = default_slot_to_expert(self.model.num_layers, self.model.num_experts,
@@ -55,29 +59,37 @@ class SimInstance:
         return effective_share(self.slot_to_expert, self.slot_share, self.model.num_experts)
 
     def window(self, window_start: float, window_seconds: float, num_tokens: int) -> list[Snapshot]:
-        rng = self.load.rng
-        expert_tokens = self.load.route(self.load.popularity(), num_tokens)
+        rng, model = self.load.rng, self.model
+        popularity = self.load.popularity()
+        expert_tokens = self.load.route(popularity, num_tokens)
         # each rank's attention is data parallel: it routes its own share of the tokens
         per_rank = rng.multinomial(expert_tokens, np.full(self.ep_size, 1.0 / self.ep_size))  # [L, E, R]
         slot_tokens = np.rint(slot_load(self.slot_to_expert, expert_tokens, self.shares()))
-        _, recall = routing_effect(self.topk_group, self.model.num_groups, self.model.top_k)
+        routing = sample_routing(popularity, top_k=model.top_k, num_groups=model.num_groups,
+                                 limit=self.topk_group or model.topk_group, model_limit=model.topk_group,
+                                 expert_to_gpu=expert_to_gpu(self.slot_to_expert, model.num_experts,
+                                                             self.slots_per_rank),
+                                 gpus_per_node=self.gpus_per_node, rng=rng, group_affinity=self.group_affinity)
+        num_steps = int(window_seconds * 20)
         times = step_times(gpu_load(slot_tokens, self.ep_size), num_tokens / self.ep_size,
-                           remote_share(self.ep_size, self.topk_group, self.model.num_groups, self.model.top_k))
+                           routing.traffic(model.top_k), self.links, num_steps)
         queries = num_tokens // self.ep_size * 4
         drafts = num_tokens // self.ep_size // 4
+        acceptance = self.mtp_acceptance * routing.quality
         snapshots = []
         for rank in range(self.ep_size):
             ident = Identity(deployment=self.deployment, instance=self.instance, role=self.role, rank=rank,
                              ep_size=self.ep_size, slots_per_rank=self.slots_per_rank,
-                             gpus_per_node=self.gpus_per_node, node=f"{self.instance}-node{rank // 8}")
+                             gpus_per_node=self.gpus_per_node,
+                             node=f"{self.instance}-node{rank // self.gpus_per_node}")
             columns = slice(rank * self.slots_per_rank, (rank + 1) * self.slots_per_rank)
             ttft = rng.gamma(4.0, 0.05, 32)
             # two MTP draft positions: the second is verified only where the first was accepted
-            accepted = [int(rng.binomial(drafts, 0.85))]
-            accepted.append(int(rng.binomial(accepted[0], 0.7)))
+            accepted = [int(rng.binomial(drafts, acceptance))]
+            accepted.append(int(rng.binomial(accepted[0], 0.8 * acceptance)))
             snapshots.append(Snapshot(
                 identity=ident, model=self.model, window_start=window_start, window_seconds=window_seconds,
-                placement_version=self.placement_version, num_steps=int(window_seconds * 20),
+                placement_version=self.placement_version, num_steps=num_steps,
                 expert_tokens=Array.from_numpy(per_rank[:, :, rank]),
                 slot_tokens=Array.from_numpy(slot_tokens[:, columns].astype(np.int64)),
                 forward_seconds=times.forward_seconds, dispatch_seconds=times.dispatch_seconds,
@@ -88,7 +100,7 @@ class SimInstance:
                 requests_running=int(rng.poisson(24)), requests_waiting=int(rng.poisson(3)),
                 ttft=LatencySummary(count=len(ttft), sum=float(ttft.sum()), p50=float(np.quantile(ttft, 0.5)),
                                     p90=float(np.quantile(ttft, 0.9)), p99=float(np.quantile(ttft, 0.99))),
-                routing_recall=recall))
+                routing_recall=routing.recall))
         self.load.drift()
         return snapshots
 
@@ -107,9 +119,11 @@ class SimInstance:
 
 
 def make_fleet(num_deployments: int = 2, ep_size: int = 8, slots_per_rank: int = 10,
-               model: ModelShape = DEFAULT_MODEL, seed: int = 0) -> list[SimInstance]:
+               model: ModelShape = DEFAULT_MODEL, seed: int = 0, gpus_per_node: int = 8,
+               links: Links = GPU_NODES, group_affinity: float = GROUP_AFFINITY) -> list[SimInstance]:
     return [SimInstance(deployment=f"sim-{i}", instance=f"sim-{i}-decode-0", role=Role.decode, model=model,
-                        ep_size=ep_size, slots_per_rank=slots_per_rank,
+                        ep_size=ep_size, slots_per_rank=slots_per_rank, gpus_per_node=gpus_per_node, links=links,
+                        group_affinity=group_affinity,
                         load=LoadModel(model.num_layers, model.num_experts, model.top_k, seed=seed + i))
             for i in range(num_deployments)]
 

@@ -38,6 +38,21 @@ class WindowPoint(BaseModel):
     prefix_hit_ratio: float | None
     mtp_acceptance: float | None
     tokens: int
+    routing_recall: float | None = Field(default=None, description="share of the experts the model's own routing "
+                                                                   "picks that the limited router kept")
+
+
+class ParkedOut(BaseModel):
+    knob: str
+    since: float
+    action_id: int | None = Field(description="the action whose reverted change parked it")
+    reason: str = Field(description="the evidence: what was predicted and what was measured")
+
+
+class DiagnosisOut(BaseModel):
+    cause: str = Field(description="regression, skew, routing or not_load_related")
+    reason: str
+    evidence: dict
 
 
 class PoolOverview(BaseModel):
@@ -50,6 +65,10 @@ class PoolOverview(BaseModel):
     imbalance: float | None
     agents: AgentsHealth
     history: list[WindowPoint]
+    parked: list[ParkedOut] = Field(default=[], description="knobs the loop leaves alone after a reverted change, "
+                                                            "until the model, the policy or the load changes")
+    mtp_diagnosis: DiagnosisOut | None = Field(default=None, description="why MTP acceptance is under the policy's "
+                                                                         "floor; null while it is not")
 
 
 class ActionOut(BaseModel):

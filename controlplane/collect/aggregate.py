@@ -8,6 +8,7 @@ import numpy as np
 
 from agents.protocol import Snapshot
 from agents.protocol.grid import window_index
+from controlplane.observed import ACCEPTED_AT
 
 # summed over all reports of a window; ratios are formed at read time (sum/sum, never mean of ratios)
 COUNTERS = (
@@ -18,7 +19,6 @@ COUNTERS = (
 )
 # worst over reports: a percentile cannot be summed, the max is an honest upper bound
 MAXIMA = ("ttft_p99", "itl_p99")
-ACCEPTED_AT = "spec_accepted_at_"  # + draft position: accepted tokens there, summed like COUNTERS
 
 
 @dataclass(frozen=True)

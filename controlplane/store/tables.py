@@ -102,6 +102,25 @@ class RoutingLimit(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
+class KnobPark(Base):
+    """A knob parked for a pool after a reverted change, with the inputs it was parked at; it stands until they
+    change materially (controlplane/parking.py), then `released_at` and why are recorded."""
+
+    __tablename__ = "knob_parks"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    pool_id: Mapped[int] = mapped_column(ForeignKey("pools.id", ondelete="CASCADE"), index=True)
+    knob: Mapped[str] = mapped_column(String(32))
+    action_id: Mapped[int | None] = mapped_column(Integer, nullable=True)  # whose verdict parked it
+    reason: Mapped[str] = mapped_column(Text)
+    model_key: Mapped[str] = mapped_column(String(64))
+    policy_version: Mapped[int] = mapped_column(Integer)
+    tokens_per_second: Mapped[float | None] = mapped_column(Float, nullable=True)
+    expert_share: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)  # [num_layers, num_experts] .npy
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    released_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    release_reason: Mapped[str] = mapped_column(Text, default="")
+
+
 class Policy(Base):
     """Every version is kept; the highest is active."""
 
