@@ -7,8 +7,10 @@ from controlplane.reconcile import reconcile_once
 from support.auth import AGENT_TOKEN, API_TOKEN
 
 
-def start_fleet(client, policy: dict, *, seed: int = 3):
-    fleet = make_fleet(num_deployments=1, ep_size=8, slots_per_rank=10, seed=seed)
+def start_fleet(client, policy: dict, *, seed: int = 3, **shape):
+    """One simulated deployment registered with `policy`; shape: make_fleet's arguments (default 8 ranks of
+    10 slots of its default model on one node)."""
+    fleet = make_fleet(num_deployments=1, seed=seed, **({"ep_size": 8, "slots_per_rank": 10} | shape))
     FleetClient(client, api_token=API_TOKEN, agent_token=AGENT_TOKEN).register(fleet, policy=policy)
     return fleet
 

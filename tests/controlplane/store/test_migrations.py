@@ -14,7 +14,7 @@ from controlplane.store.tables import Base, RoutingLimit
 from controlplane.store.timestamps import seconds
 
 TABLES = {"deployments", "pools", "agents", "load_windows", "placements", "routing_limits", "policies", "actions",
-          "requests", "tokens", "alert_events"}
+          "requests", "tokens", "alert_events", "knob_parks"}
 
 
 def tables(url: str) -> set[str]:
