@@ -86,7 +86,7 @@ class SimInstance:
             ttft = rng.gamma(4.0, 0.05, 32)
             # two MTP draft positions: the second is verified only where the first was accepted
             accepted = [int(rng.binomial(drafts, acceptance))]
-            accepted.append(int(rng.binomial(accepted[0], 0.8 * acceptance)))
+            accepted.append(int(rng.binomial(accepted[0], 0.7 * routing.quality)))
             snapshots.append(Snapshot(
                 identity=ident, model=self.model, window_start=window_start, window_seconds=window_seconds,
                 placement_version=self.placement_version, num_steps=num_steps,
