@@ -4,6 +4,8 @@ MTP acceptance is read as a symptom, as the seeds' team did, not a number to cha
 the policy's floor for `sustained_windows` windows is traced to one cause, and only load skew leads to
 a rebalance.
 
+Only windows that ran what is in force now are read: after a change (or its rollback) the evidence starts over.
+
 1. regression: a change made within the flap window, with acceptance at or above the floor before it and
    under it in every window since: roll that change back.
 2. skew: some MoE layer's busiest GPU carries more than `imbalance_threshold` x its mean (a per-layer
@@ -52,7 +54,9 @@ def diagnose_mtp(policy: Policy, pool: PoolState, now: float) -> MtpDiagnosis | 
     floor = policy.mtp_acceptance_floor
     if policy.mode == Mode.off or floor is None:
         return None
-    windows = pool.windows[-policy.sustained_windows:]
+    # only windows that ran what is in force now: a change (or its rollback) since asks for new evidence
+    since = max(pool.routing_changed_at or 0.0, pool.last_change_at or 0.0)
+    windows = [w for w in pool.windows if w.start >= since][-policy.sustained_windows:]
     acceptance = _acceptance(windows)
     if len(windows) < policy.sustained_windows or any(a is None or a >= floor for a in acceptance):
         return None
@@ -70,9 +74,9 @@ def diagnose_mtp(policy: Policy, pool: PoolState, now: float) -> MtpDiagnosis | 
         if now - change.at > policy.flap_window_seconds:
             break
         before = change.effect.context.get("mtp_acceptance") if change.effect else None
-        since = _acceptance([w for w in pool.windows if w.start >= change.at])
+        after = _acceptance([w for w in pool.windows if w.start >= change.at])
         if change.status in CHANGED and before is not None and before >= floor \
-                and len(since) >= policy.sustained_windows and all(a is not None and a < floor for a in since):
+                and len(after) >= policy.sustained_windows and all(a is not None and a < floor for a in after):
             return MtpDiagnosis(Cause.regression, f"{low}: a regression of action {change.action_id} "
                                                   f"({change.knob}; acceptance {before:.2f} before it): roll it back",
                                 evidence | {"acceptance_before_change": before}, change.action_id, change.knob)

@@ -68,6 +68,8 @@ def plan_pool(policy: Policy, pool: PoolState, now: float, *, is_forced: bool = 
     unparked = None
 
     def plan(decision: Decision, reason: str, change: PlacementChange | None = None, **inputs) -> Plan:
+        if unparked is not None and decision == Decision.rebalance:
+            reason = f"{reason} (unparked: {unparked})"
         return Plan(pool.deployment, pool.role, decision, reason, inputs, change, unparked)
 
     if policy.mode == Mode.off:

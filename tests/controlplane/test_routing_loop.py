@@ -74,3 +74,21 @@ def test_where_the_exchange_is_latency_bound_one_reverted_try_parks_the_knob(cli
     assert [a["status"] for a in actions] == ["rolled_back", "rolled_back"], actions
     assert overviews[-1]["pools"][0]["parked"][0]["action_id"] == actions[1]["id"]
     assert_no_flap(actions)
+
+
+def test_acceptance_falling_under_a_new_floor_after_a_tightening_rolls_it_back(client, sessions, settings, clock):
+    fleet = start_fleet(client, POLICY | {"routing_recall_floor": 0.8}, **NODES)
+    overviews = run_windows(client, sessions, settings, clock, fleet, 8)
+    [tightening] = routing_actions(overviews[-1])
+    assert tightening["status"] == "verified" and fleet[0].topk_group == 3
+    # MTP acceptance was ~0.72 at the model's own limit and is ~0.59 at 3 groups: under a floor of 0.65
+    assert client.put("/v1/deployments/sim-0/policy", json=POLICY | {"routing_recall_floor": 0.8,
+                      "mtp_acceptance_floor": 0.65}, headers=operator()).status_code == 200
+    overviews = run_windows(client, sessions, settings, clock, fleet, 4)
+    [rolled] = routing_actions(overviews[-1])
+    assert rolled["id"] == tightening["id"] and rolled["status"] == "rolled_back", rolled
+    assert "a regression of action" in rolled["measured"]["verdict"] and fleet[0].topk_group is None
+    diagnoses = [a for a in overviews[-1]["last_actions"] if a["kind"] == "diagnosis"]
+    assert [a["inputs"]["cause"] for a in diagnoses] == ["regression"]
+    assert [p["knob"] for p in overviews[-1]["pools"][0]["parked"]] == ["routing"]
+    assert overviews[-1]["pools"][0]["history"][-1]["mtp_acceptance"] > 0.65  # back at the model's own routing
