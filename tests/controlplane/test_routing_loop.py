@@ -5,18 +5,8 @@ issue's CPU case) it tries once, reverts, and parks the knob until its inputs ch
 from __future__ import annotations
 
 from support.auth import operator
-from support.fleet import run_windows, start_fleet
+from support.fleet import CPU, NODES, run_windows, start_fleet
 
-from agents.protocol import ModelShape
-from agents.sim.cost import CPU_GLOO, GPU_NODES
-
-# DeepSeek-V3's routing shape scaled down: 8 groups of 8 experts, top-8 within the model's own 4 groups,
-# one group per node (16 GPUs, 2 per node)
-NODES_MODEL = ModelShape(name="sim-nodes", num_layers=8, num_experts=64, num_groups=8, top_k=8, topk_group=4)
-NODES = dict(model=NODES_MODEL, ep_size=16, slots_per_rank=4, gpus_per_node=2, links=GPU_NODES, group_affinity=1.0)
-# the bundled runtime's shape (4 groups of 8, top-4, trained with topk_group 2) on 4 CPU ranks over gloo
-TINY_MODEL = ModelShape(name="sim-tiny", num_layers=3, num_experts=32, num_groups=4, top_k=4, topk_group=2)
-CPU = dict(model=TINY_MODEL, ep_size=4, slots_per_rank=8, links=CPU_GLOO)
 COOLDOWN = 30.0  # three 10 s windows
 POLICY = {"mode": "auto", "imbalance_threshold": 100, "cooldown_seconds": COOLDOWN, "all2all_share_target": 0.3}
 

@@ -17,10 +17,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from support.fleet import CPU
 from support.servers import free_port, require_binary
 
-from agents.protocol import ModelShape
-from agents.sim.cost import CPU_GLOO
 from agents.sim.fleet import FleetClient, make_fleet
 from controlplane.config import Settings
 from controlplane.serve import Controller
@@ -49,8 +48,7 @@ class LiveFleet:
         self.client.register([self.fleet[0]], policy={"mode": "approve", "cooldown_seconds": 0})
         self.client.register([self.fleet[1]], policy={"mode": "auto", "imbalance_threshold": 100,
                                                       "cooldown_seconds": 0})
-        [cpu] = make_fleet(1, ep_size=4, slots_per_rank=8, links=CPU_GLOO, seed=5, model=ModelShape(
-            name="sim-tiny", num_layers=3, num_experts=32, num_groups=4, top_k=4, topk_group=2))
+        [cpu] = make_fleet(1, seed=5, **CPU)
         cpu.deployment, cpu.instance = "sim-cpu", "sim-cpu-decode-0"
         self.client.register([cpu], policy={"mode": "auto", "imbalance_threshold": 100, "cooldown_seconds": 0})
         self.fleet.append(cpu)
