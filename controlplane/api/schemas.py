@@ -61,7 +61,8 @@ class PoolOverview(BaseModel):
     slots_per_rank: int
     placement_version: int = Field(description="the version the controller last issued")
     applied_placement_version: int | None = Field(description="the version every fresh agent runs; null if mixed")
-    topk_group: int | None = Field(description="the routing limit issued to the pool's agents; null: no limit")
+    topk_group: int | None = Field(description="the routing limit issued to the pool's agents; null: none, they "
+                                                "route with the model's own")
     imbalance: float | None
     agents: AgentsHealth
     history: list[WindowPoint]

@@ -90,14 +90,14 @@ class Placement(Base):
 
 
 class RoutingLimit(Base):
-    """The routing limit agents are told to apply, versioned per pool like placements; version 0 is no limit."""
+    """The routing limit agents are told to apply, versioned per pool like placements; version 0 issues none."""
 
     __tablename__ = "routing_limits"
     __table_args__ = (UniqueConstraint("pool_id", "version"),)
     id: Mapped[int] = mapped_column(primary_key=True)
     pool_id: Mapped[int] = mapped_column(ForeignKey("pools.id", ondelete="CASCADE"), index=True)
     version: Mapped[int] = mapped_column(Integer)
-    topk_group: Mapped[int | None] = mapped_column(Integer, nullable=True)  # max groups per token; None: every group
+    topk_group: Mapped[int | None] = mapped_column(Integer, nullable=True)  # max groups per token; None: model's own
     action_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
