@@ -125,7 +125,8 @@ def main() -> None:
     p.add_argument("-n", type=int, default=24, help="prompts per set")
     p.add_argument("--chat-share", type=float, default=0.0, help="share of requests sent as chat (up only)")
     args = p.parse_args()
-    sets = {"loadgen-like (prefix + 40-400)": prompts(args.n, 40, 400, 0), "prefix + 40-100": prompts(args.n, 40, 100, 1)}
+    sets = {"loadgen-like (prefix + 40-400)": prompts(args.n, 40, 400, 0),
+            "prefix + 40-100": prompts(args.n, 40, 100, 1)}
     print(f"k = {K}, {args.n} prompts per set, batch {BATCH}, max_tokens {MAX_TOKENS}", flush=True)
     run_local(sets) if args.where == "local" else run_up(sets, args.chat_share)
 
