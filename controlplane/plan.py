@@ -184,7 +184,7 @@ def plan_routing(policy: Policy, pool: PoolState, now: float, mtp: MtpDiagnosis 
     step = step or RoutingStep(current, "routing limits hold")
     if not step.is_change_from(current):
         return replace(step, unparked=unparked)
-    direction = 1 if (step.topk_group or pool.num_groups) > pool.effective_topk_group else -1
+    direction = 1 if (step.topk_group or pool.model_topk_group or pool.num_groups) > pool.effective_topk_group else -1
     reversed_ = next((c for c in reversed(pool.changes) if c.knob == ROUTING and c.direction == -direction
                       and now - c.at < policy.flap_window_seconds), None)
     if reversed_ is not None and step.effect is not None:  # a bound enforced is never held back
