@@ -11,7 +11,7 @@ import numpy as np
 
 from agents.protocol.placement import PlacementTable, gpu_load, imbalance
 from controlplane.effect import Effect
-from controlplane.parking import KnobInputs, Parked
+from controlplane.parking import LOAD_SPAN_SECONDS, KnobInputs, Parked
 
 RANK_REPORTS = "slot_reports_rank_"  # + EP rank: window counter, reports whose slot load the window counted
 ACCEPTED_AT = "spec_accepted_at_"  # + draft position: window counter, accepted draft tokens there
@@ -181,8 +181,15 @@ class PoolState:
                 "routing_recall": mean(self.routing_recall(w) for w in windows),
                 "mtp_acceptance": pooled(("spec_accepted_tokens",), "spec_draft_tokens")}
 
-    def knob_inputs(self, windows: tuple[Window, ...] | list[Window], *, with_expert_share: bool) -> KnobInputs:
-        """What a change decided over `windows` was decided from (controlplane/parking.py)."""
+    def knob_inputs(self, *, with_expert_share: bool) -> KnobInputs:
+        """What a knob's change is decided from now (controlplane/parking.py): the load over the most recent
+        windows covering `LOAD_SPAN_SECONDS` (all there are, when fewer)."""
+        windows, seconds = [], 0.0
+        for window in reversed(self.windows):
+            if seconds >= LOAD_SPAN_SECONDS:
+                break
+            windows.append(window)
+            seconds += window.seconds
         seconds = sum(w.seconds for w in windows)
         # layer 0's row counts every routed token top_k times
         tokens = sum(float(w.expert_tokens[0].sum()) for w in windows if len(w.expert_tokens)) / max(self.top_k, 1)

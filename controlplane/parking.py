@@ -8,7 +8,8 @@ what the change was decided from is no longer the same: one definition for every
 
 Material: another model shape, another policy version, the token rate changed by `LOAD_RATE_FACTOR` either
 way, or (for knobs that depend on which experts are hot: the placement) the expert-load distribution moved
-by a total-variation distance of `LOAD_SHIFT` or more, mean over MoE layers.
+by a total-variation distance of `LOAD_SHIFT` or more, mean over MoE layers; the load measured over the last
+`LOAD_SPAN_SECONDS` of windows, at the park and now.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 
 LOAD_RATE_FACTOR = 2.0
+# the load is compared over the last minute of windows at least: two 2 s windows of a bursty pool (a prefill
+# pool under Poisson arrivals) swing 2x by chance, which would lift a park every few windows
+LOAD_SPAN_SECONDS = 60.0
 # 0.1 of the routed tokens now go to other experts; the bundled model's code <-> prose swing is 0.17-0.23
 # at its extremes (agents/runtime/README.md), so a full swing of the workload counts, sampling noise does not
 LOAD_SHIFT = 0.1

@@ -36,12 +36,12 @@ def pool_topology(pool: PoolState) -> Topology:
                     slots_per_gpu=pool.slots_per_rank, num_groups=pool.num_groups)
 
 
-def parked_reason(pool: PoolState, knob: str, *, with_expert_share: bool, windows) -> tuple[str | None, str | None]:
+def parked_reason(pool: PoolState, knob: str, *, with_expert_share: bool) -> tuple[str | None, str | None]:
     """(why the knob stays parked, why it no longer is): both None when it is not parked."""
     parked = pool.parked.get(knob)
     if parked is None:
         return None, None
-    why = material_change(parked.inputs, pool.knob_inputs(windows, with_expert_share=with_expert_share))
+    why = material_change(parked.inputs, pool.knob_inputs(with_expert_share=with_expert_share))
     if why is not None:
         return None, why
     return f"{knob} parked since action {parked.action_id}: {parked.reason} (until the model, the policy or the " \
@@ -93,7 +93,7 @@ def plan_pool(policy: Policy, pool: PoolState, now: float, *, is_forced: bool = 
     if not is_forced and not is_acceptance_low and min(measured) <= policy.imbalance_threshold:
         return plan(Decision.keep, f"imbalance {measured[-1]:.3f} within threshold "
                                    f"{policy.imbalance_threshold}", **inputs)
-    still_parked, unparked = parked_reason(pool, PLACEMENT, with_expert_share=True, windows=windows)
+    still_parked, unparked = parked_reason(pool, PLACEMENT, with_expert_share=True)
     if is_asked and still_parked:
         still_parked, unparked = None, "a person asked"
     if still_parked:
@@ -164,7 +164,7 @@ def plan_routing(policy: Policy, pool: PoolState, now: float, mtp: MtpDiagnosis 
         return RoutingStep(current, "not enough windows with all-to-all time")
     if pool.routing_changed_at is not None and now - pool.routing_changed_at < policy.cooldown_seconds:
         return RoutingStep(current, "cooling down")
-    still_parked, unparked = parked_reason(pool, ROUTING, with_expert_share=False, windows=windows)
+    still_parked, unparked = parked_reason(pool, ROUTING, with_expert_share=False)
     if still_parked:
         return RoutingStep(current, still_parked)
     if mtp is not None and mtp.cause == Cause.routing:

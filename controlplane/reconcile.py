@@ -189,9 +189,8 @@ def _roll_back_regression(session: Session, deployment: Deployment, pool: Pool, 
     action = session.get(Action, mtp.action_id)
     if action is None or action.status not in (actions.APPLIED, actions.VERIFIED):
         return state
-    since = [w for w in state.windows if w.start >= next(c.at for c in state.changes if c.action_id == action.id)]
-    roll_back(session, KNOBS[action.kind], pool=pool, action=action, state=state, windows=since,
-              reason=mtp.reason, measured=action.measured | {"verdict": mtp.reason}, now=now)
+    roll_back(session, KNOBS[action.kind], pool=pool, action=action, state=state, reason=mtp.reason,
+              measured=action.measured | {"verdict": mtp.reason}, now=now)
     log.info("%s/%s: rolled back action %d (%s)", deployment.name, pool.role, action.id, mtp.reason)
     return pools.read_state(session, deployment, pool, now=now, settings=settings)
 

@@ -53,13 +53,13 @@ def verify_pool(session: Session, pool: Pool, state: PoolState, policy: Policy, 
             change.settle(session, knob, pool=pool, action=action, outcome=VerifyOutcome.verified, measured=measured,
                           now=now)
         else:
-            roll_back(session, knob, pool=pool, action=action, state=state, windows=windows, reason=verdict.reason,
-                      measured=measured, now=now)
+            roll_back(session, knob, pool=pool, action=action, state=state, reason=verdict.reason, measured=measured,
+                      now=now)
 
 
-def roll_back(session: Session, knob: Knob, *, pool: Pool, action: Action, state: PoolState, windows,
-              reason: str, measured: dict, now: float) -> None:
-    """Reverts the action's change and parks its knob with the evidence, at the inputs `windows` measured.
+def roll_back(session: Session, knob: Knob, *, pool: Pool, action: Action, state: PoolState, reason: str,
+              measured: dict, now: float) -> None:
+    """Reverts the action's change and parks its knob with the evidence, at the inputs measured now.
     A change already replaced by a later one cannot be reverted (`failed`); its knob is not parked."""
     is_revertible = action.version == knob.latest_version(session, pool)
     change.settle(session, knob, pool=pool, action=action, outcome=VerifyOutcome.rolled_back, now=now,
@@ -67,7 +67,7 @@ def roll_back(session: Session, knob: Knob, *, pool: Pool, action: Action, state
     if not is_revertible:
         return
     parks.park(session, pool=pool, knob=knob.kind, action_id=action.id, reason=reason, now=now,
-               inputs=state.knob_inputs(windows, with_expert_share=knob.kind == PLACEMENT.kind))
+               inputs=state.knob_inputs(with_expert_share=knob.kind == PLACEMENT.kind))
 
 
 def _windows_under(action: Action, state: PoolState) -> list[Window] | None:

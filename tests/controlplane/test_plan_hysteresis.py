@@ -66,7 +66,7 @@ def routing_park(tokens_per_second: float) -> dict:
 def test_a_parked_routing_limit_holds_until_the_load_changes_materially():
     # at the model's own limit, share over target: it would tighten, but the knob is parked
     state = pool(topk_group=None)
-    rate = state.knob_inputs(state.windows[-2:], with_expert_share=False).tokens_per_second
+    rate = state.knob_inputs(with_expert_share=False).tokens_per_second
     assert rate == pytest.approx((15 * 100 + 2000) / 4 / 10)  # layer 0's rows over top-4, per 10 s window
     parked = plan_routing(POLICY, pool(topk_group=None, share=0.8, recall=0.8, parked=routing_park(rate)), NOW)
     assert parked.topk_group is None and "parked since action 5" in parked.reason and parked.unparked is None
@@ -81,9 +81,18 @@ def test_a_parked_routing_limit_holds_until_the_load_changes_materially():
 ])
 def test_a_parked_placement_holds_until_the_load_shifts_or_a_person_asks(hot_expert, is_asked, decision, words):
     at_park = pool(topk_group=None)
-    inputs = at_park.knob_inputs(at_park.windows[-POLICY.sustained_windows:], with_expert_share=True)
+    inputs = at_park.knob_inputs(with_expert_share=True)
     state = replace(pool(topk_group=None, hot_expert=hot_expert),
                     parked={"placement": Parked("placement", NOW - 100, 9, "did not move as intended", inputs)})
     plan = plan_pool(POLICY, state, NOW, is_asked=is_asked, is_forced=is_asked)
     assert plan.decision == decision, plan.reason
     assert words in (plan.reason if decision == Decision.hold else plan.unparked)
+
+
+def test_a_parks_load_is_measured_over_the_last_minute():
+    state = pool(topk_group=None)
+    busy = [replace(w, index=w.index + 3 + i, expert_tokens=3 * w.expert_tokens) for i, w in
+            enumerate(state.windows * 2)]  # 60 s at three times the rate, after the first 30 s
+    recent = replace(state, windows=state.windows + tuple(busy))
+    assert recent.knob_inputs(with_expert_share=False).tokens_per_second == pytest.approx(
+        3 * state.knob_inputs(with_expert_share=False).tokens_per_second)
