@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from agents.protocol.placement import PlacementTable, gpu_load, imbalance
+from agents.protocol.placement import PlacementTable, gpu_load, imbalance, layer_imbalance
 from controlplane.effect import Effect
 from controlplane.parking import LOAD_SPAN_SECONDS, KnobInputs, Parked
 
@@ -66,14 +66,12 @@ class Window:
         return self.counters.get(numerator, 0.0) / den if den > 0 else None
 
     def layer_imbalance(self, ep_size: int) -> np.ndarray | None:
-        """[num_layers] max/mean GPU load of each MoE layer that carried load (a per-layer straggler the
+        """[loaded layers] max/mean GPU load of each MoE layer that carried load (a per-layer straggler the
         mean over layers can hide); None under the same conditions as `imbalance`."""
         if not self.is_slot_load_complete(ep_size):
             return None
-        load = self.gpu_load(ep_size)
-        mean = load.mean(axis=1)
-        loaded = mean > 0
-        return load.max(axis=1)[loaded] / mean[loaded] if loaded.any() else None
+        ratio = layer_imbalance(self.gpu_load(ep_size))
+        return ratio[~np.isnan(ratio)] if (~np.isnan(ratio)).any() else None
 
 
 def acceptance_by_position(windows) -> list[float]:

@@ -13,12 +13,13 @@ from dataclasses import replace
 
 import numpy as np
 
+from agents.protocol.placement import PlacementTable
 from controlplane.desired import Decision, Mode, PlacementChange, Plan, Policy
 from controlplane.diagnose import Cause, MtpDiagnosis
 from controlplane.effect import Effect
 from controlplane.learn.forecast import forecast_load
 from controlplane.observed import PoolState
-from controlplane.parking import material_change
+from controlplane.parking import LOAD_SPAN_SECONDS, material_change
 from controlplane.solve.algorithm import MigrationAware, PlacementAlgorithm
 from controlplane.solve.placement import Topology
 from controlplane.solve.routing import RECALL_TOLERANCE, RoutingStep, limit_range, plan_topk_group
@@ -128,9 +129,11 @@ def plan_pool(policy: Policy, pool: PoolState, now: float, *, is_forced: bool = 
     if gain < policy.min_gain or solved.num_moved_slots == 0:
         return plan(Decision.keep, f"best plan gains {gain:.3f} < min_gain {policy.min_gain}", **inputs)
     floors, context = _context(policy, pool, windows)
-    # the solver's gain, on the measured imbalance: the forecast's "before" is not what will be measured
-    before = float(np.mean(measured))
-    effect = Effect("imbalance", -1, before, before - gain, policy.rollback_tolerance, floors, context)
+    # predicted in the units it will be measured in: the windows just measured, had they run the new table
+    # (their sampling noise included: a few hundred tokens per GPU never measure 1.00, whatever the table)
+    table = PlacementTable(solved.slot_to_expert, solved.slot_share)
+    predicted = float(np.mean([table.imbalance(w.expert_tokens, topology.num_gpus) for w in windows]))
+    effect = Effect("imbalance", -1, float(np.mean(measured)), predicted, policy.rollback_tolerance, floors, context)
     change = PlacementChange(solved.slot_to_expert, solved.slot_share, current,
                              solved.imbalance, solved.num_moved_slots, effect)
     if is_forced:
@@ -164,6 +167,8 @@ def plan_routing(policy: Policy, pool: PoolState, now: float, mtp: MtpDiagnosis 
         return RoutingStep(current, "not enough windows with all-to-all time")
     if pool.routing_changed_at is not None and now - pool.routing_changed_at < policy.cooldown_seconds:
         return RoutingStep(current, "cooling down")
+    if sum(w.seconds for w in pool.windows) < LOAD_SPAN_SECONDS:  # a start-up's load is no baseline for a park
+        return RoutingStep(current, f"under {LOAD_SPAN_SECONDS:.0f}s of windows: the load is not known yet")
     still_parked, unparked = parked_reason(pool, ROUTING, with_expert_share=False)
     if still_parked:
         return RoutingStep(current, still_parked)

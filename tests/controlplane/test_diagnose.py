@@ -86,6 +86,6 @@ def test_only_skew_leads_to_a_rebalance():
 
 
 def test_a_routing_cause_loosens_toward_the_models_own_limit():
-    state = pool([0.5, 0.5], topk_group=1)
+    state = pool([0.5] * 6, topk_group=1)  # a minute of windows: the load is known
     step = plan_routing(POLICY, state, NOW, diagnose_mtp(POLICY, state, NOW))
     assert step.topk_group == 2 and step.effect.signal == "mtp_acceptance" and step.effect.direction == 1

@@ -34,10 +34,11 @@ def window(index: int, *, share: float = 0.2, recall: float = 0.5, hot: float = 
 
 
 def pool(*, topk_group: int | None = 1, changes=(), parked=None, **window_args) -> PoolState:
-    """Tightened to 1 group (the model's own: 2) with recall 0.8 of the unconstrained top-k at the model's own."""
+    """70 s of windows; tightened to 1 group (the model's own: 2) with recall 0.8 of the unconstrained top-k at the
+    model's own."""
     return PoolState(deployment="d", role="decode", num_layers=LAYERS, num_experts=EXPERTS, num_groups=4, ep_size=EP,
                      slots_per_rank=SPR, gpus_per_node=8, num_agents=EP, num_fresh_agents=EP, placement_version=0,
-                     slot_to_expert=TABLE, windows=tuple(window(197 + i, **window_args) for i in range(3)),
+                     slot_to_expert=TABLE, windows=tuple(window(193 + i, **window_args) for i in range(7)),
                      top_k=4, model_topk_group=2, topk_group=topk_group, routing_changed_at=0.0, recall_reference=0.8,
                      model_key="m", policy_version=1, changes=tuple(changes), parked=parked or {})
 
@@ -91,8 +92,8 @@ def test_a_parked_placement_holds_until_the_load_shifts_or_a_person_asks(hot_exp
 
 def test_a_parks_load_is_measured_over_the_last_minute():
     state = pool(topk_group=None)
-    busy = [replace(w, index=w.index + 3 + i, expert_tokens=3 * w.expert_tokens) for i, w in
-            enumerate(state.windows * 2)]  # 60 s at three times the rate, after the first 30 s
+    busy = [replace(w, index=w.index + 7, start=w.start + 70, expert_tokens=3 * w.expert_tokens)
+            for w in state.windows]  # 70 s at three times the rate, after the first 70 s
     recent = replace(state, windows=state.windows + tuple(busy))
     assert recent.knob_inputs(with_expert_share=False).tokens_per_second == pytest.approx(
         3 * state.knob_inputs(with_expert_share=False).tokens_per_second)

@@ -68,7 +68,7 @@ def test_where_the_exchange_is_latency_bound_one_reverted_try_parks_the_knob(cli
 
 def test_acceptance_falling_under_a_new_floor_after_a_tightening_rolls_it_back(client, sessions, settings, clock):
     fleet = start_fleet(client, POLICY | {"routing_recall_floor": 0.8}, **NODES)
-    overviews = run_windows(client, sessions, settings, clock, fleet, 8)
+    overviews = run_windows(client, sessions, settings, clock, fleet, 10)
     [tightening] = routing_actions(overviews[-1])
     assert tightening["status"] == "verified" and fleet[0].topk_group == 3
     # MTP acceptance was ~0.72 at the model's own limit and is ~0.59 at 3 groups: under a floor of 0.65
