@@ -34,7 +34,7 @@ kube: $(STAMP)
 	$(BIN)/python tests/support/kube/build.py
 
 lint: $(STAMP)
-	$(BIN)/ruff check controlplane agents tests migrations benchmarks
+	$(BIN)/ruff check controlplane agents tests migrations benchmarks helm
 	$(BIN)/lint-imports
 
 test: $(STAMP) sysdeps lint kube

@@ -92,7 +92,9 @@ def parser() -> argparse.ArgumentParser:
     db_args(q)
     q.add_argument("--host"), q.add_argument("--port", type=int)
     q.add_argument("--window-seconds", type=float)
-    q.add_argument("--no-loop", action="store_true", help="serve the API only, no reconcile loop")
+    q.add_argument("--no-loop", action="store_true",
+                   help="serve the API only: no reconcile loop, and no part in leader election (with it, what is "
+                        "asked here waits for the leader)")
     q.set_defaults(func=cmd_serve)
 
     q = sub.add_parser("up", help="the whole system on this machine: controller + prefill and decode workers "

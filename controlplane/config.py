@@ -2,8 +2,46 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+BUILTIN_RESOURCES = {"Deployment": "deployments", "StatefulSet": "statefulsets"}
+
+
+class KubeScaleTarget(BaseModel):
+    """Where a pool runs on Kubernetes: an object with a scale subresource (an apps/v1 Deployment or
+    StatefulSet, or a custom resource such as a LeaderWorkerSet). JSON as the Helm chart writes it:
+    {"deployment", "role", "namespace", "apiVersion", "kind", "resource", "name"}."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    deployment: str = Field(description="the moectl deployment the pool belongs to")
+    role: str = Field(pattern="^(prefill|decode|unified)$")
+    namespace: str = Field(default="", description="empty: the controller's own (MOECTL_POD_NAMESPACE)")
+    api_version: str = Field(default="apps/v1", alias="apiVersion", pattern="^[a-z0-9.-]+/[a-z0-9]+$",
+                             description="group/version; the core group has no scalable pools")
+    kind: str = Field(min_length=1, description="Deployment, StatefulSet, or the custom resource's kind")
+    resource: str = Field(default="", description="the plural resource name; empty: known for Deployment and "
+                                                  "StatefulSet")
+    name: str = Field(min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resource(cls, data: object) -> object:
+        if isinstance(data, dict) and not data.get("resource"):
+            if data.get("kind") not in BUILTIN_RESOURCES:
+                raise ValueError(f"scale target {data.get('name')!r}: kind {data.get('kind')} needs its plural "
+                                 f"`resource`")
+            data = data | {"resource": BUILTIN_RESOURCES[data["kind"]]}
+        return data
+
+    @property
+    def group(self) -> str:
+        return self.api_version.split("/")[0]
+
+    @property
+    def version(self) -> str:
+        return self.api_version.split("/")[1]
 
 
 class Settings(BaseSettings):
@@ -26,3 +64,33 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
     history_windows: int = Field(default=120, ge=1, description="windows kept per pool for planning and views")
     otlp_endpoint: str = Field(default="", description="OTLP/HTTP traces endpoint; empty: no export")
+    # leader election (controlplane/leader/) and the Kubernetes pool actuator (controlplane/actuate/kube.py)
+    leader_election: bool = Field(default=True, description="elect one writer among the replicas sharing the "
+                                                            "database; false: this process is the only one")
+    lease_name: str = Field(default="", description="elect through this coordination.k8s.io Lease; empty: "
+                                                    "through the database's leaders table")
+    lease_namespace: str = Field(default="", description="the Lease's namespace; empty: pod_namespace")
+    leader_identity: str = Field(default="", description="this replica in the election; empty: pod_name (or "
+                                                         "the host name) and a random suffix")
+    leader_lease_seconds: float = Field(default=15.0, gt=0, description="a leader not renewing for this long "
+                                                                        "is replaced")
+    leader_renew_seconds: float = Field(default=10.0, gt=0, description="a leader stops writing when it could not "
+                                                                        "renew for this long (< lease)")
+    leader_retry_seconds: float = Field(default=2.0, gt=0, description="time between renewals and attempts")
+    pod_name: str = Field(default="", description="this pod (the chart sets it from the downward API)")
+    pod_namespace: str = Field(default="", description="this pod's namespace")
+    kubeconfig: str = Field(default="", description="a kubeconfig file; empty: the pod's service account")
+    kube_scale_targets: list[KubeScaleTarget] = Field(default_factory=list,
+                                                      description="JSON: the pools moectl sizes on Kubernetes")
+    kube_field_manager: str = Field(default="moectl", description="who moectl is in managedFields")
+
+    @model_validator(mode="after")
+    def _check(self) -> Settings:
+        if not self.leader_retry_seconds < self.leader_renew_seconds < self.leader_lease_seconds:
+            raise ValueError("leader election needs leader_retry_seconds < leader_renew_seconds < "
+                             "leader_lease_seconds")
+        pools = [(t.deployment, t.role) for t in self.kube_scale_targets]
+        twice = {f"{d}/{r}" for d, r in pools if pools.count((d, r)) > 1}
+        if twice:
+            raise ValueError(f"kube_scale_targets: pool(s) {sorted(twice)} have more than one target")
+        return self

@@ -14,7 +14,7 @@ from dataclasses import replace
 import numpy as np
 
 from agents.protocol.placement import PlacementTable
-from controlplane.desired import Decision, Mode, PlacementChange, Plan, Policy
+from controlplane.desired import Decision, Mode, PlacementChange, Plan, Policy, PoolSizeStep, ReplicaBounds
 from controlplane.diagnose import Cause, MtpDiagnosis
 from controlplane.effect import Effect
 from controlplane.learn.forecast import forecast_load
@@ -200,3 +200,28 @@ def plan_routing(policy: Policy, pool: PoolState, now: float, mtp: MtpDiagnosis 
         floors, context = _context(policy, pool, windows)
         step = replace(step, effect=replace(step.effect, floors=step.effect.floors | floors, context=context))
     return replace(step, unparked=unparked)
+
+
+def check_pool_size(policy: Policy, *, role: str, replicas: int, current: int | None, gpus_per_instance: int,
+                    other_pools_gpus: int) -> PoolSizeStep:
+    """Whether a pool may run `replicas` instances: within the policy's bounds for its role (the defaults of
+    `ReplicaBounds` when the policy names none) and, with the GPUs the other pools use, within the GPU budget.
+    gpus_per_instance: GPUs one instance uses (its EP size)."""
+
+    def step(is_allowed: bool, reason: str) -> PoolSizeStep:
+        return PoolSizeStep(replicas, current, is_allowed, reason)
+
+    if policy.mode == Mode.off:
+        return step(False, "policy mode is off")
+    bounds = policy.replicas.get(role, ReplicaBounds())
+    if not bounds.min <= replicas <= bounds.max:
+        return step(False, f"{replicas} replicas is outside the policy's bounds for {role}: "
+                           f"min {bounds.min}, max {bounds.max}")
+    gpus = replicas * gpus_per_instance + other_pools_gpus
+    if policy.gpu_budget is not None and gpus > policy.gpu_budget:
+        return step(False, f"{replicas} replicas x {gpus_per_instance} GPUs + {other_pools_gpus} GPUs of the other "
+                           f"pools = {gpus} GPUs, over the policy's gpu_budget {policy.gpu_budget}")
+    if replicas == current:
+        return step(True, f"{role} already runs {replicas} replicas")
+    return step(True, f"{current if current is not None else 'unsized'} -> {replicas} replicas "
+                      f"({gpus} GPUs of the budget {policy.gpu_budget or 'unbounded'})")

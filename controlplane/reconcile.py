@@ -4,8 +4,12 @@ Every trigger ends here. The loop calls `reconcile_pool` for every pool each pas
 rebalance and an alert only record a request on the pool (`store.requests`) and then call it at once,
 so they can answer with the action. A pending request forces the plan (trigger thresholds skipped,
 safety rails kept); an action already in flight on the knob is joined, never doubled
-(`actuate.in_flight`). Every change is written by `actuate`. A pool's failure is logged and retried
-next pass; it never stops the others. `dry_run` plans and writes nothing.
+(`actuate.in_flight`). Every change is written by `actuate`; a pool's size is then made real by its
+`PoolScaler` (`actuate.scale`). A pool's failure is logged and retried next pass; it never stops the others.
+`dry_run` plans and writes nothing.
+
+With leader election only the leader reconciles: a pass checks the `fence` before each pool, each commit
+that wrote is fenced (`actuate.fence.guard`), and a replica that lost the leadership mid-pass stops there.
 """
 
 from __future__ import annotations
@@ -21,16 +25,20 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from agents.protocol.placement import PlacementTable
 from controlplane.actuate import change
+from controlplane.actuate.fence import SOLE, Fence, NotLeader, guard
 from controlplane.actuate.in_flight import in_flight, join
 from controlplane.actuate.knobs import KNOBS
 from controlplane.actuate.placement import PLACEMENT
+from controlplane.actuate.pool_size import POOL_SIZE
 from controlplane.actuate.routing import ROUTING
+from controlplane.actuate.scale import standing_down, sync_pool_size
+from controlplane.actuate.scaler import PoolScaler
 from controlplane.config import Settings
 from controlplane.desired import Decision, Plan, Policy
 from controlplane.diagnose import Cause, MtpDiagnosis, diagnose_mtp, diagnose_prefix_hits
 from controlplane.observed import PoolState
-from controlplane.plan import plan_pool, plan_routing
-from controlplane.store import actions, deployments, parks, policies, pools, requests, windows
+from controlplane.plan import check_pool_size, plan_pool, plan_routing
+from controlplane.store import actions, deployments, parks, policies, pool_sizes, pools, requests, windows
 from controlplane.store.tables import Action, Deployment, Pool, Request
 from controlplane.verify import roll_back, verify_pool
 
@@ -64,9 +72,11 @@ class PassResult:
 
 
 def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: float, dry_run: bool = False,
-                   tracer: trace.Tracer | None = None) -> PassResult:
+                   tracer: trace.Tracer | None = None, scaler: PoolScaler | None = None,
+                   fence: Fence = SOLE) -> PassResult:
     """tracer: spans per pass and per pool (collect -> verify -> plan -> actuate); default: the global one,
-    a no-op unless the entry point configured an exporter."""
+    a no-op unless the entry point configured an exporter. scaler: makes pool sizes real (none: sizes are
+    only recorded). fence: the leadership (a replica that does not lead plans and writes nothing)."""
     tracer = tracer or trace.get_tracer("moectl.reconcile")
     started = time.perf_counter()
     plans, results, num_errors = [], [], 0
@@ -74,13 +84,19 @@ def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: 
         with sessions() as session:
             targets = [(d.id, p.id) for d in deployments.list_all(session) for p in deployments.pools_of(session, d)]
         for deployment_id, pool_id in targets:
+            if not dry_run and not fence.is_leading():
+                break
             try:
                 with sessions() as session, session.begin():
+                    guard(session, fence)
                     deployment, pool = session.get(Deployment, deployment_id), session.get(Pool, pool_id)
                     result = reconcile_pool(session, deployment, pool, settings, now=now, dry_run=dry_run,
-                                            tracer=tracer)
+                                            tracer=tracer, scaler=scaler, fence=fence)
                     plans.append(result.plan)
                     results.append(result)
+            except NotLeader as lost:
+                log.warning("lost the leadership mid-pass, nothing of pool %s written: %s", pool_id, lost)
+                break
             except Exception as exc:
                 num_errors += 1
                 span.record_exception(exc)
@@ -91,9 +107,11 @@ def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: 
 
 
 def reconcile_pool(session: Session, deployment: Deployment, pool: Pool, settings: Settings, *, now: float,
-                   dry_run: bool = False, is_forced: bool = False, tracer: trace.Tracer | None = None) -> PoolResult:
+                   dry_run: bool = False, is_forced: bool = False, tracer: trace.Tracer | None = None,
+                   scaler: PoolScaler | None = None, fence: Fence = SOLE) -> PoolResult:
     """Handles the pool's pending requests (each is told the action it led to or joined, or why none).
-    is_forced: plan as if a request were pending (a person's dry run asks what a rebalance would do)."""
+    is_forced: plan as if a request were pending (a person's dry run asks what a rebalance would do).
+    scaler, fence: as for `reconcile_once`; the caller guards `session` with the same fence."""
     tracer = tracer or trace.get_tracer("moectl.reconcile")
     attributes = {"moectl.deployment": deployment.name, "moectl.role": pool.role}
     with tracer.start_as_current_span("reconcile.pool", attributes=attributes) as span:
@@ -124,6 +142,9 @@ def reconcile_pool(session: Session, deployment: Deployment, pool: Pool, setting
             if plan.decision != Decision.rebalance:  # one change per pass: routing moves when the placement does not
                 _actuate_routing(session, deployment, pool, state, policy, settings, now, mtp)
             _record_findings(session, deployment, pool, state, policy, now, mtp)
+            _actuate_pool_size(session, deployment, pool, policy, settings, now)
+            if scaler is not None:
+                _sync_pool_size(session, deployment, pool, scaler, fence, policy, now)
         result = PoolResult(plan, action, is_new, tuple(sorted(parks.active(session, pool))), mtp)
         for i, request in enumerate(pending):  # the first request made a new action, the others joined it
             outcome = result.outcome if i == 0 else replace(result, is_new=False).outcome
@@ -195,6 +216,52 @@ def _roll_back_regression(session: Session, deployment: Deployment, pool: Pool, 
     return pools.read_state(session, deployment, pool, now=now, settings=settings)
 
 
+def _actuate_pool_size(session: Session, deployment: Deployment, pool: Pool, policy: Policy, settings: Settings,
+                       now: float) -> None:
+    """A person's pool size (until the pool planner decides them): each pending request is checked against the
+    policy's bounds and GPU budget, and makes an action, joins the one in flight asking the same size, or is
+    refused; never while moectl stands down from the pool."""
+    for request in requests.pending(session, pool, knob=POOL_SIZE.kind):
+        replicas, action = request.value["replicas"], None
+        current = in_flight(session, pool, POOL_SIZE.kind, policy=policy, window_seconds=settings.window_seconds,
+                            now=now)
+        step = check_pool_size(policy, role=pool.role, replicas=replicas,
+                               current=pool_sizes.latest(session, pool).replicas, gpus_per_instance=pool.ep_size,
+                               other_pools_gpus=pools.other_pools_gpus(session, deployment, pool, settings, now))
+        conflict = standing_down(session, pool)
+        if conflict is not None:
+            outcome = f"refused: moectl stands down from this pool (action {conflict.id}); resume it first"
+        elif not step.is_allowed:
+            outcome = f"refused: {step.reason}"
+        elif current is not None and current.predicted.get("replicas_after") == replicas:
+            action, outcome = current, f"joined action {current.id} ({current.status})"
+        elif current is not None:
+            outcome = (f"refused: action {current.id} ({current.status}, "
+                       f"{current.predicted.get('replicas_after')} replicas) is in flight")
+        elif not step.is_change:
+            outcome = f"kept: {step.reason}"
+        else:
+            note = (request.value.get("note") or "").strip()
+            action = change.propose(session, POOL_SIZE, deployment=deployment, pool=pool, value=replicas,
+                                    policy=policy, reason=f"asked by {request.created_by}: {step.reason}"
+                                    + (f" ({note})" if note else ""), inputs={"replicas": replicas},
+                                    predicted=step.predicted(), trigger=request.trigger,
+                                    created_by=request.created_by, now=now)
+            outcome = f"action {action.id} {action.status}" if action else "policy mode is off"
+        requests.settle(request, outcome=outcome, action_id=action.id if action else None, now=now)
+
+
+def _sync_pool_size(session: Session, deployment: Deployment, pool: Pool, scaler: PoolScaler, fence: Fence,
+                    policy: Policy, now: float) -> None:
+    """The platform unreachable keeps the pool's size as it is until a later pass, never its other knobs."""
+    try:
+        sync_pool_size(session, deployment, pool, scaler, fence, policy, now)
+    except NotLeader:
+        raise
+    except Exception:
+        log.exception("%s/%s: could not bring the pool to its size; retrying next pass", deployment.name, pool.role)
+
+
 def _record_findings(session: Session, deployment: Deployment, pool: Pool, state: PoolState, policy: Policy,
                      now: float, mtp: MtpDiagnosis | None) -> None:
     """Findings go to the audit trail, where the dashboard's timeline shows them: each at most once an hour,
@@ -217,9 +284,10 @@ def _record_findings(session: Session, deployment: Deployment, pool: Pool, state
 
 
 def run_forever(sessions: sessionmaker[Session], settings: Settings, *, stop: threading.Event,
-                clock: Callable[[], float] = time.time, on_pass: Callable[[PassResult], None] | None = None) -> None:
+                clock: Callable[[], float] = time.time, on_pass: Callable[[PassResult], None] | None = None,
+                scaler: PoolScaler | None = None, fence: Fence = SOLE) -> None:
     while not stop.is_set():
-        result = reconcile_once(sessions, settings, now=clock())
+        result = reconcile_once(sessions, settings, now=clock(), scaler=scaler, fence=fence)
         if on_pass is not None:
             on_pass(result)
         stop.wait(settings.reconcile_seconds)

@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import logging
+import secrets
+import socket
 import threading
 import time
 
 import uvicorn
 from prometheus_client import CollectorRegistry
+from sqlalchemy.orm import Session, sessionmaker
 
+from controlplane.actuate import kube
+from controlplane.actuate.fence import SOLE
+from controlplane.api.actuation import Actuation
 from controlplane.api.app import create_app
 from controlplane.config import Settings
+from controlplane.leader.campaign import keep_campaigning
+from controlplane.leader.database import DatabaseRecords
+from controlplane.leader.elector import Elector, LeaderElector
+from controlplane.leader.lease import LeaseRecords
 from controlplane.reconcile import PassResult, reconcile_once, run_forever
 from controlplane.store.db import make_engine, make_sessions, upgrade
 from controlplane.telemetry import ControllerMetrics
@@ -37,8 +47,27 @@ def configure_tracing(settings: Settings) -> None:
     trace.set_tracer_provider(provider)
 
 
+def make_actuation(settings: Settings, sessions: sessionmaker[Session]) -> tuple[Actuation, LeaderElector | None]:
+    """The pool scaler (Kubernetes, when targets are configured) and the leader elector (a Lease when one is
+    named, else the database; none when leader election is off), chosen from the settings."""
+    client = kube.api_client(settings.kubeconfig) if settings.kube_scale_targets or settings.lease_name else None
+    identity = settings.leader_identity or f"{settings.pod_name or socket.gethostname()}-{secrets.token_hex(3)}"
+    elector = None
+    if settings.leader_election:
+        records = (LeaseRecords(client, namespace=settings.lease_namespace or settings.pod_namespace or "default",
+                                name=settings.lease_name) if settings.lease_name
+                   else DatabaseRecords(sessions, lease_seconds=settings.leader_lease_seconds))
+        elector = Elector(records, identity=identity, lease_seconds=settings.leader_lease_seconds,
+                          renew_seconds=settings.leader_renew_seconds)
+    scaler = kube.KubeScaler(client, settings.kube_scale_targets, default_namespace=settings.pod_namespace or "default",
+                             field_manager=settings.kube_field_manager,
+                             reporting_instance=identity) if settings.kube_scale_targets else None
+    return Actuation(scaler, elector or SOLE), elector
+
+
 class Controller:
-    """The API server and, unless disabled, the reconcile loop, started and stopped together."""
+    """The API server and, unless disabled, the reconcile loop (with the leader election it needs), started
+    and stopped together."""
 
     def __init__(self, settings: Settings, *, run_loop: bool = True):
         upgrade(settings.database_url)
@@ -46,15 +75,21 @@ class Controller:
         self.settings = settings
         self.sessions = make_sessions(make_engine(settings.database_url))
         self.metrics = ControllerMetrics(CollectorRegistry())
-        app = create_app(settings, self.sessions, metrics=self.metrics)
+        actuation, self.elector = make_actuation(settings, self.sessions)
+        app = create_app(settings, self.sessions, metrics=self.metrics, actuation=actuation)
         self.server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning"))
         self.stop_loop = threading.Event()
-        self.loop = threading.Thread(target=run_forever, name="reconcile", daemon=True, kwargs=dict(
-            sessions=self.sessions, settings=settings, stop=self.stop_loop,
-            on_pass=self._observe)) if run_loop else None
+        self.threads = []
+        if run_loop and self.elector is not None:
+            self.threads.append(threading.Thread(target=keep_campaigning, name="leader", daemon=True, kwargs=dict(
+                elector=self.elector, stop=self.stop_loop, retry_seconds=settings.leader_retry_seconds)))
+        if run_loop:
+            self.threads.append(threading.Thread(target=run_forever, name="reconcile", daemon=True, kwargs=dict(
+                sessions=self.sessions, settings=settings, stop=self.stop_loop, scaler=actuation.scaler,
+                fence=actuation.fence, on_pass=lambda r: self._observe(r, actuation.fence.is_leading()))))
 
-    def _observe(self, result: PassResult) -> None:
-        self.metrics.observe_pass(result.plans, result.num_errors, result.seconds)
+    def _observe(self, result: PassResult, is_leading: bool) -> None:
+        self.metrics.observe_pass(result.plans, result.num_errors, result.seconds, is_leading=is_leading)
         self.metrics.observe_pools([(r.plan.deployment, r.plan.role, r.parked, r.mtp) for r in result.pools])
 
     @property
@@ -75,14 +110,19 @@ class Controller:
 
     def run(self) -> None:
         """Serves in this thread until stopped (Ctrl-C, or `stop()` from another thread)."""
-        if self.loop is not None:
-            self.loop.start()
+        if self.threads and self.elector is not None:
+            try:  # a sole replica leads from its first pass
+                self.elector.campaign()
+            except Exception:
+                log.exception("could not reach %s yet; campaigning in the background", self.elector.where)
+        for thread in self.threads:
+            thread.start()
         try:
             self.server.run()
         finally:
             self.stop_loop.set()
-            if self.loop is not None:
-                self.loop.join(timeout=10)
+            for thread in self.threads:
+                thread.join(timeout=10)
 
     def stop(self) -> None:
         self.server.should_exit = True
@@ -91,18 +131,32 @@ class Controller:
 def serve(settings: Settings, *, run_loop: bool) -> int:
     controller = Controller(settings, run_loop=run_loop)
     print(f"controller: {controller.url}", flush=True)
+    if controller.elector is not None and run_loop:
+        print(f"leader election: {controller.elector.where} as {controller.elector.identity}", flush=True)
     print(f"api token: {settings.api_token}\nagent token: {settings.agent_token}", flush=True)
     controller.run()
     return 0
 
 
 def reconcile_command(settings: Settings, *, once: bool, dry_run: bool) -> int:
+    """Reconciles from the command line, as one more candidate of the election: while another replica leads
+    (a running controller) it plans nothing."""
     upgrade(settings.database_url)
     sessions = make_sessions(make_engine(settings.database_url))
-    while True:
-        result = reconcile_once(sessions, settings, now=time.time(), dry_run=dry_run)
-        for plan in result.plans:
-            print(f"{plan.deployment}/{plan.role}: {plan.decision.value}: {plan.reason}", flush=True)
-        if once:
-            return 1 if result.num_errors else 0
-        time.sleep(settings.reconcile_seconds)
+    actuation, elector = make_actuation(settings, sessions)
+    try:
+        while True:
+            if elector is not None and not dry_run and not elector.campaign():
+                print(f"{elector.where} is held by another replica: not reconciling", flush=True)
+                if once:
+                    return 2
+            result = reconcile_once(sessions, settings, now=time.time(), dry_run=dry_run, scaler=actuation.scaler,
+                                    fence=actuation.fence)
+            for plan in result.plans:
+                print(f"{plan.deployment}/{plan.role}: {plan.decision.value}: {plan.reason}", flush=True)
+            if once:
+                return 1 if result.num_errors else 0
+            time.sleep(settings.reconcile_seconds)
+    finally:
+        if elector is not None:
+            elector.release()

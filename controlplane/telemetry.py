@@ -32,8 +32,11 @@ class ControllerMetrics:
                                    "1 for the cause the controller found for MTP acceptance under its floor "
                                    "(skew, routing, regression, not_load_related); all 0 while it is not under it",
                                    ["deployment", "role", "cause"], registry=registry)
+        self.leader = Gauge("moectl_controller_leader", "1 while this replica leads: it reconciles and writes",
+                            registry=registry)
 
-    def observe_pass(self, plans: list[Plan], num_errors: int, seconds: float) -> None:
+    def observe_pass(self, plans: list[Plan], num_errors: int, seconds: float, *, is_leading: bool = True) -> None:
+        self.leader.set(1 if is_leading else 0)
         self.pass_seconds.observe(seconds)
         self.pass_errors.inc(num_errors)
         for plan in plans:

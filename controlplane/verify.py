@@ -19,6 +19,7 @@ from controlplane.actuate import change
 from controlplane.actuate.knob import Knob
 from controlplane.actuate.knobs import KNOBS
 from controlplane.actuate.placement import PLACEMENT
+from controlplane.actuate.pool_size import POOL_SIZE
 from controlplane.desired import Policy, VerifyOutcome
 from controlplane.effect import Effect, judge
 from controlplane.observed import PoolState, Window
@@ -29,6 +30,8 @@ from controlplane.store.tables import Action, Pool
 def verify_pool(session: Session, pool: Pool, state: PoolState, policy: Policy, now: float) -> None:
     """Settles applied changes once measured; one whose effect did not happen is rolled back and parked."""
     for action in actions.awaiting_verification(session, pool):
+        if action.kind == POOL_SIZE.kind:
+            continue  # verified once the platform runs it (actuate/scale.py)
         knob = KNOBS[action.kind]
         windows = _windows_under(action, state)
         if windows is None:  # a later change replaced it before it could be measured

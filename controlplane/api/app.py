@@ -11,20 +11,40 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry
 from sqlalchemy.orm import Session, sessionmaker
 
+from controlplane.actuate.fence import NotLeader
+from controlplane.api.actuation import Actuation
 from controlplane.api.body_limit import BodyLimit
 from controlplane.api.errors import ERROR_RESPONSES
-from controlplane.api.routes import actions, agents, alert_events, alerts, deployments, health, policies, tokens, whoami
+from controlplane.api.routes import (
+    actions,
+    agents,
+    alert_events,
+    alerts,
+    deployments,
+    health,
+    policies,
+    pool_sizes,
+    tokens,
+    whoami,
+)
 from controlplane.config import Settings
 from controlplane.telemetry import ControllerMetrics
 
 
 def create_app(settings: Settings, sessions: sessionmaker[Session], *, clock: Callable[[], float] = time.time,
-               metrics: ControllerMetrics | None = None) -> FastAPI:
+               metrics: ControllerMetrics | None = None, actuation: Actuation | None = None) -> FastAPI:
+    """actuation: the pool scaler and the leadership (default: no scaler, the only writer)."""
     metrics = metrics or ControllerMetrics(CollectorRegistry())
     app = FastAPI(title="moectl controller", version="0.1.0",
                   description="Observability and autotuning control plane for MoE serving")
     app.state.settings, app.state.sessions, app.state.clock, app.state.metrics = settings, sessions, clock, metrics
+    app.state.actuation = actuation or Actuation()
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+
+    @app.exception_handler(NotLeader)
+    async def _not_leader(request: Request, exc: NotLeader) -> JSONResponse:
+        return JSONResponse(status_code=503, headers={"Retry-After": "1"}, content={
+            "detail": f"this replica lost the leadership during the request and wrote nothing ({exc}); retry"})
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -42,7 +62,7 @@ def create_app(settings: Settings, sessions: sessionmaker[Session], *, clock: Ca
             metrics.snapshots.labels(str(response.status_code)).inc()
         return response
 
-    for module in (health, agents, deployments, policies, actions, alerts, alert_events, tokens, whoami):
+    for module in (health, agents, deployments, policies, actions, pool_sizes, alerts, alert_events, tokens, whoami):
         app.include_router(module.router, responses=ERROR_RESPONSES)
     return app
 

@@ -11,6 +11,7 @@ from fastapi import Depends, Header, HTTPException, Path, Request
 from sqlalchemy.orm import Session
 
 from agents.protocol import NAME_PATTERN
+from controlplane.api.actuation import Actuation
 from controlplane.config import Settings
 from controlplane.store import tokens
 
@@ -35,6 +36,10 @@ def get_settings(request: Request) -> Settings:
 
 def get_now(request: Request) -> float:
     return request.app.state.clock()
+
+
+def get_actuation(request: Request) -> Actuation:
+    return request.app.state.actuation
 
 
 def _caller(request: Request, authorization: str | None) -> Caller | None:
@@ -83,6 +88,7 @@ def require(*roles: str):
 SessionDep = Annotated[Session, Depends(get_session)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 NowDep = Annotated[float, Depends(get_now)]
+ActuationDep = Annotated[Actuation, Depends(get_actuation)]
 ViewerDep = Annotated[Caller, Depends(require("viewer", "anonymous"))]
 OperatorDep = Annotated[Caller, Depends(require("operator"))]
 AdminDep = Annotated[Caller, Depends(require("admin"))]

@@ -17,9 +17,11 @@ ERROR_RESPONSES = {
         (401, "missing, unknown or revoked token"),
         (403, "the token's role may not do this"),
         (404, "no such deployment, pool, action or version"),
-        (409, "conflicts with stored state (model shape, policy mode, action status, placement version)"),
+        (409, "conflicts with stored state (model shape, policy mode, action status, placement version, pool size "
+              "bounds)"),
         (412, "If-Match names an older policy version"),
         (413, "request body over the size limit"),
         (422, "invalid field values"),
+        (503, "this replica lost the leadership during the request and wrote nothing: retry"),
     )
 }

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from agents.protocol import ModelShape
 from controlplane.desired import Policy
@@ -142,6 +142,33 @@ class RebalanceOut(BaseModel):
     reason: str
     predicted: dict | None
     action: ActionOut | None
+
+
+class PoolSizeIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    replicas: int = Field(ge=0, le=100_000, description="instances the pool should run")
+    dry_run: bool = Field(default=False, description="check against the policy and record nothing")
+    note: str = Field(default="", max_length=500, description="why, for the audit trail")
+
+
+class PoolSizeOut(BaseModel):
+    role: str
+    replicas: int = Field(description="the size asked for")
+    current: int | None = Field(description="the size moectl set last; null: never sized by moectl")
+    decision: str = Field(description="resize (an action made or joined), keep, refused, or pending (recorded "
+                                      "for the leader)")
+    reason: str
+    request_id: int | None
+    action: ActionOut | None
+
+
+class PoolSizeView(BaseModel):
+    role: str
+    replicas: int | None = Field(description="the size moectl set last; null: never sized by moectl")
+    version: int
+    action_id: int | None = Field(description="the action that set it")
+    standing_down: ActionOut | None = Field(description="the conflict that keeps moectl off the pool's size")
 
 
 class TokenIn(BaseModel):

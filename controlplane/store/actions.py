@@ -12,6 +12,8 @@ PLANNED, AWAITING_APPROVAL, APPLIED = "planned", "awaiting_approval", "applied"
 VERIFIED, ROLLED_BACK, FAILED, REJECTED = "verified", "rolled_back", "failed", "rejected"
 SUPERSEDED = "superseded"  # what it changes had moved on (a newer version) when it was approved
 RECORDED = "recorded"  # a finding for people: nothing to apply
+CONFLICT = "conflict"  # another writer sets what the knob changes: moectl stands down until a person resumes
+RESUMED = "resumed"  # a person resumed moectl after a conflict
 
 
 def record(session: Session, *, deployment: Deployment, pool: Pool | None, kind: str, trigger: str, mode: str,

@@ -8,7 +8,7 @@ from sqlalchemy.orm import Session
 
 from agents.protocol import Identity, ModelShape, default_slot_to_expert
 from controlplane.desired import Policy
-from controlplane.store import placements, policies, routing_limits
+from controlplane.store import placements, policies, pool_sizes, routing_limits
 from controlplane.store.tables import Agent, Deployment, Pool
 from controlplane.store.timestamps import utc
 
@@ -43,7 +43,8 @@ def get_pool(session: Session, deployment: Deployment, role: str) -> Pool | None
 
 
 def create_pool(session: Session, *, deployment: Deployment, identity: Identity, now: float) -> Pool:
-    """A pool appears with its first agent, holding placement and routing version 0 (the agents' defaults)."""
+    """A pool appears with its first agent, holding version 0 of each knob: the agents' default placement and
+    routing, and no size set by moectl."""
     pool = Pool(deployment_id=deployment.id, role=identity.role.value, ep_size=identity.ep_size,
                 slots_per_rank=identity.slots_per_rank, gpus_per_node=identity.gpus_per_node,
                 created_at=utc(now))
@@ -53,6 +54,7 @@ def create_pool(session: Session, *, deployment: Deployment, identity: Identity,
     table = default_slot_to_expert(model.num_layers, model.num_experts, identity.ep_size * identity.slots_per_rank)
     placements.add(session, pool=pool, version=0, slot_to_expert=table, slot_share=None, action_id=None, now=now)
     routing_limits.add(session, pool=pool, version=0, topk_group=None, action_id=None, now=now)
+    pool_sizes.add(session, pool=pool, version=0, replicas=None, action_id=None, now=now)
     return pool
 
 

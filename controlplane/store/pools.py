@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import math
 
+from sqlalchemy import distinct, func, select
 from sqlalchemy.orm import Session
 
 from controlplane.config import Settings
 from controlplane.effect import Effect
 from controlplane.observed import KnobChange, PoolState
 from controlplane.parking import model_key
-from controlplane.store import actions, deployments, parks, placements, policies, routing_limits, windows
-from controlplane.store.tables import Action, Deployment, Pool
+from controlplane.store import actions, deployments, parks, placements, policies, pool_sizes, routing_limits, windows
+from controlplane.store.tables import Action, Agent, Deployment, Pool
 from controlplane.store.timestamps import seconds
 
 HOUR = 3600.0
@@ -31,8 +32,10 @@ def _changes(session: Session, pool: Pool, *, since: float, model_limit: int | N
                              for k in ("topk_group_before", "topk_group_after"))
             direction = (after > before) - (after < before)
             stored = routing_limits.get(session, pool, action.version)
-        else:
+        elif action.kind == "placement":
             stored = placements.get(session, pool, action.version)
+        else:
+            stored = pool_sizes.get(session, pool, action.version)
         result.append(KnobChange(action.id, action.kind, stored.created_at if stored else seconds(action.created_at),
                                  action.status, direction, Effect.from_json(action.predicted.get("effect"))))
     return tuple(result)
@@ -80,3 +83,19 @@ def _recall_reference(session: Session, action_id: int | None) -> float | None:
     """The recall under the model's own limit, as the action that made the routing limit in force recorded it."""
     action = session.get(Action, action_id) if action_id is not None else None
     return None if action is None else action.inputs.get("recall_reference")
+
+
+def other_pools_gpus(session: Session, deployment: Deployment, pool: Pool, settings: Settings, now: float) -> int:
+    """GPUs the deployment's other pools use: each one's size (moectl's latest, else its instances reporting
+    fresh windows) times the GPUs of an instance (its EP size)."""
+    since = now - settings.stale_after_windows * settings.window_seconds
+    total = 0
+    for other in deployments.pools_of(session, deployment):
+        if other.id == pool.id:
+            continue
+        replicas = pool_sizes.latest(session, other).replicas
+        if replicas is None:
+            replicas = session.scalar(select(func.count(distinct(Agent.instance)))
+                                      .where(Agent.pool_id == other.id, Agent.last_seen >= since)) or 0
+        total += replicas * other.ep_size
+    return total

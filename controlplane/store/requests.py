@@ -15,9 +15,10 @@ from controlplane.store.timestamps import utc
 
 
 def record(session: Session, *, pool: Pool, knob: str, trigger: str, created_by: str, now: float,
-           alerts: list | None = None) -> Request:
+           alerts: list | None = None, value: dict | None = None) -> Request:
+    """value: what the trigger asks for, when it names it (a person's pool size: {"replicas": n})."""
     request = Request(pool_id=pool.id, knob=knob, trigger=trigger, created_by=created_by, alerts=alerts or [],
-                      created_at=utc(now), outcome="")
+                      value=value, created_at=utc(now), outcome="")
     session.add(request)
     session.flush()
     return request

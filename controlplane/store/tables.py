@@ -121,6 +121,32 @@ class KnobPark(Base):
     release_reason: Mapped[str] = mapped_column(Text, default="")
 
 
+class PoolSize(Base):
+    """The number of instances a pool should run, versioned per pool like placements. Version 0 (None) means
+    moectl has not sized the pool: whatever runs stays, and no scaler writes it."""
+
+    __tablename__ = "pool_sizes"
+    __table_args__ = (UniqueConstraint("pool_id", "version"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    pool_id: Mapped[int] = mapped_column(ForeignKey("pools.id", ondelete="CASCADE"), index=True)
+    version: Mapped[int] = mapped_column(Integer)
+    replicas: Mapped[int | None] = mapped_column(Integer, nullable=True)  # instances; None: not sized by moectl
+    action_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class Leader(Base):
+    """Leader election through the database (`controlplane.leader.database`): one row per election, taken
+    and renewed by compare-and-set; `term` grows by one with every change of holder."""
+
+    __tablename__ = "leaders"
+    name: Mapped[str] = mapped_column(String(63), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(128))
+    term: Mapped[int] = mapped_column(Integer)
+    lease_seconds: Mapped[float] = mapped_column(Float)
+    renewed_at: Mapped[float] = mapped_column(Float)  # the holder's clock, unix seconds: for people to read
+
+
 class Policy(Base):
     """Every version is kept; the highest is active."""
 
@@ -157,6 +183,8 @@ class Action(Base):
     based_on_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
     alerts: Mapped[list] = mapped_column(JSON, default=list)  # alerts that triggered or joined it
     created_by: Mapped[str] = mapped_column(String(128))
+    # the controller replica that wrote it while leading ("identity#term"); None without leader election
+    leader: Mapped[str | None] = mapped_column(String(160), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
@@ -168,8 +196,9 @@ class Request(Base):
     __tablename__ = "requests"
     id: Mapped[int] = mapped_column(primary_key=True)
     pool_id: Mapped[int] = mapped_column(ForeignKey("pools.id", ondelete="CASCADE"), index=True)
-    knob: Mapped[str] = mapped_column(String(32))  # placement
+    knob: Mapped[str] = mapped_column(String(32))  # placement, pool_size
     trigger: Mapped[str] = mapped_column(String(16))  # alert, manual
+    value: Mapped[dict | None] = mapped_column(JSON, nullable=True)  # what it asks for (pool_size: replicas)
     created_by: Mapped[str] = mapped_column(String(128))
     alerts: Mapped[list] = mapped_column(JSON, default=list)  # the alerts it carries
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

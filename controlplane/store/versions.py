@@ -1,4 +1,4 @@
-"""A knob's versions per pool (placements, routing limits) are rows of one shape: pool_id, version,
+"""A knob's versions per pool (placements, routing limits, pool sizes) are rows of one shape: pool_id, version,
 action_id (the action that made it), created_at. Version 0, the agents' default, exists from the
 pool's creation, so the latest always exists."""
 
@@ -9,9 +9,9 @@ from typing import TypeVar
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from controlplane.store.tables import Placement, Pool, RoutingLimit
+from controlplane.store.tables import Placement, Pool, PoolSize, RoutingLimit
 
-Row = TypeVar("Row", Placement, RoutingLimit)
+Row = TypeVar("Row", Placement, RoutingLimit, PoolSize)
 
 
 def latest(session: Session, row_type: type[Row], pool: Pool) -> Row:

@@ -1,8 +1,28 @@
-"""A process's family from /proc: tests that stop a launcher check that no child outlives it."""
+"""Processes tests start: tied to the test's own life, stopped politely then firmly, and their family read
+from /proc (tests that stop a launcher check that no child outlives it)."""
 
 from __future__ import annotations
 
+import ctypes
+import signal
+import subprocess
 from pathlib import Path
+
+
+def die_with_parent() -> None:
+    """A `preexec_fn`: runs in the child before exec and has it SIGKILLed when the process that started it dies."""
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+
+
+def stop(process: subprocess.Popen, timeout: float = 15.0) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within `timeout` seconds."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def descendants(pid: int) -> set[int]:

@@ -8,10 +8,20 @@ from controlplane.actuate import change
 from controlplane.actuate.knobs import KNOBS
 from controlplane.actuate.placement import PLACEMENT
 from controlplane.api import overview
-from controlplane.api.deps import DeploymentName, NowDep, OperatorDep, RowId, SessionDep, SettingsDep, ViewerDep
+from controlplane.api.actuation import FOR_THE_LEADER
+from controlplane.api.deps import (
+    ActuationDep,
+    DeploymentName,
+    NowDep,
+    OperatorDep,
+    RowId,
+    SessionDep,
+    SettingsDep,
+    ViewerDep,
+)
 from controlplane.api.routes.deployments import get_or_404
 from controlplane.api.schemas import ActionOut, RebalanceIn, RebalanceOut
-from controlplane.desired import Mode
+from controlplane.desired import Decision, Mode
 from controlplane.reconcile import reconcile_pool
 from controlplane.store import actions, deployments, policies, requests
 from controlplane.store.tables import Pool
@@ -29,7 +39,7 @@ def list_actions(name: DeploymentName, session: SessionDep, _: ViewerDep,
 
 @router.post("/v1/deployments/{name}/rebalance", response_model=list[RebalanceOut])
 def rebalance(name: DeploymentName, body: RebalanceIn, session: SessionDep, settings: SettingsDep, now: NowDep,
-              caller: OperatorDep) -> list[RebalanceOut]:
+              actuation: ActuationDep, caller: OperatorDep) -> list[RebalanceOut]:
     """Plans a placement change now, skipping the trigger thresholds but not the safety rails.
     With dry_run the plan is returned and nothing is recorded; otherwise a request is recorded on each
     pool and reconciled at once: the policy's mode decides whether the plan is recorded (observe), waits
@@ -45,12 +55,16 @@ def rebalance(name: DeploymentName, body: RebalanceIn, session: SessionDep, sett
             raise HTTPException(404, f"deployment {name!r} has no pool {body.role!r} reporting yet")
         role_of = {p.id: p.role for p in targets}
         for pool in targets:
-            if not body.dry_run:
+            if body.dry_run:  # records no request: it plans as one would
+                result = reconcile_pool(session, deployment, pool, settings, now=now, dry_run=True, is_forced=True)
+            else:
                 requests.record(session, pool=pool, knob=PLACEMENT.kind, trigger="manual", created_by=caller.name,
                                 now=now)
-            # a dry run records no request: it plans as one would
-            result = reconcile_pool(session, deployment, pool, settings, now=now, dry_run=body.dry_run,
-                                    is_forced=body.dry_run)
+                result = actuation.reconcile(session, deployment, pool, settings, now=now)
+            if result is None:
+                out.append(RebalanceOut(role=pool.role, decision=Decision.hold.value, reason=FOR_THE_LEADER,
+                                        predicted=None, action=None))
+                continue
             plan, action = result.plan, result.action
             predicted = action.predicted if action else plan.change and plan.change.predicted()
             reason = plan.reason if action is None or result.is_new else f"{result.outcome}: {plan.reason}"

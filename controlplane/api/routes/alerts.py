@@ -15,9 +15,9 @@ from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel, ConfigDict, Field
 
 from controlplane.actuate.placement import PLACEMENT
-from controlplane.api.deps import AlertsDep, NowDep, SessionDep, SettingsDep
+from controlplane.api.actuation import FOR_THE_LEADER
+from controlplane.api.deps import ActuationDep, AlertsDep, NowDep, SessionDep, SettingsDep
 from controlplane.desired import Mode
-from controlplane.reconcile import reconcile_pool
 from controlplane.store import alerts, deployments, policies, requests
 from controlplane.store.tables import AlertEvent, Deployment, Pool, Request
 
@@ -51,7 +51,8 @@ def _fingerprint(alert: AlertIn) -> str:
 
 
 @router.post("/alertmanager")
-def alertmanager(body: WebhookIn, session: SessionDep, settings: SettingsDep, now: NowDep, caller: AlertsDep) -> dict:
+def alertmanager(body: WebhookIn, session: SessionDep, settings: SettingsDep, now: NowDep, actuation: ActuationDep,
+                 caller: AlertsDep) -> dict:
     if body.version != "4":
         raise HTTPException(422, f"Alertmanager webhook payload version {body.version!r} is not supported; "
                                  f"this endpoint reads version '4'")
@@ -72,11 +73,11 @@ def alertmanager(body: WebhookIn, session: SessionDep, settings: SettingsDep, no
         pool_ids = list(dict.fromkeys(r.pool_id for _, recorded in asked for r in recorded))
         for pool_id in pool_ids:
             pool = session.get(Pool, pool_id)
-            reconcile_pool(session, session.get(Deployment, pool.deployment_id), pool, settings, now=now)
+            actuation.reconcile(session, session.get(Deployment, pool.deployment_id), pool, settings, now=now)
         outcomes = []
         for event, recorded in asked:
             if recorded:
-                event.outcome = "; ".join(r.outcome for r in recorded)
+                event.outcome = "; ".join(r.outcome or FOR_THE_LEADER for r in recorded)
                 event.action_id = next((r.action_id for r in recorded if r.action_id), None)
             outcomes.append({"fingerprint": event.fingerprint, "alertname": event.alertname,
                              "outcome": event.outcome, "action_id": event.action_id})

@@ -11,9 +11,10 @@ from support.store import make_pool
 from agents.protocol.placement import PlacementTable
 from controlplane.actuate import change
 from controlplane.actuate.placement import PLACEMENT
+from controlplane.actuate.pool_size import POOL_SIZE
 from controlplane.actuate.routing import ROUTING
 from controlplane.desired import Mode, Policy, VerifyOutcome
-from controlplane.store.tables import Action, Placement, RoutingLimit
+from controlplane.store.tables import Action, Placement, PoolSize, RoutingLimit
 
 NOW = 1_800_000_000.0
 NUM_LAYERS, NUM_SLOTS = 2, 10
@@ -26,7 +27,9 @@ def table(seed: int) -> PlacementTable:
 
 
 # per knob: two values unlike each other and unlike version 0, and how to tell values apart
-KNOBS = {"placement": (PLACEMENT, table(1), table(2)), "routing": (ROUTING, 1, 2)}
+KNOBS = {"placement": (PLACEMENT, table(1), table(2)), "routing": (ROUTING, 1, 2), "pool_size": (POOL_SIZE, 3, 5)}
+VERSION_ROWS = {PLACEMENT: Placement, ROUTING: RoutingLimit, POOL_SIZE: PoolSize}
+PREDICTED = {ROUTING: "topk_group_after", POOL_SIZE: "replicas_after"}  # knobs whose proposal is the prediction
 
 
 def same(a, b) -> bool:
@@ -38,18 +41,17 @@ def same(a, b) -> bool:
 
 def propose(session, knob, pool, deployment, value, mode: Mode, now: float = NOW):
     return change.propose(session, knob, deployment=deployment, pool=pool, value=value, policy=Policy(mode=mode),
-                          reason="test", inputs={}, predicted={"topk_group_after": value} if knob is ROUTING else {},
+                          reason="test", inputs={}, predicted={PREDICTED[knob]: value} if knob in PREDICTED else {},
                           trigger="manual", created_by="alice", now=now)
 
 
 def num_versions(session, knob) -> int:
-    row = Placement if knob is PLACEMENT else RoutingLimit
-    return session.scalar(select(func.count()).select_from(row))
+    return session.scalar(select(func.count()).select_from(VERSION_ROWS[knob]))
 
 
 def made_by(session, knob, version: int) -> int | None:
     """The action the version row names."""
-    row = Placement if knob is PLACEMENT else RoutingLimit
+    row = VERSION_ROWS[knob]
     return session.scalar(select(row.action_id).where(row.version == version))
 
 

@@ -13,8 +13,8 @@ from controlplane.store.db import downgrade, upgrade
 from controlplane.store.tables import Base, RoutingLimit
 from controlplane.store.timestamps import seconds
 
-TABLES = {"deployments", "pools", "agents", "load_windows", "placements", "routing_limits", "policies", "actions",
-          "requests", "tokens", "alert_events", "knob_parks"}
+TABLES = {"deployments", "pools", "agents", "load_windows", "placements", "routing_limits", "pool_sizes", "policies",
+          "actions", "requests", "tokens", "alert_events", "leaders", "knob_parks"}
 
 
 def tables(url: str) -> set[str]:
@@ -82,3 +82,33 @@ def test_routing_limit_columns_become_versions_and_come_back(database_url):
     engine.dispose()
     assert [tuple(p) for p in pools] == [(1, 3, changed_at), (2, None, None)]
     assert actions == {1: None, 2: None, 3: 1}
+
+
+def test_pools_get_pool_size_version_0_and_a_downgrade_supersedes_waiting_size_proposals(database_url):
+    """Existing pools start unsized (version 0, as a new pool does); a pool-size proposal waiting for a person
+    cannot be approved by the code before the knob existed, so a downgrade supersedes it."""
+    before = "2026_11_30_requests"
+    upgrade(database_url, before)
+    created = datetime(2026, 11, 1, tzinfo=UTC)
+    engine = create_engine(database_url)
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO deployments (id, name, model, created_at) VALUES (1, 'd', '{}', :t)"),
+                     {"t": created})
+        for pool_id, role in [(1, "decode"), (2, "prefill")]:
+            conn.execute(text("INSERT INTO pools (id, deployment_id, role, ep_size, slots_per_rank, gpus_per_node,"
+                              " created_at) VALUES (:id, 1, :role, 2, 2, 8, :t)"), {"id": pool_id, "role": role,
+                                                                                   "t": created})
+    upgrade(database_url)
+    with engine.begin() as conn:
+        sizes = conn.execute(text("SELECT pool_id, version, replicas, action_id FROM pool_sizes ORDER BY pool_id"))
+        assert [tuple(s) for s in sizes] == [(1, 0, None, None), (2, 0, None, None)]
+        for action_id, kind in [(1, "pool_size"), (2, "placement")]:
+            conn.execute(text("INSERT INTO actions (id, deployment_id, pool_id, kind, trigger, mode, status, reason,"
+                              " inputs, predicted, measured, created_by, created_at, updated_at, leader) VALUES (:id,"
+                              " 1, 1, :kind, 'manual', 'approve', 'awaiting_approval', '', '{}', '{}', '{}', 'alice',"
+                              " :t, :t, 'a#1')"), {"id": action_id, "kind": kind, "t": created})
+    downgrade(database_url, before)
+    with engine.connect() as conn:
+        statuses = dict(conn.execute(text("SELECT id, status FROM actions")).all())
+    engine.dispose()
+    assert statuses == {1: "superseded", 2: "awaiting_approval"}

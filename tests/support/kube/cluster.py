@@ -9,10 +9,8 @@ removes the dir. Children die with the Python process even when it is killed (PR
 
 from __future__ import annotations
 
-import ctypes
 import json
 import shutil
-import signal
 import ssl
 import subprocess
 import tempfile
@@ -25,6 +23,7 @@ import httpx
 
 from support.kube.client import KubeCluster
 from support.kube.pki import ClientCert, make_ca, make_client_cert, make_service_account_key
+from support.processes import die_with_parent, stop
 from support.servers import free_port
 
 ADMIN_USER = "moectl-test-admin"
@@ -32,37 +31,23 @@ SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
 # deployment -> replicaset, statefulset and the garbage collector for workloads; serviceaccount(-token) and
 # root-ca-cert-publisher give namespaces what pods expect; namespace deletion; clusterrole-aggregation fills
-# the admin/edit/view roles that charts bind to
+# the admin/edit/view roles that charts bind to; persistentvolumeclaim-protection lets a deleted claim go (the
+# apiserver's admission puts its finalizer on every claim)
 DEFAULT_CONTROLLERS = (
     "deployment-controller", "replicaset-controller", "statefulset-controller", "daemonset-controller",
     "job-controller", "garbage-collector-controller", "namespace-controller", "serviceaccount-controller",
     "serviceaccount-token-controller", "root-ca-certificate-publisher-controller",
-    "clusterrole-aggregation-controller",
+    "clusterrole-aggregation-controller", "persistentvolumeclaim-protection-controller",
 )
 START_TIMEOUT_S = 180.0  # a cold apiserver on 2 busy cores takes tens of seconds
-
-
-def _die_with_parent() -> None:
-    """Runs in the child before exec: SIGKILL it when the process that started it dies."""
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
 
 
 def _spawn(stack: ExitStack, argv: list[str], log: Path) -> subprocess.Popen:
     with open(log, "wb") as out:
         process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   preexec_fn=_die_with_parent)
-    stack.callback(_stop, process)
+                                   preexec_fn=die_with_parent)
+    stack.callback(stop, process)
     return process
-
-
-def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def _wait_until(is_ready: Callable[[], bool], what: str, process: subprocess.Popen, log: Path) -> float:

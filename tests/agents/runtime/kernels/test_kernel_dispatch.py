@@ -10,7 +10,7 @@ import pytest
 from agents.runtime import moe_ops
 from agents.runtime.kernels import ENV_VAR, get_ops, moe_backend, refs, torch_ops, triton_available
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]  # the repo root: tests/agents/runtime/kernels/ is four down
 
 
 def run_py(code: str, **env) -> subprocess.CompletedProcess:

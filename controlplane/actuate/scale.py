@@ -1,0 +1,120 @@
+"""Makes the platform run the pool size moectl decided (the latest `pool_size` version), level-triggered:
+each pass reads the pool's scale and, when it differs, writes it through a `PoolScaler`.
+
+moectl never fights another writer of the replica count. An autoscaler of the same target (an HPA, or
+KEDA's), or replicas changed by someone else since moectl last wrote them, make it stand down from the
+pool: a `conflict` action says why and who, and nothing is written to the pool until a person resumes it
+(`resume`, audited on that action); then moectl's latest size is applied again. Every write and every
+refusal is reported to the platform (`PoolScaler.report`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from controlplane.actuate import change
+from controlplane.actuate.fence import Fence
+from controlplane.actuate.pool_size import POOL_SIZE
+from controlplane.actuate.scaler import OtherWriter, PoolRef, PoolScaler, ScaleState
+from controlplane.desired import Policy, VerifyOutcome
+from controlplane.store import actions, pool_sizes
+from controlplane.store.tables import Action, Deployment, Pool
+from controlplane.store.timestamps import utc
+
+log = logging.getLogger("moectl.scale")
+# on an action: the replicas moectl wrote to the platform, or found it running, for it; a later change by someone
+# else is measured against the newest such
+APPLIED = "replicas_applied"
+
+
+def standing_down(session: Session, pool: Pool) -> Action | None:
+    """The conflict that keeps moectl off the pool's size, until a person resumes it."""
+    return actions.open_for(session, pool, since=0.0, kind=POOL_SIZE.kind, statuses=(actions.CONFLICT,))
+
+
+def resume(conflict: Action, *, resumed_by: str, now: float) -> None:
+    actions.settle(conflict, status=actions.RESUMED, now=now,
+                   measured=conflict.measured | {"resumed_by": resumed_by, "resumed_at": now})
+
+
+def sync_pool_size(session: Session, deployment: Deployment, pool: Pool, scaler: PoolScaler, fence: Fence,
+                   policy: Policy, now: float) -> None:
+    ref = PoolRef(deployment.name, pool.role)
+    if not scaler.manages(ref) or standing_down(session, pool) is not None:
+        return
+    state = scaler.read(ref)
+    if state.autoscalers:
+        _stand_down(session, deployment, pool, scaler, policy, state, now, writer=", ".join(state.autoscalers),
+                    why=f"{' and '.join(state.autoscalers)} also scale {state.target}")
+        return
+    desired = pool_sizes.latest(session, pool)
+    if desired.replicas is None:
+        return  # not sized by moectl: whatever runs stays
+    newest, applied = _last_applied(session, pool)
+    if applied is not None and state.replicas != applied and not state.is_ours:
+        _stand_down(session, deployment, pool, scaler, policy, state, now, writer=state.writer or "another writer",
+                    why=f"{state.writer or 'another writer'} set {state.target} to {state.replicas} replicas "
+                        f"after moectl set {applied}")
+        return
+    made_by = session.get(Action, desired.action_id)
+    if state.replicas != desired.replicas:
+        state = _write(session, deployment, pool, scaler, fence, policy, made_by, state, desired.replicas, now)
+        if state is None:
+            return
+    elif applied is None:  # it runs moectl's size already: from now on a change by someone else is a conflict
+        holder = newest or made_by
+        holder.measured = holder.measured | {APPLIED: desired.replicas, "target": state.target}
+    if made_by.status == actions.APPLIED and state.running == desired.replicas:
+        change.settle(session, POOL_SIZE, pool=pool, action=made_by, outcome=VerifyOutcome.verified, now=now,
+                      measured=made_by.measured | {"replicas_running": state.running})
+
+
+def _write(session: Session, deployment: Deployment, pool: Pool, scaler: PoolScaler, fence: Fence, policy: Policy,
+           made_by: Action, state: ScaleState, replicas: int, now: float) -> ScaleState | None:
+    """Writes `replicas`; None when another writer raced it (moectl then stands down)."""
+    ref = PoolRef(deployment.name, pool.role)
+    leaving = []
+    if replicas < state.replicas:
+        leaving = scaler.prepare_scale_down(ref, state.replicas - replicas, fence=fence)
+    try:
+        after = scaler.set_replicas(ref, replicas, expected=state.replicas, fence=fence)
+    except OtherWriter as raced:
+        _stand_down(session, deployment, pool, scaler, policy, raced.state, now,
+                    writer=raced.state.writer or "another writer", why=str(raced))
+        return None
+    made_by.measured = made_by.measured | {APPLIED: replicas, "replicas_before": state.replicas,
+                                           "target": state.target, "leaving": leaving}
+    made_by.updated_at = utc(now)
+    message = f"moectl set {state.target} from {state.replicas} to {replicas} replicas (action {made_by.id}: " \
+              f"{made_by.reason})" + (f"; leaving: {', '.join(leaving)}" if leaving else "")
+    scaler.report(ref, reason="Scaled", message=message)
+    log.info("%s: %s", ref, message)
+    return after
+
+
+def _stand_down(session: Session, deployment: Deployment, pool: Pool, scaler: PoolScaler, policy: Policy,
+                state: ScaleState, now: float, *, writer: str, why: str) -> None:
+    ref = PoolRef(deployment.name, pool.role)
+    reason = (f"{why}: moectl stands down from {ref} and leaves its size to them until a person resumes it "
+              f"(POST /v1/deployments/{deployment.name}/pools/{pool.role}/size/resume)")
+    action = actions.record(session, deployment=deployment, pool=pool, kind=POOL_SIZE.kind, trigger="loop",
+                            mode=policy.mode.value, status=actions.CONFLICT, reason=reason, predicted={},
+                            inputs={"writer": writer, "target": state.target, "replicas": state.replicas,
+                                    "autoscalers": list(state.autoscalers)}, created_by="loop", now=now)
+    scaler.report(ref, reason="ScaleConflict", message=f"action {action.id}: {reason}", is_warning=True)
+    log.warning("%s: %s", ref, reason)
+
+
+def _last_applied(session: Session, pool: Pool) -> tuple[Action | None, int | None]:
+    """The newest pool-size action that applied replicas or resumed moectl, and the replicas it applied: None
+    when none did, or when a person resumed moectl since (then nothing is held against the replicas found)."""
+    recent = session.scalars(select(Action).where(Action.pool_id == pool.id, Action.kind == POOL_SIZE.kind,
+                                                  Action.status != actions.CONFLICT)
+                             .order_by(Action.updated_at.desc(), Action.id.desc()).limit(100))
+    for action in recent:
+        if APPLIED in action.measured or action.status == actions.RESUMED:
+            return action, action.measured.get(APPLIED)
+    return None, None

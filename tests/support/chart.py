@@ -1,0 +1,55 @@
+"""The Helm chart under test (helm/moectl): where it is, rendering it, and what an install left in the apiserver."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import kubernetes
+import yaml
+from kubernetes.dynamic import DynamicClient
+
+from support.kube.client import KubeCluster
+
+CHART = Path(__file__).resolve().parents[2] / "helm" / "moectl"
+CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
+# named like the chart, so objects are named "moectl": the Service whose links would inject MOECTL_PORT
+RELEASE = "moectl"
+# what an install makes besides the chart's own objects: helm's release record, the hook Job, and what the
+# controller-manager makes from workloads
+DERIVED_KINDS = (("v1", "Secret"), ("batch/v1", "Job"), ("v1", "Pod"), ("apps/v1", "ReplicaSet"),
+                 ("apps/v1", "ControllerRevision"))
+
+
+def render(cluster: KubeCluster, *args: str, namespace: str = "default") -> list[dict]:
+    """`helm template` of the chart as release RELEASE: the objects, in helm's order."""
+    done = cluster.run_helm("template", RELEASE, str(CHART), "--namespace", namespace, *args)
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+def one(objects: Iterable[dict], kind: str, name: str | None = None) -> dict:
+    """The single object of `kind` (named `name`, when given)."""
+    [found] = [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+    return found
+
+
+def helm_findings(output: str) -> list[str]:
+    """helm's log lines and lint findings other than INFO and the note that files/ links into dashboards/."""
+    return [line for line in output.splitlines()
+            if ("[WARNING]" in line or "[ERROR]" in line or "walk.go" in line) and "found symbolic link" not in line]
+
+
+def stored(api_client: kubernetes.client.ApiClient, namespace: str,
+           kinds: Iterable[tuple[str, str]]) -> dict[str, set[str]]:
+    """`kind -> names` of the objects of each (apiVersion, kind) in `namespace`, as the apiserver has them."""
+    dynamic = DynamicClient(api_client)
+    return {kind: {item.metadata.name for item in dynamic.resources.get(api_version=api_version, kind=kind)
+                   .get(namespace=namespace).items}
+            for api_version, kind in kinds}
+
+
+def read_back(api_client: kubernetes.client.ApiClient, obj: dict, namespace: str) -> dict:
+    """The apiserver's copy of a rendered object (fails with 404 when it was not created)."""
+    resource = DynamicClient(api_client).resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+    return resource.get(name=obj["metadata"]["name"],
+                        namespace=obj["metadata"].get("namespace", namespace)).to_dict()

@@ -1,0 +1,72 @@
+"""A moectl deployment whose pools a `PoolScaler` sizes, driven through the one reconcile path: requests as
+a person's API call records them, then `reconcile_pool` (on SQLite: the database side is tested elsewhere)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from controlplane.actuate.fence import SOLE, Fence, guard
+from controlplane.actuate.pool_size import POOL_SIZE
+from controlplane.actuate.scale import resume
+from controlplane.actuate.scaler import PoolScaler
+from controlplane.config import Settings
+from controlplane.desired import Policy
+from controlplane.reconcile import reconcile_pool
+from controlplane.store import deployments, requests
+from controlplane.store.db import make_engine, make_sessions, upgrade
+from controlplane.store.tables import Action, Request
+from support.store import make_pool
+
+ROLES = ("decode", "prefill", "unified")
+POLICY = Policy(mode="auto", cooldown_seconds=0, replicas={role: {"min": 0, "max": 6} for role in ROLES})
+
+
+@dataclass
+class ScaledDeployment:
+    """Deployment 'tiny' with a pool per role, reconciled with `scaler`; `now` moves by hand."""
+
+    sessions: sessionmaker[Session]
+    settings: Settings
+    scaler: PoolScaler
+    now: float = 1_800_000_000.0
+
+    @classmethod
+    def create(cls, database_url: str, scaler: PoolScaler, policy: Policy = POLICY) -> ScaledDeployment:
+        upgrade(database_url)
+        sessions = make_sessions(make_engine(database_url))
+        settings = Settings(database_url=database_url, window_seconds=1.0, leader_election=False)
+        made = cls(sessions, settings, scaler)
+        with sessions() as session, session.begin():
+            for role in ROLES:
+                make_pool(session, now=made.now, role=role, policy=policy)
+        return made
+
+    def reconcile(self, role: str, *, replicas: int | None = None, fence: Fence = SOLE) -> Request | None:
+        """One reconcile of the pool (a pass moves the clock 2 s); with `replicas`, a person asked for them
+        first. Returns that request, handled."""
+        self.now += 2.0
+        with self.sessions() as session, session.begin():
+            guard(session, fence)
+            deployment = deployments.get(session, "tiny")
+            pool = deployments.get_pool(session, deployment, role)
+            request = None
+            if replicas is not None:
+                request = requests.record(session, pool=pool, knob=POOL_SIZE.kind, trigger="manual",
+                                          created_by="alice", value={"replicas": replicas}, now=self.now)
+            reconcile_pool(session, deployment, pool, self.settings, now=self.now, scaler=self.scaler, fence=fence)
+            return request
+
+    def resume(self, action_id: int) -> None:
+        """What a person's POST .../size/resume does."""
+        with self.sessions() as session, session.begin():
+            resume(session.get(Action, action_id), resumed_by="alice", now=self.now)
+
+    def actions(self, role: str) -> list[Action]:
+        """The pool's pool-size actions, oldest first."""
+        with self.sessions() as session:
+            pool = deployments.get_pool(session, deployments.get(session, "tiny"), role)
+            return list(session.scalars(select(Action).where(Action.pool_id == pool.id,
+                                                             Action.kind == POOL_SIZE.kind).order_by(Action.id)))
