@@ -188,7 +188,6 @@ class PoolState:
                 break
             windows.append(window)
             seconds += window.seconds
-        seconds = sum(w.seconds for w in windows)
         # layer 0's row counts every routed token top_k times
         tokens = sum(float(w.expert_tokens[0].sum()) for w in windows if len(w.expert_tokens)) / max(self.top_k, 1)
         share = None
