@@ -199,7 +199,8 @@ def plan_routing(policy: Policy, pool: PoolState, now: float, mtp: MtpDiagnosis 
     if step.effect is not None:
         floors, context = _context(policy, pool, windows)
         step = replace(step, effect=replace(step.effect, floors=step.effect.floors | floors, context=context))
-    return replace(step, unparked=unparked)
+    return replace(step, unparked=unparked, reason=step.reason if unparked is None
+                   else f"{step.reason} (unparked: {unparked})")
 
 
 def check_pool_size(policy: Policy, *, role: str, replicas: int, current: int | None, gpus_per_instance: int,

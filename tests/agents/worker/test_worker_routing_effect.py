@@ -5,15 +5,11 @@ measures that its effect did not happen, reverts it and parks the knob: one rout
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 
 import httpx
 import pytest
-from support.servers import free_port
+from support.up import moectl_up
 
 FLAP_WINDOW_SECONDS = 600.0  # the policy's default
 
@@ -26,19 +22,8 @@ def direction(action: dict) -> int:
 @pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_real_workers_routing_limit_is_tried_once_reverted_and_parked(tmp_path):
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "controlplane", "up", "--port", str(port), "--ep-size", "2", "--window-seconds", "1",
-         "--rate", "6", "--database-url", f"sqlite:///{tmp_path / 'up.db'}"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env=os.environ | {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"})
-    url = f"http://127.0.0.1:{port}"
-    try:
-        started, lines = time.monotonic(), []
-        while not any(line.startswith("router: ") for line in lines):
-            line = process.stdout.readline()
-            assert line, "moectl up exited early:\n" + "".join(lines)
-            lines.append(line)
+    with moectl_up(tmp_path, "--ep-size", "2", "--window-seconds", "1", "--rate", "6") as url:
+        started = time.monotonic()
 
         def routing() -> list[dict]:
             """The routing actions of every pool, oldest first."""
@@ -54,10 +39,6 @@ def test_real_workers_routing_limit_is_tried_once_reverted_and_parked(tmp_path):
         time.sleep(60)  # and a minute more: some 20 cooldowns of 3 s, in which the old loop flapped ~20 times
         actions = routing()
         overview = httpx.get(f"{url}/v1/deployments/tiny/overview", timeout=10).json()
-    finally:
-        process.send_signal(signal.SIGINT)
-        process.communicate(timeout=60)
-    assert process.returncode == 0
     by_pool = {role: [a for a in actions if a["role"] == role] for role in ("prefill", "decode")}
     for role, tries in by_pool.items():
         assert 1 <= len(tries) <= 2, (role, [(a["status"], a["reason"], a["measured"]) for a in tries])
