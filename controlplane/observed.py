@@ -15,6 +15,7 @@ from controlplane.parking import LOAD_SPAN_SECONDS, KnobInputs, Parked
 
 RANK_REPORTS = "slot_reports_rank_"  # + EP rank: window counter, reports whose slot load the window counted
 ACCEPTED_AT = "spec_accepted_at_"  # + draft position: window counter, accepted draft tokens there
+GROUPS_AT, NODES_AT = "routing_groups_at_", "routing_nodes_at_"  # + n: tokens whose top-k reached n groups / nodes
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,17 @@ class Window:
             return None
         ratio = layer_imbalance(self.gpu_load(ep_size))
         return ratio[~np.isnan(ratio)] if (~np.isnan(ratio)).any() else None
+
+    def per_token(self, prefix: str) -> np.ndarray | None:
+        """[max n + 1] tokens (over ranks and MoE layers) whose top-k reached n groups (prefix GROUPS_AT) or
+        nodes (NODES_AT); None when no report measured it (agents before the measure)."""
+        counts = {int(k[len(prefix):]): v for k, v in self.counters.items() if k.startswith(prefix)}
+        if not counts:
+            return None
+        histogram = np.zeros(max(counts) + 1)
+        for n, v in counts.items():
+            histogram[n] = v
+        return histogram
 
 
 def acceptance_by_position(windows) -> list[float]:

@@ -38,11 +38,13 @@ from controlplane.desired import Decision, Plan, Policy
 from controlplane.diagnose import Cause, MtpDiagnosis, diagnose_mtp, diagnose_prefix_hits
 from controlplane.observed import PoolState
 from controlplane.plan import check_pool_size, plan_pool, plan_routing
+from controlplane.routing_reach import RoutingReach, check_routing_limit
 from controlplane.store import actions, deployments, parks, policies, pool_sizes, pools, requests, windows
 from controlplane.store.tables import Action, Deployment, Pool, Request
 from controlplane.verify import roll_back, verify_pool
 
 log = logging.getLogger("moectl.reconcile")
+ROUTING_LIMIT_VIOLATION = "routing_limit_violation"  # the action kind of a group limit found not in effect
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ class PoolResult:
     is_new: bool = False  # the action was made now
     parked: tuple[str, ...] = ()  # the pool's knobs parked after this reconcile
     mtp: MtpDiagnosis | None = None  # why MTP acceptance is under its floor, if it is
+    reach: RoutingReach | None = None  # whether the group limit in force is honoured (None: dry run)
 
     @property
     def outcome(self) -> str:
@@ -69,6 +72,10 @@ class PassResult:
     num_errors: int
     seconds: float
     pools: list[PoolResult] = field(default_factory=list)
+
+    @property
+    def reaches(self) -> list[RoutingReach]:
+        return [r.reach for r in self.pools if r.reach is not None]
 
 
 def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: float, dry_run: bool = False,
@@ -142,10 +149,11 @@ def reconcile_pool(session: Session, deployment: Deployment, pool: Pool, setting
             if plan.decision != Decision.rebalance:  # one change per pass: routing moves when the placement does not
                 _actuate_routing(session, deployment, pool, state, policy, settings, now, mtp)
             _record_findings(session, deployment, pool, state, policy, now, mtp)
+            reach = _record_routing_reach(session, deployment, pool, state, policy, now)
             _actuate_pool_size(session, deployment, pool, policy, settings, now)
             if scaler is not None:
                 _sync_pool_size(session, deployment, pool, scaler, fence, policy, now)
-        result = PoolResult(plan, action, is_new, tuple(sorted(parks.active(session, pool))), mtp)
+        result = PoolResult(plan, action, is_new, tuple(sorted(parks.active(session, pool))), mtp, reach)
         for i, request in enumerate(pending):  # the first request made a new action, the others joined it
             outcome = result.outcome if i == 0 else replace(result, is_new=False).outcome
             requests.settle(request, outcome=outcome, action_id=action.id if action else None, now=now)
@@ -281,6 +289,20 @@ def _record_findings(session: Session, deployment: Deployment, pool: Pool, state
                    mode=policy.mode.value, status=actions.RECORDED, reason=finding,
                    inputs={"prefix_hit_ratio": [round(r, 4) for r in ratios], "cause": "prefix_hits"}, predicted={},
                    created_by="loop", now=now)
+
+
+def _record_routing_reach(session: Session, deployment: Deployment, pool: Pool, state: PoolState, policy: Policy,
+                          now: float) -> RoutingReach:
+    """A group limit configured but not honoured is recorded (at most once an hour, with the windows that show
+    it) for people: no knob of the loop fixes a code path that bypasses it."""
+    reach = check_routing_limit(policy, state)
+    if reach.is_violated and actions.open_for(session, pool, since=now - 3600.0, kind=ROUTING_LIMIT_VIOLATION,
+                                              statuses=(actions.RECORDED,)) is None:
+        actions.record(session, deployment=deployment, pool=pool, kind=ROUTING_LIMIT_VIOLATION, trigger="loop",
+                       mode=policy.mode.value, status=actions.RECORDED, reason=reach.reason,
+                       inputs=reach.evidence(), predicted={}, created_by="loop", now=now)
+        log.warning("%s/%s: %s", deployment.name, pool.role, reach.reason)
+    return reach
 
 
 def run_forever(sessions: sessionmaker[Session], settings: Settings, *, stop: threading.Event,

@@ -89,7 +89,8 @@ class Controller:
                 fence=actuation.fence, on_pass=lambda r: self._observe(r, actuation.fence.is_leading()))))
 
     def _observe(self, result: PassResult, is_leading: bool) -> None:
-        self.metrics.observe_pass(result.plans, result.num_errors, result.seconds, is_leading=is_leading)
+        self.metrics.observe_pass(result.plans, result.num_errors, result.seconds, is_leading=is_leading,
+                                  reaches=result.reaches)
         self.metrics.observe_pools([(r.plan.deployment, r.plan.role, r.parked, r.mtp) for r in result.pools])
 
     @property

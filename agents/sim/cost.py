@@ -7,7 +7,7 @@ and the simulated fleet (per window) both time their work here.
 The all-to-all is priced by the link each row crosses (`Links`): a row to another GPU of the same node
 goes over NVLink; a token's rows on another node cost one network copy per node (sent once, then
 forwarded inside the node, as DeepEP does), so the network part scales with the nodes a token reaches,
-which the group limit bounds (agents/sim/routing.py). Each exchange also pays a fixed time whatever
+which the group limit bounds (agents/sim/reach.py). Each exchange also pays a fixed time whatever
 travels (latency, synchronisation). `GPU_NODES` is the seeds' case: cross-node traffic dominates and a
 group limit cuts it. `CPU_GLOO` is this machine's: a dense all-to-all over loopback gloo whose time is
 its latency, so the number of groups a token reaches barely changes it.

@@ -29,10 +29,9 @@ from agents.runtime.stats import MoECounters, RequestOutput, StepStats
 from agents.runtime.tokenizer import encode
 from agents.sim.cost import LINKS, step_times
 from agents.sim.load import LoadModel
-from agents.sim.routing import expert_to_gpu, sample_routing
+from agents.sim.reach import Reach, Routing, sample_reach
 
 NOMINAL_STEP_SECONDS = 0.05  # the walk's time step: a fixed one keeps it identical on every rank
-SAMPLED_TOKENS_PER_STEP = 64  # tokens routed one by one each step, for the traffic and recall a limit leaves
 
 
 @dataclass(slots=True)
@@ -45,7 +44,7 @@ class SimConfig:
     ep_size: int = 1
     ep_rank: int = 0
     slots_per_rank: int = 0  # 0: just enough for one copy of each expert
-    gpus_per_node: int = 8
+    gpus_per_node: int = 8  # ranks per node: sorts the slots a token reached into nodes
     links: str = "gpu-nodes"  # agents/sim/cost.py LINKS: what the all-to-all crosses
     num_speculative_tokens: int = 2
     num_background_seqs: int = 16  # synthetic decode batch besides real requests
@@ -55,6 +54,7 @@ class SimConfig:
     drift_sigma: float = 0.05  # lognormal popularity walk, per simulated second
     swing_period_seconds: float = 120.0  # code <-> prose swing of the hot experts
     is_paced: bool = True  # sleep the simulated step time, so a sim worker runs at a real rate
+    is_group_limit_bypassed: bool = False  # the seeds' incident: the router silently ignores the group limit
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -89,7 +89,7 @@ class SimEngine:
         self.num_steps, self.is_group_idle = 0, False
         self._ids = itertools.count()
         self._slot_share = self._shares(self.placement)
-        self._expert_to_gpu = expert_to_gpu(self.placement.slot_to_expert.numpy(), cfg.num_experts, cfg.slots_per_rank)
+        self._routing_tables = self.placement.routing_tables(cfg.num_experts)  # [L, E, R] each, for _reach
         self.links = LINKS[cfg.links]
 
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
@@ -122,8 +122,7 @@ class SimEngine:
         _, pv_max, pv_neg_min, rv_max, rv_neg_min = self.group.agree_max([1, pv, -pv, rv, -rv])
         if self.pending_placement and pv_max == -pv_neg_min and pv_max != self.placement.version:
             self.placement, self._slot_share = self.pending_placement, self._shares(self.pending_placement)
-            self._expert_to_gpu = expert_to_gpu(self.placement.slot_to_expert.numpy(), self.cfg.num_experts,
-                                                self.cfg.slots_per_rank)
+            self._routing_tables = self.placement.routing_tables(self.cfg.num_experts)
         if pv_max == -pv_neg_min:
             self.pending_placement = None
         if self.pending_limits and rv_max == -rv_neg_min and rv_max != self.routing_limits.version:
@@ -151,22 +150,19 @@ class SimEngine:
 
         # wall clock, not step count: every rank and instance sees the same swing at the same time
         popularity = self.load.popularity(time.time())  # [L, E]
-        routing = sample_routing(popularity, top_k=cfg.top_k, num_groups=cfg.num_groups,
-                                 limit=self.routing_limits.topk_group or cfg.topk_group, model_limit=cfg.topk_group,
-                                 expert_to_gpu=self._expert_to_gpu, gpus_per_node=cfg.gpus_per_node, rng=rng,
-                                 num_tokens=SAMPLED_TOKENS_PER_STEP)
+        reach = self._reach(popularity, num_tokens)  # this step's tokens, routed under the limit in force
         expert_tokens = self.load.route(popularity, num_tokens, rng)  # [L, E]
         table = self.placement.slot_to_expert.numpy()  # [L, S]
         # what every slot of the group receives, if the other ranks route like this one
         group_slot_tokens = slot_load(table, expert_tokens, self._slot_share) * cfg.ep_size
         rank_rows = gpu_load(group_slot_tokens, cfg.ep_size)
         local = slice(cfg.ep_rank * cfg.slots_per_rank, (cfg.ep_rank + 1) * cfg.slots_per_rank)
-        times = step_times(rank_rows, num_tokens, routing.traffic(cfg.top_k), self.links)
+        times = step_times(rank_rows, num_tokens, reach.traffic(cfg.top_k), self.links)
         dispatch, combine = times.dispatch_seconds, times.combine_seconds
         forward = times.forward_seconds * float(rng.lognormal(0.0, 0.05))
 
         num_drafts = num_decode_seqs if cfg.num_speculative_tokens else 0
-        accepted_by_position = self._accepted(num_drafts, routing.quality)
+        accepted_by_position = self._accepted(num_drafts, reach.quality(cfg.top_k))
         num_query = num_prefill
         num_hit = int(rng.binomial(num_query, cfg.prefix_hit_ratio)) if num_query else 0
         outputs = self._outputs(new, running, now)
@@ -174,12 +170,13 @@ class SimEngine:
         counters = MoECounters(
             expert_tokens=torch.from_numpy(expert_tokens.astype(np.int64)),
             slot_tokens=torch.from_numpy(np.rint(group_slot_tokens[:, local]).astype(np.int64)),
-            recall_kept=torch.full((cfg.num_layers,), round(routing.recall * num_tokens * cfg.top_k),
+            recall_kept=torch.full((cfg.num_layers,), round(reach.recall(cfg.top_k) * num_tokens * cfg.top_k),
                                    dtype=torch.int64),
             recall_total=torch.full((cfg.num_layers,), num_tokens * cfg.top_k, dtype=torch.int64),
             dropped_tokens=torch.zeros(cfg.num_layers, dtype=torch.int64),
             dispatch_seconds=dispatch, dispatch_exposed_seconds=dispatch * 0.6,
-            combine_seconds=combine, combine_exposed_seconds=combine)
+            combine_seconds=combine, combine_exposed_seconds=combine,
+            groups_per_token=reach.groups, nodes_per_token=reach.nodes)
         if cfg.is_paced:
             time.sleep(max(0.0, forward - (time.perf_counter() - t0)))
         self.load.drift()
@@ -196,9 +193,17 @@ class SimEngine:
         self.num_steps += 1
         return outputs, stats
 
+    def _reach(self, popularity: np.ndarray, num_tokens: int) -> Reach:
+        """This rank's tokens, routed with the limit in force, or past it when the limit is bypassed."""
+        cfg = self.cfg
+        topk_group = cfg.num_groups if cfg.is_group_limit_bypassed else self.routing_limits.topk_group or cfg.topk_group
+        routing = Routing(cfg.num_groups, cfg.top_k, topk_group, *self._routing_tables, cfg.slots_per_rank,
+                          cfg.gpus_per_node, cfg.ep_size, model_topk_group=cfg.topk_group)
+        return sample_reach(popularity, num_tokens, self.rng, routing, home_rank=cfg.ep_rank)
+
     def _accepted(self, num_drafts: int, quality: float) -> list[int]:
         """Accepted tokens per draft position: position i counts drafts whose first i + 1 all matched.
-        quality: what the routing in force leaves of the model's (agents/sim/routing.py)."""
+        quality: what the routing in force leaves of the model's own (agents/sim/reach.py)."""
         accepted, alive = [], num_drafts
         p = float(np.clip(self.cfg.mtp_acceptance * quality + self.rng.normal(0.0, 0.02), 0.0, 1.0))
         for _ in range(self.cfg.num_speculative_tokens):

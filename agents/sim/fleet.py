@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import httpx
 import numpy as np
+import torch
 
 from agents.protocol import (
     Array,
@@ -23,12 +24,15 @@ from agents.protocol import (
     Snapshot,
 )
 from agents.protocol.placement import default_slot_to_expert, effective_share, gpu_load, slot_load
+from agents.runtime.placement import Placement
 from agents.sim.cost import GPU_NODES, Links, step_times
 from agents.sim.load import LoadModel
-from agents.sim.routing import GROUP_AFFINITY, expert_to_gpu, sample_routing
+from agents.sim.reach import GROUP_AFFINITY, Routing, sample_reach
 
 log = logging.getLogger("moectl.sim")
 
+MAX_REACH_TOKENS = 32  # tokens per rank and window whose groups and nodes a window samples, at least
+MAX_SAMPLED_TOKENS = 512  # per instance and window, for traffic and recall to 1-2%, if ranks are few
 DEFAULT_MODEL = ModelShape(name="sim-moe-64e", num_layers=8, num_experts=64, num_groups=8, top_k=6)
 
 
@@ -43,12 +47,14 @@ class SimInstance:
     load: LoadModel
     gpus_per_node: int = 8
     links: Links = GPU_NODES
-    group_affinity: float = GROUP_AFFINITY  # agents/sim/routing.py
+    group_affinity: float = GROUP_AFFINITY  # agents/sim/reach.py
     mtp_acceptance: float = 0.85  # at draft position 1, routing as the model was trained
     placement_version: int = 0
     slot_to_expert: np.ndarray = field(init=False)  # [num_layers, num_slots]
     slot_share: np.ndarray | None = None  # [num_layers, num_slots] or even split
-    topk_group: int | None = None  # routing limit the controller set; None: the model's own
+    topk_group: int | None = None  # routing limit issued; None: the model's own (every group if it has none)
+    is_group_limit_bypassed: bool = False  # the seeds' incident: tokens reach every group whatever the limit
+    _tables: tuple | None = field(default=None, init=False, repr=False)  # (version, routing tables) in force
 
     def __post_init__(self) -> None:
         self.slot_to_expert = default_slot_to_expert(self.model.num_layers, self.model.num_experts,
@@ -58,6 +64,10 @@ class SimInstance:
         """[num_layers, num_slots] share of its expert's tokens each slot takes, as the runtime splits."""
         return effective_share(self.slot_to_expert, self.slot_share, self.model.num_experts)
 
+    def routed_topk_group(self) -> int | None:
+        """The groups a token may reach as the instance routes; None: every group."""
+        return None if self.is_group_limit_bypassed else self.topk_group or self.model.topk_group
+
     def window(self, window_start: float, window_seconds: float, num_tokens: int) -> list[Snapshot]:
         rng, model = self.load.rng, self.model
         popularity = self.load.popularity()
@@ -65,17 +75,18 @@ class SimInstance:
         # each rank's attention is data parallel: it routes its own share of the tokens
         per_rank = rng.multinomial(expert_tokens, np.full(self.ep_size, 1.0 / self.ep_size))  # [L, E, R]
         slot_tokens = np.rint(slot_load(self.slot_to_expert, expert_tokens, self.shares()))
-        routing = sample_routing(popularity, top_k=model.top_k, num_groups=model.num_groups,
-                                 limit=self.topk_group or model.topk_group, model_limit=model.topk_group,
-                                 expert_to_gpu=expert_to_gpu(self.slot_to_expert, model.num_experts,
-                                                             self.slots_per_rank),
-                                 gpus_per_node=self.gpus_per_node, rng=rng, group_affinity=self.group_affinity)
+        routing = self._routing(self.routed_topk_group() or model.num_groups)
+        # a sample of each rank's tokens: what the group limit bounds, at a bounded cost per window
+        num_sampled = min(num_tokens // self.ep_size, max(MAX_REACH_TOKENS, MAX_SAMPLED_TOKENS // self.ep_size))
+        reaches = [sample_reach(popularity, num_sampled, rng, routing, home_rank=rank) for rank in range(self.ep_size)]
+        reach = sum(reaches[1:], reaches[0])
         num_steps = int(window_seconds * 20)
         times = step_times(gpu_load(slot_tokens, self.ep_size), num_tokens / self.ep_size,
-                           routing.traffic(model.top_k), self.links, num_steps)
+                           reach.traffic(model.top_k), self.links, num_steps)
         queries = num_tokens // self.ep_size * 4
         drafts = num_tokens // self.ep_size // 4
-        acceptance = self.mtp_acceptance * routing.quality
+        quality = reach.quality(model.top_k)
+        acceptance = self.mtp_acceptance * quality
         snapshots = []
         for rank in range(self.ep_size):
             ident = Identity(deployment=self.deployment, instance=self.instance, role=self.role, rank=rank,
@@ -86,7 +97,7 @@ class SimInstance:
             ttft = rng.gamma(4.0, 0.05, 32)
             # two MTP draft positions: the second is verified only where the first was accepted
             accepted = [int(rng.binomial(drafts, acceptance))]
-            accepted.append(int(rng.binomial(accepted[0], 0.7 * routing.quality)))
+            accepted.append(int(rng.binomial(accepted[0], 0.7 * quality)))
             snapshots.append(Snapshot(
                 identity=ident, model=self.model, window_start=window_start, window_seconds=window_seconds,
                 placement_version=self.placement_version, num_steps=num_steps,
@@ -100,9 +111,19 @@ class SimInstance:
                 requests_running=int(rng.poisson(24)), requests_waiting=int(rng.poisson(3)),
                 ttft=LatencySummary(count=len(ttft), sum=float(ttft.sum()), p50=float(np.quantile(ttft, 0.5)),
                                     p90=float(np.quantile(ttft, 0.9)), p99=float(np.quantile(ttft, 0.99))),
-                routing_recall=routing.recall))
+                routing_recall=reach.recall(model.top_k),
+                routing_groups_per_token=reaches[rank].groups.sum(0).tolist(),
+                routing_nodes_per_token=reaches[rank].nodes.sum(0).tolist()))
         self.load.drift()
         return snapshots
+
+    def _routing(self, topk_group: int) -> Routing:
+        if self._tables is None or self._tables[0] != self.placement_version:
+            share = None if self.slot_share is None else torch.tensor(self.slot_share)  # a copy: answers are read-only
+            table = Placement(torch.tensor(self.slot_to_expert), share)
+            self._tables = (self.placement_version, table.routing_tables(self.model.num_experts))
+        return Routing(self.model.num_groups, self.model.top_k, topk_group, *self._tables[1], self.slots_per_rank,
+                       self.gpus_per_node, self.ep_size, self.model.topk_group, self.group_affinity)
 
     def apply(self, desired: DesiredState) -> None:
         self.topk_group = desired.routing.topk_group

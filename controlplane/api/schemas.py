@@ -40,6 +40,9 @@ class WindowPoint(BaseModel):
     tokens: int
     routing_recall: float | None = Field(default=None, description="share of the experts the model's own routing "
                                                                    "picks that the limited router kept")
+    groups_per_token: float | None = Field(default=None, description="mean distinct expert groups a token's "
+                                                                     "top-k reached; null: not measured")
+    nodes_per_token: float | None = Field(default=None, description="mean distinct nodes, likewise")
 
 
 class ParkedOut(BaseModel):
@@ -53,6 +56,19 @@ class DiagnosisOut(BaseModel):
     cause: str = Field(description="regression, skew, routing or not_load_related")
     reason: str
     evidence: dict
+
+
+class RoutingReachOut(BaseModel):
+    """Whether the group limit in force is honoured, judged as the loop judges it (controlplane/routing_reach.py)."""
+
+    topk_group: int | None = Field(description="groups per token in force: issued, else the model's own; null: none")
+    groups_per_token_mean: float | None = Field(default=None, description="last measured window; null: none")
+    groups_per_token_max: int | None = None
+    nodes_per_token_mean: float | None = None
+    nodes_per_token_max: int | None = None
+    over_limit_share: float | None = Field(default=None, description="share of that window's tokens past topk_group")
+    is_violated: bool = Field(description="configured but not honoured for the policy's sustained windows")
+    reason: str
 
 
 class PoolOverview(BaseModel):
@@ -70,6 +86,7 @@ class PoolOverview(BaseModel):
                                                             "until the model, the policy or the load changes")
     mtp_diagnosis: DiagnosisOut | None = Field(default=None, description="why MTP acceptance is under the policy's "
                                                                          "floor; null while it is not")
+    routing_reach: RoutingReachOut | None = None
 
 
 class ActionOut(BaseModel):

@@ -8,7 +8,7 @@ import numpy as np
 
 from agents.protocol import Snapshot
 from agents.protocol.grid import window_index
-from controlplane.observed import ACCEPTED_AT
+from controlplane.observed import ACCEPTED_AT, GROUPS_AT, NODES_AT
 
 # summed over all reports of a window; ratios are formed at read time (sum/sum, never mean of ratios)
 COUNTERS = (
@@ -19,6 +19,8 @@ COUNTERS = (
 )
 # worst over reports: a percentile cannot be summed, the max is an honest upper bound
 MAXIMA = ("ttft_p99", "itl_p99")
+# ACCEPTED_AT, GROUPS_AT, NODES_AT (controlplane/observed.py) + n: accepted tokens at draft position n, tokens
+# whose top-k reached n groups / nodes: summed like COUNTERS
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,8 @@ def to_report(snapshot: Snapshot, grid_seconds: float) -> Report:
         "ttft_p99": s.ttft.p99 or 0.0, "itl_p99": s.itl.p99 or 0.0,
     }
     counters |= {f"{ACCEPTED_AT}{i}": float(n) for i, n in enumerate(s.spec_accepted_by_position)}
+    counters |= {f"{GROUPS_AT}{i}": float(n) for i, n in enumerate(s.routing_groups_per_token)}
+    counters |= {f"{NODES_AT}{i}": float(n) for i, n in enumerate(s.routing_nodes_per_token)}
     # the grid window holding the snapshot's start: every rank's window lands in the same row
     return Report(window_index(s.window_start, grid_seconds), s.expert_tokens.to_numpy(),
                   s.slot_tokens.to_numpy(), s.identity.rank * s.identity.slots_per_rank, counters)
