@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
+
 from support.servers import free_port
 
 
@@ -34,3 +36,9 @@ def moectl_up(tmp_path: Path, *args: str) -> Iterator[str]:
         process.send_signal(signal.SIGINT)
         process.communicate(timeout=60)
     assert process.returncode == 0
+
+
+def actions_of(url: str, kind: str, deployment: str = "tiny") -> list[dict]:
+    """The deployment's actions of `kind`, oldest first; none while the controller does not answer."""
+    response = httpx.get(f"{url}/v1/deployments/{deployment}/actions", timeout=10)
+    return [a for a in reversed(response.json()) if a["kind"] == kind] if response.status_code == 200 else []

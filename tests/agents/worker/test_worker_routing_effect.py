@@ -9,7 +9,7 @@ import time
 
 import httpx
 import pytest
-from support.up import moectl_up
+from support.up import actions_of, moectl_up
 
 FLAP_WINDOW_SECONDS = 600.0  # the policy's default
 
@@ -25,19 +25,13 @@ def test_real_workers_routing_limit_is_tried_once_reverted_and_parked(tmp_path):
     with moectl_up(tmp_path, "--ep-size", "2", "--window-seconds", "1", "--rate", "6") as url:
         started = time.monotonic()
 
-        def routing() -> list[dict]:
-            """The routing actions of every pool, oldest first."""
-            response = httpx.get(f"{url}/v1/deployments/tiny/actions", timeout=10)
-            return [a for a in reversed(response.json()) if a["kind"] == "routing"] \
-                if response.status_code == 200 else []
-
         def settled() -> list[dict]:
-            return [a for a in routing() if a["status"] not in ("applied", "planned")]
+            return [a for a in actions_of(url, "routing") if a["status"] not in ("applied", "planned")]
 
         while len(settled()) < 2 and time.monotonic() - started < 200:  # both pools' first try judged
             time.sleep(2)
         time.sleep(60)  # and a minute more: some 20 cooldowns of 3 s, in which the old loop flapped ~20 times
-        actions = routing()
+        actions = actions_of(url, "routing")
         overview = httpx.get(f"{url}/v1/deployments/tiny/overview", timeout=10).json()
     by_pool = {role: [a for a in actions if a["role"] == role] for role in ("prefill", "decode")}
     for role, tries in by_pool.items():
