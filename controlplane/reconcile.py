@@ -5,8 +5,10 @@ rebalance and an alert only record a request on the pool (`store.requests`) and 
 so they can answer with the action. A pending request forces the plan (trigger thresholds skipped,
 safety rails kept); an action already in flight on the knob is joined, never doubled
 (`actuate.in_flight`). Every change is written by `actuate`; a pool's size is then made real by its
-`PoolScaler` (`actuate.scale`). A pool's failure is logged and retried next pass; it never stops the others.
-`dry_run` plans and writes nothing.
+`PoolScaler` (`actuate.scale`). A pool's failure is logged and retried next pass; it never stops the others,
+unless the database itself failed (gone, locked, timed out): then the pass ends there, as every other pool
+would wait as long. `dry_run` plans and writes nothing. Every writer of a pool holds its lock
+(`store.deployments.lock_pool`) from the start of its transaction: the loop, an alert, a person.
 
 With leader election only the leader reconciles: a pass checks the `fence` before each pool, each commit
 that wrote is fenced (`actuate.fence.guard`), and a replica that lost the leadership mid-pass stops there.
@@ -36,10 +38,12 @@ from controlplane.actuate.scaler import PoolScaler
 from controlplane.config import Settings
 from controlplane.desired import Decision, Plan, Policy
 from controlplane.diagnose import Cause, MtpDiagnosis, diagnose_mtp, diagnose_prefix_hits
+from controlplane.liveness import LoopLiveness
 from controlplane.observed import PoolState
 from controlplane.plan import check_pool_size, plan_pool, plan_routing
 from controlplane.routing_reach import RoutingReach, check_routing_limit
-from controlplane.store import actions, deployments, parks, policies, pool_sizes, pools, requests, windows
+from controlplane.store import actions, deployments, parks, policies, pool_sizes, pools, requests, tokens, windows
+from controlplane.store.db import is_unavailable
 from controlplane.store.tables import Action, Deployment, Pool, Request
 from controlplane.verify import roll_back, verify_pool
 
@@ -77,6 +81,11 @@ class PassResult:
     def reaches(self) -> list[RoutingReach]:
         return [r.reach for r in self.pools if r.reach is not None]
 
+    @property
+    def is_failed(self) -> bool:
+        """Nothing was reconciled: the pass could not start (the database gone), or every pool failed."""
+        return self.num_errors > 0 and not self.plans
+
 
 def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: float, dry_run: bool = False,
                    tracer: trace.Tracer | None = None, scaler: PoolScaler | None = None,
@@ -108,6 +117,8 @@ def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: 
                 num_errors += 1
                 span.record_exception(exc)
                 log.exception("reconcile failed for pool %s; retrying next pass", pool_id)
+                if is_unavailable(exc):  # the database itself: the other pools would wait as long
+                    break
         span.set_attribute("moectl.pools", len(targets))
         span.set_attribute("moectl.errors", num_errors)
     return PassResult(plans, num_errors, time.perf_counter() - started, results)
@@ -122,6 +133,8 @@ def reconcile_pool(session: Session, deployment: Deployment, pool: Pool, setting
     tracer = tracer or trace.get_tracer("moectl.reconcile")
     attributes = {"moectl.deployment": deployment.name, "moectl.role": pool.role}
     with tracer.start_as_current_span("reconcile.pool", attributes=attributes) as span:
+        if not dry_run:  # one writer of the pool at a time: the loop, an alert, a person (before any read)
+            deployments.lock_pool(session, pool)
         _, policy = policies.active(session, deployment)
         pending = requests.pending(session, pool, knob=PLACEMENT.kind)
         with tracer.start_as_current_span("collect"):
@@ -160,6 +173,18 @@ def reconcile_pool(session: Session, deployment: Deployment, pool: Pool, setting
         return result
 
 
+def reconcile_requested(session: Session, deployment: Deployment, pool: Pool, settings: Settings, *,
+                        now: float, scaler: PoolScaler | None = None, fence: Fence = SOLE) -> None:
+    """A trigger's reconcile, once its requests are committed: handles the pool's pending requests unless
+    a concurrent reconcile already did (then a storm of deliveries costs one plan, not one each, and most
+    of the storm does not even wait for the pool's lock). scaler, fence: as for `reconcile_pool`."""
+    if not requests.pending(session, pool, knob=PLACEMENT.kind):
+        return
+    deployments.lock_pool(session, pool)
+    if requests.pending(session, pool, knob=PLACEMENT.kind):  # again: another reconcile may have had the lock
+        reconcile_pool(session, deployment, pool, settings, now=now, scaler=scaler, fence=fence)
+
+
 def _actuate_placement(session: Session, deployment: Deployment, pool: Pool, policy: Policy, plan: Plan,
                        pending: list[Request], settings: Settings, now: float) -> tuple[Action | None, bool]:
     """Returns the action the plan made, or the one in flight the requests joined, and whether it is new."""
@@ -174,7 +199,7 @@ def _actuate_placement(session: Session, deployment: Deployment, pool: Pool, pol
         return current, False
     if plan.decision != Decision.rebalance:
         return None, False
-    trigger, created_by = (pending[0].trigger, pending[0].created_by) if pending else ("loop", "loop")
+    trigger, created_by = (pending[0].trigger, pending[0].created_by) if pending else ("loop", tokens.LOOP)
     action = change.propose(session, PLACEMENT, deployment=deployment, pool=pool,
                             value=PlacementTable(plan.change.slot_to_expert, plan.change.slot_share), policy=policy,
                             reason=plan.reason, inputs=plan.inputs, predicted=plan.change.predicted(),
@@ -207,7 +232,8 @@ def _actuate_routing(session: Session, deployment: Deployment, pool: Pool, state
     if step.effect is not None:
         predicted["effect"] = step.effect.to_json()
     change.propose(session, ROUTING, deployment=deployment, pool=pool, value=step.topk_group, policy=policy,
-                   reason=step.reason, inputs=inputs, trigger="loop", created_by="loop", now=now, predicted=predicted)
+                   reason=step.reason, inputs=inputs, trigger="loop", created_by=tokens.LOOP, now=now,
+                   predicted=predicted)
     log.info("%s/%s: routing %s -> %s (%s)", deployment.name, pool.role, state.topk_group, step.topk_group,
              step.reason)
 
@@ -280,7 +306,7 @@ def _record_findings(session: Session, deployment: Deployment, pool: Pool, state
     if mtp is not None and (last_mtp is None or last_mtp.inputs["cause"] != mtp.cause.value):
         actions.record(session, deployment=deployment, pool=pool, kind="diagnosis", trigger="loop",
                        mode=policy.mode.value, status=actions.RECORDED, reason=mtp.reason,
-                       inputs=mtp.evidence | {"cause": mtp.cause.value}, predicted={}, created_by="loop", now=now)
+                       inputs=mtp.evidence | {"cause": mtp.cause.value}, predicted={}, created_by=tokens.LOOP, now=now)
     diagnosis = diagnose_prefix_hits(policy, state)
     if diagnosis is None or any(a.inputs.get("cause") == "prefix_hits" for a in recent):
         return
@@ -288,7 +314,7 @@ def _record_findings(session: Session, deployment: Deployment, pool: Pool, state
     actions.record(session, deployment=deployment, pool=pool, kind="diagnosis", trigger="loop",
                    mode=policy.mode.value, status=actions.RECORDED, reason=finding,
                    inputs={"prefix_hit_ratio": [round(r, 4) for r in ratios], "cause": "prefix_hits"}, predicted={},
-                   created_by="loop", now=now)
+                   created_by=tokens.LOOP, now=now)
 
 
 def _record_routing_reach(session: Session, deployment: Deployment, pool: Pool, state: PoolState, policy: Policy,
@@ -300,16 +326,31 @@ def _record_routing_reach(session: Session, deployment: Deployment, pool: Pool, 
                                               statuses=(actions.RECORDED,)) is None:
         actions.record(session, deployment=deployment, pool=pool, kind=ROUTING_LIMIT_VIOLATION, trigger="loop",
                        mode=policy.mode.value, status=actions.RECORDED, reason=reach.reason,
-                       inputs=reach.evidence(), predicted={}, created_by="loop", now=now)
+                       inputs=reach.evidence(), predicted={}, created_by=tokens.LOOP, now=now)
         log.warning("%s/%s: %s", deployment.name, pool.role, reach.reason)
     return reach
 
 
 def run_forever(sessions: sessionmaker[Session], settings: Settings, *, stop: threading.Event,
-                clock: Callable[[], float] = time.time, on_pass: Callable[[PassResult], None] | None = None,
-                scaler: PoolScaler | None = None, fence: Fence = SOLE) -> None:
-    while not stop.is_set():
-        result = reconcile_once(sessions, settings, now=clock(), scaler=scaler, fence=fence)
-        if on_pass is not None:
-            on_pass(result)
-        stop.wait(settings.reconcile_seconds)
+                liveness: LoopLiveness, clock: Callable[[], float] = time.time,
+                on_pass: Callable[[PassResult], None] | None = None, scaler: PoolScaler | None = None,
+                fence: Fence = SOLE) -> None:
+    """Passes until `stop`. No exception ends the loop: a pass that fails (the database gone, a bug) is
+    logged, handed to on_pass as one error, and retried after the backoff `liveness` decides."""
+    try:
+        while not stop.is_set():
+            started = time.perf_counter()
+            try:
+                result = reconcile_once(sessions, settings, now=clock(), scaler=scaler, fence=fence)
+            except Exception:
+                log.exception("reconcile pass failed; retrying after a backoff")
+                result = PassResult([], 1, time.perf_counter() - started)
+            wait = liveness.passed(is_ok=not result.is_failed)
+            if on_pass is not None:
+                try:
+                    on_pass(result)
+                except Exception:
+                    log.exception("reporting a reconcile pass failed")
+            stop.wait(wait)
+    finally:
+        liveness.stopped()

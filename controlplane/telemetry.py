@@ -33,7 +33,8 @@ class ControllerMetrics:
             "moectl_controller_routing_over_limit_ratio",
             "Share of the last measured window's tokens whose top-k reached more groups than the limit in force",
             ["deployment", "role"], registry=registry)
-        self.pass_errors = Counter("moectl_controller_reconcile_errors_total", "Pools whose reconcile failed",
+        self.pass_errors = Counter("moectl_controller_reconcile_errors_total",
+                                   "Failed reconciles: of a pool, or of a whole pass (the database gone)",
                                    registry=registry)
         self.parked = Gauge("moectl_controller_knob_parked",
                             "1 while a knob is parked for the pool: its last change was reverted and the loop leaves "

@@ -50,9 +50,12 @@ def _ingest(snapshot: Snapshot, session, settings, now: float) -> DesiredState:
                                            placement_version=snapshot.placement_version, now=now)
     # a new rank's first windows start mid-window on cold caches: counted as fresh, not as load
     if num_windows > settings.warmup_windows:
-        windows.add_report(session, pool=pool, report=report, report_version=snapshot.placement_version,
-                           current_version=latest.version, grid_seconds=settings.window_seconds,
-                           empty=deployments.zeros_for(deployment, pool))
+        try:
+            windows.add_report(session, pool=pool, report=report, report_version=snapshot.placement_version,
+                               current_version=latest.version, grid_seconds=settings.window_seconds,
+                               empty=deployments.zeros_for(deployment, pool))
+        except windows.WindowOverflow as exc:
+            raise HTTPException(422, str(exc)) from None
     _, policy = policies.active(session, deployment)
     return desired_state(placement_version=latest.version, slot_to_expert=latest.slot_to_expert,
                          slot_share=latest.slot_share, reported_version=snapshot.placement_version,
