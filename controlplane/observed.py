@@ -125,7 +125,7 @@ class PoolState:
     ep_size: int
     slots_per_rank: int
     gpus_per_node: int
-    num_agents: int
+    num_agents: int  # fresh and stale: the quorum's whole (gone agents left it)
     num_fresh_agents: int
     placement_version: int
     slot_to_expert: np.ndarray
@@ -139,6 +139,7 @@ class PoolState:
     routing_changed_at: float | None = None
     top_k: int = 1
     model_topk_group: int | None = None  # the limit the model routes with when the controller sets none
+    num_gone_agents: int = 0  # silent past the gone limit: counted nowhere but in the overview
     model_key: str = ""  # fingerprint of the model shape (parking.model_key)
     policy_version: int = 0
     parked: dict[str, Parked] = field(default_factory=dict)  # knob -> its park, while one stands

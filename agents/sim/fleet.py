@@ -2,7 +2,9 @@
 
 Each instance routes tokens with a `LoadModel` (agents/sim/load.py), spreads every expert's tokens over the slots that
 hold it (per the placement it runs), and posts one `Snapshot` per rank per window over HTTP. All
-ranks of an instance switch placement together, at the next window, as real EP groups must.
+ranks of an instance switch placement together, at the next window, as real EP groups must. Like the real
+agent, the fleet registers its deployments again when the controller no longer knows them, and sends the
+table it runs when the controller no longer knows its placement version (agents/telemetry/poster.py).
 """
 
 from __future__ import annotations
@@ -15,13 +17,16 @@ import numpy as np
 import torch
 
 from agents.protocol import (
+    PLACEMENT_UNKNOWN,
     Array,
     DesiredState,
     Identity,
     LatencySummary,
     ModelShape,
     Role,
+    RunningPlacement,
     Snapshot,
+    error_code,
 )
 from agents.protocol.placement import default_slot_to_expert, effective_share, gpu_load, slot_load
 from agents.runtime.placement import Placement
@@ -117,6 +122,10 @@ class SimInstance:
         self.load.drift()
         return snapshots
 
+    def running_placement(self) -> RunningPlacement:
+        """The table every rank of the instance runs (placement_version names it)."""
+        share = None if self.slot_share is None else Array.from_numpy(self.slot_share)
+        return RunningPlacement(slot_to_expert=Array.from_numpy(self.slot_to_expert), slot_share=share)
     def _routing(self, topk_group: int) -> Routing:
         if self._tables is None or self._tables[0] != self.placement_version:
             share = None if self.slot_share is None else torch.tensor(self.slot_share)  # a copy: answers are read-only
@@ -154,6 +163,7 @@ class FleetClient:
 
     def __init__(self, client: httpx.Client, *, api_token: str, agent_token: str):
         self.client, self.api_token, self.agent_token = client, api_token, agent_token
+        self.policies: dict[str, dict | None] = {}  # deployment -> the policy this client registered it with
 
     def register(self, fleet: list[SimInstance], policy: dict | None = None) -> None:
         for deployment, model in {(i.deployment, i.model) for i in fleet}:
@@ -161,20 +171,33 @@ class FleetClient:
             response = self.client.put(f"/v1/deployments/{deployment}", json=body,
                                        headers={"Authorization": f"Bearer {self.api_token}"})
             response.raise_for_status()
+            self.policies[deployment] = policy
 
     def post_window(self, fleet: list[SimInstance], window_start: float, window_seconds: float,
                     num_tokens: int = 8192) -> None:
         """Every rank posts; each instance then applies the answer (all its ranks agree on it)."""
-        headers = {"Authorization": f"Bearer {self.agent_token}"}
         for instance in fleet:
-            answers = []
-            for snapshot in instance.window(window_start, window_seconds, num_tokens):
-                response = self.client.post("/v1/agents/snapshot", content=snapshot.model_dump_json(),
-                                            headers=headers | {"Content-Type": "application/json"})
-                if response.status_code != 200:
-                    log.warning("%s rank %d: %d %s", instance.instance, snapshot.identity.rank,
-                                response.status_code, response.text[:200])
-                    continue
-                answers.append(DesiredState.model_validate_json(response.content))
+            answers = [answer for snapshot in instance.window(window_start, window_seconds, num_tokens)
+                       if (answer := self._post(instance, snapshot)) is not None]
             if answers and len({a.placement_version for a in answers}) == 1:
                 instance.apply(answers[0])
+
+    def _post(self, instance: SimInstance, snapshot: Snapshot) -> DesiredState | None:
+        response = self._send(snapshot)
+        if response.status_code == 404 and instance.deployment in self.policies:  # the controller forgot it
+            self.register([instance], self.policies[instance.deployment])
+            response = self._send(snapshot)
+        if response.status_code == 409 and error_code(response.content) == PLACEMENT_UNKNOWN:
+            log.warning("%s: the controller never issued placement v%d; sending the table the instance runs",
+                        instance.instance, instance.placement_version)
+            response = self._send(snapshot.model_copy(update={"running_placement": instance.running_placement()}))
+        if response.status_code != 200:
+            log.warning("%s rank %d: %d %s", instance.instance, snapshot.identity.rank, response.status_code,
+                        response.text[:200])
+            return None
+        return DesiredState.model_validate_json(response.content)
+
+    def _send(self, snapshot: Snapshot) -> httpx.Response:
+        return self.client.post("/v1/agents/snapshot", content=snapshot.model_dump_json(),
+                                headers={"Authorization": f"Bearer {self.agent_token}",
+                                         "Content-Type": "application/json"})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agents.protocol import ModelShape, Snapshot
+from agents.protocol import PLACEMENT_UNKNOWN, ModelShape, Snapshot
 
 # a little clock skew between an agent and the controller is normal
 MAX_FUTURE_SECONDS = 30.0
@@ -13,9 +13,10 @@ MAX_FUTURE_SECONDS = 30.0
 class SnapshotRejected(ValueError):
     """The snapshot is well-formed but does not fit; `status` is the HTTP status to answer with."""
 
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, *, code: str | None = None):
         super().__init__(message)
         self.status = status
+        self.code = code  # for the agent to act on, beside the message for people
 
 
 @dataclass(frozen=True)
@@ -37,10 +38,14 @@ def check_snapshot(snapshot: Snapshot, model: ModelShape, pool: PoolShape | None
         raise SnapshotRejected(409, f"pool {ident.role} of {ident.deployment!r} runs ep_size={pool.ep_size}, "
                                     f"slots_per_rank={pool.slots_per_rank}; the snapshot says "
                                     f"ep_size={ident.ep_size}, slots_per_rank={ident.slots_per_rank}")
-    if snapshot.placement_version > latest_version:
+    if snapshot.placement_version > latest_version and snapshot.running_placement is None:
+        # the controller's database was restored or replaced while the fleet ran on: the agent sends the
+        # table it runs and the controller adopts it (api/routes/agents.py, actuate.change.adopt)
         raise SnapshotRejected(409, f"placement_version {snapshot.placement_version} was never issued: the "
-                                    f"latest for pool {ident.role} is {latest_version}; restart the agent "
-                                    f"so it starts from version 0, or restore the controller's database")
+                                    f"latest for pool {ident.role} is {latest_version} (was the controller's "
+                                    f"database restored or replaced?); post the window again with "
+                                    f"running_placement, the table the rank runs, and it is adopted",
+                               code=PLACEMENT_UNKNOWN)
     window_end = snapshot.window_start + snapshot.window_seconds
     if window_end < now - max_age_seconds:
         raise SnapshotRejected(422, f"window ended {now - window_end:.0f}s ago; the controller accepts "

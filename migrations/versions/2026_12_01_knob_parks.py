@@ -1,7 +1,7 @@
 """knob parks: a knob whose change was reverted stays parked for its pool until its inputs change materially
 
 Revision ID: 2026_12_01_knob_parks
-Revises: 2026_12_01_alert_requests
+Revises: 2026_12_01_audit_events
 Create Date: 2026-12-01
 """
 
@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "2026_12_01_knob_parks"
-down_revision = "2026_12_01_alert_requests"
+down_revision = "2026_12_01_audit_events"
 branch_labels = None
 depends_on = None
 
