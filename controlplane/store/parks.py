@@ -7,6 +7,7 @@ from sqlalchemy.orm import Session
 
 from controlplane.parking import KnobInputs, Parked
 from controlplane.store.arrays import pack, unpack
+from controlplane.store.batches import delete_some
 from controlplane.store.tables import KnobPark, Pool
 from controlplane.store.timestamps import seconds, utc
 
@@ -40,3 +41,9 @@ def _open(session: Session, pool: Pool, knob: str | None = None) -> list[KnobPar
     if knob is not None:
         query = query.where(KnobPark.knob == knob)
     return list(session.scalars(query.order_by(KnobPark.id)))
+
+
+def prune(session: Session, *, before: float, limit: int) -> int:
+    """Deletes parks released before `before` (a standing park always stays). Returns how many went."""
+    return delete_some(session, KnobPark, KnobPark.released_at.is_not(None), KnobPark.released_at < utc(before),
+                       limit=limit)
