@@ -3,7 +3,7 @@ one in-process rank on the same prompts: greedy, max_tokens 32, draft depth k = 
 
 Usage: python benchmarks/mtp_under_up.py local|up [--chat-share 0.2] [-n 24]
 Prompts are drawn like agents/loadgen/main.py's: a system prefix + 40-400 or 40-100 chars of stdlib text.
-Results: benchmarks/results/mtp-under-up-2026-12-01.md.
+Results: benchmarks/results/mtp-under-up-2026-11-30.md.
 """
 
 from __future__ import annotations
