@@ -30,13 +30,14 @@ from agents.protocol import (
 )
 from agents.protocol.placement import default_slot_to_expert, effective_share, gpu_load, slot_load
 from agents.runtime.placement import Placement
-from agents.sim.cost import remote_share, routing_effect, step_times
+from agents.sim.cost import GPU_NODES, Links, step_times
 from agents.sim.load import LoadModel
-from agents.sim.reach import Routing, sample_reach
+from agents.sim.reach import GROUP_AFFINITY, Routing, sample_reach
 
 log = logging.getLogger("moectl.sim")
 
-MAX_REACH_TOKENS = 32  # tokens per rank and window whose groups and nodes a window samples
+MAX_REACH_TOKENS = 32  # tokens per rank and window whose groups and nodes a window samples, at least
+MAX_SAMPLED_TOKENS = 512  # per instance and window, for traffic and recall to 1-2%, if ranks are few
 DEFAULT_MODEL = ModelShape(name="sim-moe-64e", num_layers=8, num_experts=64, num_groups=8, top_k=6)
 
 
@@ -50,6 +51,9 @@ class SimInstance:
     slots_per_rank: int
     load: LoadModel
     gpus_per_node: int = 8
+    links: Links = GPU_NODES
+    group_affinity: float = GROUP_AFFINITY  # agents/sim/reach.py
+    mtp_acceptance: float = 0.85  # at draft position 1, routing as the model was trained
     placement_version: int = 0
     slot_to_expert: np.ndarray = field(init=False)  # [num_layers, num_slots]
     slot_share: np.ndarray | None = None  # [num_layers, num_slots] or even split
@@ -70,34 +74,38 @@ class SimInstance:
         return None if self.is_group_limit_bypassed else self.topk_group or self.model.topk_group
 
     def window(self, window_start: float, window_seconds: float, num_tokens: int) -> list[Snapshot]:
-        rng = self.load.rng
+        rng, model = self.load.rng, self.model
         popularity = self.load.popularity()
         expert_tokens = self.load.route(popularity, num_tokens)
         # each rank's attention is data parallel: it routes its own share of the tokens
         per_rank = rng.multinomial(expert_tokens, np.full(self.ep_size, 1.0 / self.ep_size))  # [L, E, R]
         slot_tokens = np.rint(slot_load(self.slot_to_expert, expert_tokens, self.shares()))
-        topk_group = self.routed_topk_group()
-        _, recall = routing_effect(topk_group, self.model.num_groups, self.model.top_k)
+        routing = self._routing(self.routed_topk_group() or model.num_groups)
+        # a sample of each rank's tokens: what the group limit bounds, at a bounded cost per window
+        num_sampled = min(num_tokens // self.ep_size, max(MAX_REACH_TOKENS, MAX_SAMPLED_TOKENS // self.ep_size))
+        reaches = [sample_reach(popularity, num_sampled, rng, routing, home_rank=rank) for rank in range(self.ep_size)]
+        reach = sum(reaches[1:], reaches[0])
+        num_steps = int(window_seconds * 20)
         times = step_times(gpu_load(slot_tokens, self.ep_size), num_tokens / self.ep_size,
-                           remote_share(self.ep_size, topk_group, self.model.num_groups, self.model.top_k))
-        routing = self._routing(topk_group or self.model.num_groups)
+                           reach.traffic(model.top_k), self.links, num_steps)
         queries = num_tokens // self.ep_size * 4
         drafts = num_tokens // self.ep_size // 4
+        quality = reach.quality(model.top_k)
+        acceptance = self.mtp_acceptance * quality
         snapshots = []
         for rank in range(self.ep_size):
             ident = Identity(deployment=self.deployment, instance=self.instance, role=self.role, rank=rank,
                              ep_size=self.ep_size, slots_per_rank=self.slots_per_rank,
-                             gpus_per_node=self.gpus_per_node, node=f"{self.instance}-node{rank // 8}")
+                             gpus_per_node=self.gpus_per_node,
+                             node=f"{self.instance}-node{rank // self.gpus_per_node}")
             columns = slice(rank * self.slots_per_rank, (rank + 1) * self.slots_per_rank)
             ttft = rng.gamma(4.0, 0.05, 32)
             # two MTP draft positions: the second is verified only where the first was accepted
-            accepted = [int(rng.binomial(drafts, 0.85))]
-            accepted.append(int(rng.binomial(accepted[0], 0.7)))
-            # a sample of the rank's tokens: what the group limit bounds, at a bounded cost per window
-            groups, nodes = sample_reach(popularity, min(num_tokens // self.ep_size, MAX_REACH_TOKENS), rng, routing)
+            accepted = [int(rng.binomial(drafts, acceptance))]
+            accepted.append(int(rng.binomial(accepted[0], 0.7 * quality)))
             snapshots.append(Snapshot(
                 identity=ident, model=self.model, window_start=window_start, window_seconds=window_seconds,
-                placement_version=self.placement_version, num_steps=int(window_seconds * 20),
+                placement_version=self.placement_version, num_steps=num_steps,
                 expert_tokens=Array.from_numpy(per_rank[:, :, rank]),
                 slot_tokens=Array.from_numpy(slot_tokens[:, columns].astype(np.int64)),
                 forward_seconds=times.forward_seconds, dispatch_seconds=times.dispatch_seconds,
@@ -108,8 +116,9 @@ class SimInstance:
                 requests_running=int(rng.poisson(24)), requests_waiting=int(rng.poisson(3)),
                 ttft=LatencySummary(count=len(ttft), sum=float(ttft.sum()), p50=float(np.quantile(ttft, 0.5)),
                                     p90=float(np.quantile(ttft, 0.9)), p99=float(np.quantile(ttft, 0.99))),
-                routing_recall=recall, routing_groups_per_token=groups.sum(0).tolist(),
-                routing_nodes_per_token=nodes.sum(0).tolist()))
+                routing_recall=reach.recall(model.top_k),
+                routing_groups_per_token=reaches[rank].groups.sum(0).tolist(),
+                routing_nodes_per_token=reaches[rank].nodes.sum(0).tolist()))
         self.load.drift()
         return snapshots
 
@@ -123,7 +132,7 @@ class SimInstance:
             table = Placement(torch.tensor(self.slot_to_expert), share)
             self._tables = (self.placement_version, table.routing_tables(self.model.num_experts))
         return Routing(self.model.num_groups, self.model.top_k, topk_group, *self._tables[1], self.slots_per_rank,
-                       self.gpus_per_node, self.ep_size)
+                       self.gpus_per_node, self.ep_size, self.model.topk_group, self.group_affinity)
 
     def apply(self, desired: DesiredState) -> None:
         self.topk_group = desired.routing.topk_group
@@ -140,9 +149,11 @@ class SimInstance:
 
 
 def make_fleet(num_deployments: int = 2, ep_size: int = 8, slots_per_rank: int = 10,
-               model: ModelShape = DEFAULT_MODEL, seed: int = 0) -> list[SimInstance]:
+               model: ModelShape = DEFAULT_MODEL, seed: int = 0, gpus_per_node: int = 8,
+               links: Links = GPU_NODES, group_affinity: float = GROUP_AFFINITY) -> list[SimInstance]:
     return [SimInstance(deployment=f"sim-{i}", instance=f"sim-{i}-decode-0", role=Role.decode, model=model,
-                        ep_size=ep_size, slots_per_rank=slots_per_rank,
+                        ep_size=ep_size, slots_per_rank=slots_per_rank, gpus_per_node=gpus_per_node, links=links,
+                        group_affinity=group_affinity,
                         load=LoadModel(model.num_layers, model.num_experts, model.top_k, seed=seed + i))
             for i in range(num_deployments)]
 

@@ -15,6 +15,7 @@ import time
 import httpx
 
 from agents.protocol.grid import window_index, window_start
+from agents.sim.cost import LINKS
 from agents.sim.fleet import FleetClient, make_fleet
 
 log = logging.getLogger("moectl.sim")
@@ -22,12 +23,12 @@ log = logging.getLogger("moectl.sim")
 
 def run_sim(*, url: str, api_token: str, agent_token: str, num_deployments: int, ep_size: int,
             slots_per_rank: int, window_seconds: float, mode: str, num_windows: int = 0,
-            stop: threading.Event | None = None) -> int:
+            stop: threading.Event | None = None, gpus_per_node: int = 8, links: str = "gpu-nodes") -> int:
     if not api_token or not agent_token:
         print("error: the simulated fleet needs --api-token and --agent-token (printed by `moectl serve`)")
         return 2
     stop = stop or threading.Event()
-    fleet = make_fleet(num_deployments, ep_size, slots_per_rank)
+    fleet = make_fleet(num_deployments, ep_size, slots_per_rank, gpus_per_node=gpus_per_node, links=LINKS[links])
     with httpx.Client(base_url=url, timeout=30) as client:
         fleet_client = FleetClient(client, api_token=api_token, agent_token=agent_token)
         fleet_client.register(fleet, policy={"mode": mode, "cooldown_seconds": 3 * window_seconds})
@@ -57,6 +58,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--deployments", type=int, default=2)
     p.add_argument("--ep-size", type=int, default=8)
     p.add_argument("--slots-per-rank", type=int, default=10)
+    p.add_argument("--gpus-per-node", type=int, default=8, help="ranks per node: tokens cross the network between")
+    p.add_argument("--links", choices=sorted(LINKS), default="gpu-nodes",
+                   help="what the all-to-all crosses (agents/sim/cost.py): NVLink and a network, or loopback gloo")
     p.add_argument("--window-seconds", type=float, default=2.0)
     p.add_argument("--mode", choices=["off", "observe", "approve", "auto"], default="auto",
                    help="policy mode the simulated deployments are registered with")
@@ -76,4 +80,5 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signum, lambda *_: stop.set())
     return run_sim(url=args.url, api_token=args.api_token, agent_token=args.agent_token,
                    num_deployments=args.deployments, ep_size=args.ep_size, slots_per_rank=args.slots_per_rank,
-                   window_seconds=args.window_seconds, mode=args.mode, num_windows=args.windows, stop=stop)
+                   window_seconds=args.window_seconds, mode=args.mode, num_windows=args.windows, stop=stop,
+                   gpus_per_node=args.gpus_per_node, links=args.links)

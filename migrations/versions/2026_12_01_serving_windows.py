@@ -3,7 +3,7 @@ the PD-aware threshold versioned on each pool like placements (version 0: not se
 planner's latest plan per deployment
 
 Revision ID: 2026_12_01_serving
-Revises: 2026_12_01_audit_events
+Revises: 2026_12_01_knob_parks
 Create Date: 2026-12-01
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "2026_12_01_serving"
-down_revision = "2026_12_01_audit_events"
+down_revision = "2026_12_01_knob_parks"
 branch_labels = None
 depends_on = None
 
