@@ -1,8 +1,10 @@
 """Simulated EP groups that report windows to a controller and apply what it answers.
 
 Each instance routes tokens with a `LoadModel` (agents/sim/load.py), spreads every expert's tokens over the slots that
-hold it (per the placement it runs), and posts one `Snapshot` per rank per window over HTTP. All
-ranks of an instance switch placement together, at the next window, as real EP groups must.
+hold it (per the placement it runs), and posts its window over HTTP: one `Snapshot` per rank (`moectl.v1`) or
+one `GroupSnapshot` for the whole instance (`moectl.v2`, agents/protocol/group.py). All ranks of an instance
+switch placement together, at the next window, as real EP groups must. Fleets come in the shapes of
+agents/sim/models.py (`deepseek-v3`: prefill EP32 and decode EP320 instances).
 """
 
 from __future__ import annotations
@@ -22,13 +24,24 @@ from agents.protocol import (
     Role,
     Snapshot,
 )
+from agents.protocol.group import GroupSnapshot, RankRow
 from agents.protocol.placement import default_slot_to_expert, effective_share, gpu_load, slot_load
 from agents.sim.cost import remote_share, routing_effect, step_times
 from agents.sim.load import LoadModel
+from agents.sim.models import SIM_MOE, ModelLayout, layout_for_gpus
 
 log = logging.getLogger("moectl.sim")
 
-DEFAULT_MODEL = ModelShape(name="sim-moe-64e", num_layers=8, num_experts=64, num_groups=8, top_k=6)
+DEFAULT_MODEL = SIM_MOE
+DEFAULT_TOKENS_PER_WINDOW = 8192  # an instance without a layout's rate
+
+
+@dataclass(frozen=True)
+class _Drawn:
+    rng: np.random.Generator
+    expert_tokens: np.ndarray  # [num_layers, num_experts], the instance's
+    slot_tokens: np.ndarray  # [num_layers, num_slots] int64
+    rows: list[RankRow]
 
 
 @dataclass
@@ -45,6 +58,8 @@ class SimInstance:
     slot_to_expert: np.ndarray = field(init=False)  # [num_layers, num_slots]
     slot_share: np.ndarray | None = None  # [num_layers, num_slots] or even split
     topk_group: int | None = None  # routing limit in force; None: every group
+    tokens_per_rank_second: int = 0  # the layout's rate (agents/sim/models.py); 0: callers say how many tokens
+    rng: np.random.Generator | None = None  # this instance's draws; None: the load model's own
 
     def __post_init__(self) -> None:
         self.slot_to_expert = default_slot_to_expert(self.model.num_layers, self.model.num_experts,
@@ -54,32 +69,60 @@ class SimInstance:
         """[num_layers, num_slots] share of its expert's tokens each slot takes, as the runtime splits."""
         return effective_share(self.slot_to_expert, self.slot_share, self.model.num_experts)
 
-    def window(self, window_start: float, window_seconds: float, num_tokens: int) -> list[Snapshot]:
-        rng = self.load.rng
-        expert_tokens = self.load.route(self.load.popularity(), num_tokens)
+    def tokens_per_window(self, window_seconds: float) -> int:
+        """Tokens the whole instance routes in a window at its layout's rate (0 when it has none)."""
+        return int(self.tokens_per_rank_second * self.ep_size * window_seconds)
+
+    def window(self, window_start: float, window_seconds: float, num_tokens: int | None = None) -> list[Snapshot]:
+        """One v1 snapshot per rank. num_tokens: routed by the whole instance (default: its layout's rate)."""
+        drawn = self._draw(window_seconds, num_tokens)
         # each rank's attention is data parallel: it routes its own share of the tokens
-        per_rank = rng.multinomial(expert_tokens, np.full(self.ep_size, 1.0 / self.ep_size))  # [L, E, R]
-        slot_tokens = np.rint(slot_load(self.slot_to_expert, expert_tokens, self.shares()))
+        per_rank = drawn.rng.multinomial(drawn.expert_tokens, np.full(self.ep_size, 1.0 / self.ep_size))  # [L, E, R]
+        snapshots = []
+        for rank, row in enumerate(drawn.rows):
+            ident = Identity(deployment=self.deployment, instance=self.instance, role=self.role, rank=rank,
+                             ep_size=self.ep_size, slots_per_rank=self.slots_per_rank,
+                             gpus_per_node=self.gpus_per_node, node=row.node)
+            columns = slice(rank * self.slots_per_rank, (rank + 1) * self.slots_per_rank)
+            snapshots.append(Snapshot(
+                identity=ident, model=self.model, window_start=window_start, window_seconds=window_seconds,
+                expert_tokens=Array.from_numpy(per_rank[:, :, rank]),
+                slot_tokens=Array.from_numpy(drawn.slot_tokens[:, columns]),
+                **row.model_dump(exclude={"rank", "node", "gpu_uuid"})))
+        return snapshots
+
+    def group_window(self, window_start: float, window_seconds: float,
+                     num_tokens: int | None = None) -> GroupSnapshot:
+        """The v2 group snapshot rank 0 posts for the whole instance."""
+        drawn = self._draw(window_seconds, num_tokens)
+        return GroupSnapshot(deployment=self.deployment, instance=self.instance, role=self.role,
+                             ep_size=self.ep_size, slots_per_rank=self.slots_per_rank,
+                             gpus_per_node=self.gpus_per_node, model=self.model, window_start=window_start,
+                             window_seconds=window_seconds, expert_tokens=Array.from_numpy(drawn.expert_tokens),
+                             slot_tokens=Array.from_numpy(drawn.slot_tokens), ranks=drawn.rows)
+
+    def _draw(self, window_seconds: float, num_tokens: int | None) -> _Drawn:
+        """One window of the instance: what its routers send where, what its slots process, each rank's
+        counters; then the load drifts."""
+        rng = self.rng or self.load.rng
+        if num_tokens is None:
+            num_tokens = self.tokens_per_window(window_seconds) or DEFAULT_TOKENS_PER_WINDOW
+        expert_tokens = self.load.route(self.load.popularity(), num_tokens, rng)
+        slot_tokens = np.rint(slot_load(self.slot_to_expert, expert_tokens, self.shares())).astype(np.int64)
         _, recall = routing_effect(self.topk_group, self.model.num_groups, self.model.top_k)
         times = step_times(gpu_load(slot_tokens, self.ep_size), num_tokens / self.ep_size,
                            remote_share(self.ep_size, self.topk_group, self.model.num_groups, self.model.top_k))
         queries = num_tokens // self.ep_size * 4
         drafts = num_tokens // self.ep_size // 4
-        snapshots = []
+        rows = []
         for rank in range(self.ep_size):
-            ident = Identity(deployment=self.deployment, instance=self.instance, role=self.role, rank=rank,
-                             ep_size=self.ep_size, slots_per_rank=self.slots_per_rank,
-                             gpus_per_node=self.gpus_per_node, node=f"{self.instance}-node{rank // 8}")
-            columns = slice(rank * self.slots_per_rank, (rank + 1) * self.slots_per_rank)
             ttft = rng.gamma(4.0, 0.05, 32)
             # two MTP draft positions: the second is verified only where the first was accepted
             accepted = [int(rng.binomial(drafts, 0.85))]
             accepted.append(int(rng.binomial(accepted[0], 0.7)))
-            snapshots.append(Snapshot(
-                identity=ident, model=self.model, window_start=window_start, window_seconds=window_seconds,
+            rows.append(RankRow(
+                rank=rank, node=f"{self.instance}-node{rank // self.gpus_per_node}",
                 placement_version=self.placement_version, num_steps=int(window_seconds * 20),
-                expert_tokens=Array.from_numpy(per_rank[:, :, rank]),
-                slot_tokens=Array.from_numpy(slot_tokens[:, columns].astype(np.int64)),
                 forward_seconds=times.forward_seconds, dispatch_seconds=times.dispatch_seconds,
                 combine_seconds=times.combine_seconds, prefix_query_tokens=queries,
                 prefix_hit_tokens=int(rng.binomial(queries, 0.55)), spec_drafts=drafts,
@@ -90,7 +133,7 @@ class SimInstance:
                                     p90=float(np.quantile(ttft, 0.9)), p99=float(np.quantile(ttft, 0.99))),
                 routing_recall=recall))
         self.load.drift()
-        return snapshots
+        return _Drawn(rng, expert_tokens, slot_tokens, rows)
 
     def apply(self, desired: DesiredState) -> None:
         self.topk_group = desired.routing.topk_group
@@ -114,11 +157,36 @@ def make_fleet(num_deployments: int = 2, ep_size: int = 8, slots_per_rank: int =
             for i in range(num_deployments)]
 
 
-class FleetClient:
-    """Talks to the controller for a fleet: registers deployments, posts windows, applies answers."""
+def layout_fleet(layout: ModelLayout, *, deployment: str, seed: int = 0) -> list[SimInstance]:
+    """Every instance of every pool of one deployment. The instances of a pool serve the same model and
+    workload, so they share hot experts (one load model's seed) and draw their tokens apart."""
+    fleet = []
+    for p, pool in enumerate(layout.pools):
+        for i in range(pool.num_instances):
+            load = LoadModel(layout.model.num_layers, layout.model.num_experts, layout.model.top_k, seed=seed + p)
+            fleet.append(SimInstance(deployment=deployment, instance=f"{deployment}-{pool.role.value}-{i}",
+                                     role=pool.role, model=layout.model, ep_size=pool.ep_size,
+                                     slots_per_rank=pool.slots_per_rank, load=load,
+                                     gpus_per_node=layout.gpus_per_node,
+                                     tokens_per_rank_second=pool.tokens_per_rank_second,
+                                     rng=np.random.default_rng([seed, p, i])))
+    return fleet
 
-    def __init__(self, client: httpx.Client, *, api_token: str, agent_token: str):
-        self.client, self.api_token, self.agent_token = client, api_token, agent_token
+
+def deepseek_fleet(num_gpus: int, *, seed: int = 0) -> list[SimInstance]:
+    """A DeepSeek-V3 deployment of about `num_gpus` GPUs (agents/sim/models.py: 320 -> one decode EP320
+    instance; 1,024 -> three decode and two prefill EP32 instances)."""
+    return layout_fleet(layout_for_gpus("deepseek-v3", num_gpus), deployment="deepseek-v3", seed=seed)
+
+
+class FleetClient:
+    """Talks to the controller for a fleet: registers deployments, posts windows, applies answers.
+    protocol: "v1" posts a snapshot per rank, "v2" one group snapshot per instance."""
+
+    def __init__(self, client: httpx.Client, *, api_token: str, agent_token: str, protocol: str = "v1"):
+        if protocol not in ("v1", "v2"):
+            raise ValueError(f"protocol {protocol!r}: v1 (a snapshot per rank) or v2 (one per EP group)")
+        self.client, self.api_token, self.agent_token, self.protocol = client, api_token, agent_token, protocol
 
     def register(self, fleet: list[SimInstance], policy: dict | None = None) -> None:
         for deployment, model in {(i.deployment, i.model) for i in fleet}:
@@ -128,18 +196,25 @@ class FleetClient:
             response.raise_for_status()
 
     def post_window(self, fleet: list[SimInstance], window_start: float, window_seconds: float,
-                    num_tokens: int = 8192) -> None:
-        """Every rank posts; each instance then applies the answer (all its ranks agree on it)."""
-        headers = {"Authorization": f"Bearer {self.agent_token}"}
+                    num_tokens: int | None = None) -> None:
+        """Every rank posts (v1), or every instance once (v2); each instance then applies the answer (all its
+        ranks agree on it). num_tokens: per instance (default: its layout's rate)."""
         for instance in fleet:
-            answers = []
-            for snapshot in instance.window(window_start, window_seconds, num_tokens):
-                response = self.client.post("/v1/agents/snapshot", content=snapshot.model_dump_json(),
-                                            headers=headers | {"Content-Type": "application/json"})
-                if response.status_code != 200:
-                    log.warning("%s rank %d: %d %s", instance.instance, snapshot.identity.rank,
-                                response.status_code, response.text[:200])
-                    continue
-                answers.append(DesiredState.model_validate_json(response.content))
+            if self.protocol == "v2":
+                group = instance.group_window(window_start, window_seconds, num_tokens)
+                answer = self._post("/v2/agents/snapshot", group.model_dump_json(), instance.instance, "group")
+                answers = [] if answer is None else [answer]
+            else:
+                answers = [a for s in instance.window(window_start, window_seconds, num_tokens)
+                           if (a := self._post("/v1/agents/snapshot", s.model_dump_json(), instance.instance,
+                                               f"rank {s.identity.rank}")) is not None]
             if answers and len({a.placement_version for a in answers}) == 1:
                 instance.apply(answers[0])
+
+    def _post(self, path: str, body: str, instance: str, who: str) -> DesiredState | None:
+        response = self.client.post(path, content=body, headers={"Authorization": f"Bearer {self.agent_token}",
+                                                                 "Content-Type": "application/json"})
+        if response.status_code != 200:
+            log.warning("%s %s: %d %s", instance, who, response.status_code, response.text[:200])
+            return None
+        return DesiredState.model_validate_json(response.content)
