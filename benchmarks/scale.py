@@ -45,7 +45,7 @@ import numpy as np
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TESTS_DIR = REPO / "tests"
-TOKEN = "bench-token"
+ADMIN_TOKEN, AGENT_TOKEN = "bench-admin", "bench-agent"
 WINDOW_SECONDS = 5.0
 MARK = 1234567.0  # window_start in the body templates, replaced per window
 
@@ -106,7 +106,7 @@ class Poster:
 
     def _run(self) -> None:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
-        headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+        headers = {"Authorization": f"Bearer {AGENT_TOKEN}", "Content-Type": "application/json"}
         while True:
             job = self.jobs.get()
             if job is None:
@@ -155,7 +155,8 @@ class Controller:
         self.process = subprocess.Popen(
             [sys.executable, str(REPO / "benchmarks" / "scale_controller.py"), "--database-url", database_url,
              "--port", str(self.port), "--clock-file", str(self.clock_file), "--passes-file", str(self.passes_file),
-             "--window-seconds", str(WINDOW_SECONDS), "--token", TOKEN],
+             "--window-seconds", str(WINDOW_SECONDS), "--api-token", ADMIN_TOKEN,
+             "--agent-token", AGENT_TOKEN],
             cwd=tree, env=env, stdout=self.log, stderr=subprocess.STDOUT)
         wait_http(f"http://127.0.0.1:{self.port}/healthz", timeout=120)
         self.offset = 0.0
@@ -180,14 +181,14 @@ class Controller:
 
     def get(self, path: str) -> dict:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
-        conn.request("GET", path, headers={"Authorization": f"Bearer {TOKEN}"})
+        conn.request("GET", path, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
         response = conn.getresponse()
         return json.loads(response.read())
 
     def put(self, path: str, body: dict) -> int:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
         conn.request("PUT", path, body=json.dumps(body),
-                     headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
+                     headers={"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"})
         response = conn.getresponse()
         response.read()
         return response.status

@@ -38,7 +38,8 @@ def main() -> None:
     p.add_argument("--clock-file", required=True)
     p.add_argument("--passes-file", required=True)
     p.add_argument("--window-seconds", type=float, default=5.0)
-    p.add_argument("--token", default="bench-token")
+    p.add_argument("--api-token", required=True)
+    p.add_argument("--agent-token", required=True)
     args = p.parse_args()
 
     import uvicorn
@@ -48,8 +49,8 @@ def main() -> None:
     from controlplane.reconcile import run_forever
     from controlplane.store import db
 
-    settings = Settings(database_url=args.database_url, port=args.port, api_token=args.token,
-                        agent_token=args.token, window_seconds=args.window_seconds,
+    settings = Settings(database_url=args.database_url, port=args.port, api_token=args.api_token,
+                        agent_token=args.agent_token, window_seconds=args.window_seconds,
                         reconcile_seconds=args.window_seconds, leader_election=False)
     upgrade_and_engine = inspect.signature(db.make_engine).parameters
     extra = {"timeout_seconds": getattr(settings, "database_timeout_seconds", 5.0)} \

@@ -166,6 +166,8 @@ class Snapshot(_Frozen):
     @field_validator("protocol", mode="before")
     @classmethod
     def _known_protocol(cls, value: object) -> object:
+        if value == "moectl.v2":
+            raise ValueError("protocol 'moectl.v2' is a group snapshot: post it to /v2/agents/snapshot")
         if value != PROTOCOL_VERSION:
             raise ValueError(f"protocol {value!r} is not spoken here; this controller speaks {PROTOCOL_VERSION!r}")
         return value

@@ -1,13 +1,16 @@
-"""A snapshot's additive share of its pool's window: counters and where its slot load goes."""
+"""A post's additive share of its pool's window: counters and where its slot load goes. A post is one rank's
+snapshot (moectl.v1) or one EP group's (moectl.v2, agents/protocol/group.py); both become one `Report`."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 
 from agents.protocol import Snapshot
 from agents.protocol.grid import window_index
+from agents.protocol.group import GroupSnapshot, RankRow
 
 # summed over all reports of a window; ratios are formed at read time (sum/sum, never mean of ratios)
 COUNTERS = (
@@ -23,28 +26,50 @@ ACCEPTED_AT = "spec_accepted_at_"  # + draft position: accepted tokens there, su
 
 @dataclass(frozen=True)
 class Report:
-    """expert_tokens: [num_layers, num_experts]; slot_tokens: [num_layers, slots_per_rank] landing at
-    slot columns `slot_offset..slot_offset + slots_per_rank` of the pool's table."""
+    """expert_tokens: [num_layers, num_experts], summed over the post's ranks; slot_tokens: [num_layers,
+    num_ranks * slots_per_rank] landing at slot columns `slot_offset..` of the pool's table; rank_versions: the
+    placement version each of its ranks ran, in rank order from rank `slot_offset // slots_per_rank`."""
 
     window_index: int
     expert_tokens: np.ndarray
     slot_tokens: np.ndarray
     slot_offset: int
     counters: dict[str, float]
+    rank_versions: tuple[int, ...] = (0,)
+
+    @property
+    def slots_per_rank(self) -> int:
+        return self.slot_tokens.shape[1] // len(self.rank_versions)
+
+    @property
+    def first_rank(self) -> int:
+        return self.slot_offset // self.slots_per_rank
 
 
-def to_report(snapshot: Snapshot, grid_seconds: float) -> Report:
-    s = snapshot
+def rank_counters(s: Snapshot | RankRow) -> dict[str, float]:
+    """One rank's counters, from its v1 snapshot or its row of a group snapshot (the same fields)."""
     counters = {name: float(getattr(s, name)) for name in COUNTERS if hasattr(s, name)}
     counters |= {
         "ttft_count": s.ttft.count, "ttft_sum": s.ttft.sum, "itl_count": s.itl.count, "itl_sum": s.itl.sum,
         "routing_recall_sum": s.routing_recall or 0.0, "routing_recall_count": int(s.routing_recall is not None),
         "ttft_p99": s.ttft.p99 or 0.0, "itl_p99": s.itl.p99 or 0.0,
     }
-    counters |= {f"{ACCEPTED_AT}{i}": float(n) for i, n in enumerate(s.spec_accepted_by_position)}
+    return counters | {f"{ACCEPTED_AT}{i}": float(n) for i, n in enumerate(s.spec_accepted_by_position)}
+
+
+def to_report(snapshot: Snapshot, grid_seconds: float) -> Report:
+    s = snapshot
     # the grid window holding the snapshot's start: every rank's window lands in the same row
     return Report(window_index(s.window_start, grid_seconds), s.expert_tokens.to_numpy(),
-                  s.slot_tokens.to_numpy(), s.identity.rank * s.identity.slots_per_rank, counters)
+                  s.slot_tokens.to_numpy(), s.identity.rank * s.identity.slots_per_rank, rank_counters(s),
+                  (s.placement_version,))
+
+
+def to_group_report(group: GroupSnapshot, grid_seconds: float) -> Report:
+    rows = sorted(group.ranks, key=lambda r: r.rank)
+    return Report(window_index(group.window_start, grid_seconds), group.expert_tokens.to_numpy(),
+                  group.slot_tokens.to_numpy(), 0, functools.reduce(merge_counters, map(rank_counters, rows), {}),
+                  tuple(r.placement_version for r in rows))
 
 
 def merge_counters(total: dict[str, float], part: dict[str, float]) -> dict[str, float]:

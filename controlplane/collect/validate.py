@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agents.protocol import ModelShape, Snapshot
+from agents.protocol import GroupSnapshot, ModelShape, Role, Snapshot
 
 # a little clock skew between an agent and the controller is normal
 MAX_FUTURE_SECONDS = 30.0
@@ -28,23 +28,44 @@ def check_snapshot(snapshot: Snapshot, model: ModelShape, pool: PoolShape | None
                    now: float, max_age_seconds: float) -> None:
     """Raises SnapshotRejected naming the problem; returns None when the snapshot may be stored."""
     ident = snapshot.identity
-    if snapshot.model != model:
-        diff = [f"{k}={getattr(snapshot.model, k)!r} (registered {getattr(model, k)!r})"
-                for k in type(model).model_fields if getattr(snapshot.model, k) != getattr(model, k)]
-        raise SnapshotRejected(409, f"model shape does not match deployment {ident.deployment!r}: "
-                                    + ", ".join(diff))
-    if pool is not None and (pool.ep_size, pool.slots_per_rank) != (ident.ep_size, ident.slots_per_rank):
-        raise SnapshotRejected(409, f"pool {ident.role} of {ident.deployment!r} runs ep_size={pool.ep_size}, "
-                                    f"slots_per_rank={pool.slots_per_rank}; the snapshot says "
-                                    f"ep_size={ident.ep_size}, slots_per_rank={ident.slots_per_rank}")
+    _check_fit(ident.deployment, ident.role, snapshot.model, model, pool,
+               PoolShape(ident.ep_size, ident.slots_per_rank))
     if snapshot.placement_version > latest_version:
         raise SnapshotRejected(409, f"placement_version {snapshot.placement_version} was never issued: the "
                                     f"latest for pool {ident.role} is {latest_version}; restart the agent "
                                     f"so it starts from version 0, or restore the controller's database")
-    window_end = snapshot.window_start + snapshot.window_seconds
+    _check_time(snapshot.window_start, snapshot.window_seconds, now, max_age_seconds)
+
+
+def check_group(group: GroupSnapshot, model: ModelShape, pool: PoolShape | None, latest_version: int,
+                now: float, max_age_seconds: float) -> None:
+    """check_snapshot for an EP group's snapshot (moectl.v2): every rank's version must have been issued."""
+    _check_fit(group.deployment, group.role, group.model, model, pool, PoolShape(group.ep_size, group.slots_per_rank))
+    ahead = max(group.ranks, key=lambda r: r.placement_version)
+    if ahead.placement_version > latest_version:
+        raise SnapshotRejected(409, f"rank {ahead.rank} ran placement_version {ahead.placement_version}, never "
+                                    f"issued: the latest for pool {group.role} is {latest_version}; restart the "
+                                    f"group so it starts from version 0, or restore the controller's database")
+    _check_time(group.window_start, group.window_seconds, now, max_age_seconds)
+
+
+def _check_fit(deployment: str, role: Role, sent: ModelShape, model: ModelShape, pool: PoolShape | None,
+               shape: PoolShape) -> None:
+    if sent != model:
+        diff = [f"{k}={getattr(sent, k)!r} (registered {getattr(model, k)!r})"
+                for k in type(model).model_fields if getattr(sent, k) != getattr(model, k)]
+        raise SnapshotRejected(409, f"model shape does not match deployment {deployment!r}: " + ", ".join(diff))
+    if pool is not None and pool != shape:
+        raise SnapshotRejected(409, f"pool {role} of {deployment!r} runs ep_size={pool.ep_size}, "
+                                    f"slots_per_rank={pool.slots_per_rank}; the snapshot says "
+                                    f"ep_size={shape.ep_size}, slots_per_rank={shape.slots_per_rank}")
+
+
+def _check_time(window_start: float, window_seconds: float, now: float, max_age_seconds: float) -> None:
+    window_end = window_start + window_seconds
     if window_end < now - max_age_seconds:
         raise SnapshotRejected(422, f"window ended {now - window_end:.0f}s ago; the controller accepts "
                                     f"windows up to {max_age_seconds:.0f}s old")
-    if snapshot.window_start > now + MAX_FUTURE_SECONDS:
-        raise SnapshotRejected(422, f"window starts {snapshot.window_start - now:.0f}s in the future; "
+    if window_start > now + MAX_FUTURE_SECONDS:
+        raise SnapshotRejected(422, f"window starts {window_start - now:.0f}s in the future; "
                                     f"check the agent's clock")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -58,23 +60,41 @@ def create_pool(session: Session, *, deployment: Deployment, identity: Identity,
     return pool
 
 
-def record_agent(session: Session, *, pool: Pool, identity: Identity, window_index: int, placement_version: int,
-                 now: float) -> int:
-    """Notes that an agent reported. Returns how many windows it has reported, this one included, or 0
-    when it already reported this window (a retry: not counted twice)."""
-    agent = session.scalar(select(Agent).where(Agent.pool_id == pool.id, Agent.instance == identity.instance,
-                                               Agent.rank == identity.rank).with_for_update())
-    if agent is None:
-        agent = Agent(pool_id=pool.id, instance=identity.instance, rank=identity.rank, first_seen=now,
-                      last_window_index=window_index - 1, num_windows=0)
-        session.add(agent)
-    agent.last_seen = now
-    agent.node, agent.gpu_uuid, agent.placement_version = identity.node, identity.gpu_uuid, placement_version
-    if window_index <= agent.last_window_index:
-        return 0
-    agent.last_window_index = window_index
-    agent.num_windows += 1
-    return agent.num_windows
+@dataclass(frozen=True)
+class AgentSeen:
+    """A rank that reported a window: of one instance of the pool."""
+
+    rank: int
+    placement_version: int
+    node: str = ""
+    gpu_uuid: str = ""
+
+
+def record_agents(session: Session, *, pool: Pool, instance: str, seen: list[AgentSeen], window_index: int,
+                  now: float) -> list[int]:
+    """Notes that ranks of one instance reported a window (one rank's snapshot, or its whole EP group's) in one
+    read and one batched write. Returns for each, in order, how many windows it has reported, this one
+    included, or 0 when it already reported this window (a retry: not counted twice)."""
+    query = select(Agent).where(Agent.pool_id == pool.id, Agent.instance == instance)
+    if len(seen) == 1:
+        query = query.where(Agent.rank == seen[0].rank)
+    by_rank = {agent.rank: agent for agent in session.scalars(query.with_for_update())}
+    counts = []
+    for rank in seen:
+        agent = by_rank.get(rank.rank)
+        if agent is None:
+            agent = Agent(pool_id=pool.id, instance=instance, rank=rank.rank, first_seen=now,
+                          last_window_index=window_index - 1, num_windows=0)
+            session.add(agent)
+        agent.last_seen = now
+        agent.node, agent.gpu_uuid, agent.placement_version = rank.node, rank.gpu_uuid, rank.placement_version
+        if window_index <= agent.last_window_index:
+            counts.append(0)
+            continue
+        agent.last_window_index = window_index
+        agent.num_windows += 1
+        counts.append(agent.num_windows)
+    return counts
 
 
 def agent_counts(session: Session, pool: Pool, *, now: float, stale_after_seconds: float) -> tuple[int, int]:

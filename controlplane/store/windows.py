@@ -12,10 +12,10 @@ from controlplane.store.arrays import pack, unpack
 from controlplane.store.tables import LoadWindow, Pool
 
 
-def add_report(session: Session, *, pool: Pool, report: Report, report_version: int, current_version: int,
-               grid_seconds: float, empty: tuple[np.ndarray, np.ndarray]) -> None:
-    """Adds one rank's report. Slot load counts only when the rank ran the current placement,
-    so a window's per-GPU load never mixes two placements."""
+def add_report(session: Session, *, pool: Pool, report: Report, current_version: int, grid_seconds: float,
+               empty: tuple[np.ndarray, np.ndarray]) -> None:
+    """Adds one post's report (a rank's, or an EP group's). A rank's slot load counts only when it ran the
+    window's placement, so a window's per-GPU load never mixes two placements."""
     row = session.scalar(select(LoadWindow).where(LoadWindow.pool_id == pool.id,
                                                   LoadWindow.window_index == report.window_index)
                          .with_for_update())
@@ -27,15 +27,19 @@ def add_report(session: Session, *, pool: Pool, report: Report, report_version: 
         session.add(row)
     expert_tokens = unpack(row.expert_tokens) + report.expert_tokens
     row.expert_tokens = pack(expert_tokens)
-    row.num_reports += 1
+    row.num_reports += len(report.rank_versions)
     row.counters = merge_counters(row.counters, report.counters)
-    if report_version == row.placement_version:
+    width = report.slots_per_rank
+    counted = [i for i, version in enumerate(report.rank_versions) if version == row.placement_version]
+    if counted:
         slot_tokens = unpack(row.slot_tokens).copy()
-        width = report.slot_tokens.shape[1]
-        slot_tokens[:, report.slot_offset:report.slot_offset + width] += report.slot_tokens
+        for i in counted:
+            start = report.slot_offset + i * width
+            slot_tokens[:, start:start + width] += report.slot_tokens[:, i * width:(i + 1) * width]
         row.slot_tokens = pack(slot_tokens)
-        row.num_slot_reports += 1
-        row.counters = merge_counters(row.counters, {f"{RANK_REPORTS}{report.slot_offset // width}": 1})
+        row.num_slot_reports += len(counted)
+        row.counters = merge_counters(row.counters,
+                                      {f"{RANK_REPORTS}{report.first_rank + i}": 1 for i in counted})
     session.flush()
 
 

@@ -1,35 +1,76 @@
-"""Agents post one snapshot per window and get the desired state back."""
+"""Agents post their windows and get the desired state back: one rank's snapshot (moectl.v1) or one EP group's
+(moectl.v2, agents/protocol/group.py). Both are checked, recorded per rank and summed into the pool's window
+the same way; a group's post costs one request, one read of its agents and one write of the window."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from fastapi import APIRouter, HTTPException
 from sqlalchemy.exc import IntegrityError
 
-from agents.protocol import DesiredState, RoutingLimits, Snapshot
+from agents.protocol import DesiredState, GroupSnapshot, Identity, ModelShape, RoutingLimits, Snapshot
 from controlplane.actuate.agents import desired_state
 from controlplane.api.deps import AgentDep, NowDep, SessionDep, SettingsDep
-from controlplane.collect.aggregate import to_report
-from controlplane.collect.validate import PoolShape, SnapshotRejected, check_snapshot
+from controlplane.collect.aggregate import Report, to_group_report, to_report
+from controlplane.collect.validate import PoolShape, SnapshotRejected, check_group, check_snapshot
 from controlplane.store import deployments, placements, policies, routing_limits, windows
+from controlplane.store.deployments import AgentSeen
 
-router = APIRouter(prefix="/v1/agents", tags=["agents"])
+router = APIRouter(tags=["agents"])
 
 
-@router.post("/snapshot", response_model=DesiredState, response_model_exclude_none=True)
+@dataclass(frozen=True)
+class _Post:
+    """What ingest needs of a post, whichever protocol it came in."""
+
+    identity: Identity  # the poster (a group: its rank 0), for the pool its first post creates
+    check: Callable[[ModelShape, PoolShape | None, int], None]  # model, pool, latest version; SnapshotRejected
+    report: Callable[[float], Report]  # grid seconds -> the post's share of its window
+    seen: list[AgentSeen]  # the ranks it reports for
+
+
+@router.post("/v1/agents/snapshot", response_model=DesiredState, response_model_exclude_none=True)
 def post_snapshot(snapshot: Snapshot, session: SessionDep, settings: SettingsDep, now: NowDep,
                   _: AgentDep) -> DesiredState:
-    """Stores one rank's window and answers with what the rank should run next."""
+    """Stores one rank's window (moectl.v1) and answers with what the rank should run next."""
+    ident = snapshot.identity
+    post = _Post(ident, lambda model, pool, latest: check_snapshot(snapshot, model, pool, latest, now,
+                                                                   settings.max_snapshot_age_seconds),
+                 lambda grid: to_report(snapshot, grid),
+                 [AgentSeen(ident.rank, snapshot.placement_version, ident.node, ident.gpu_uuid)])
+    return _store(post, session, settings, now)
+
+
+@router.post("/v2/agents/snapshot", response_model=DesiredState, response_model_exclude_none=True)
+def post_group_snapshot(group: GroupSnapshot, session: SessionDep, settings: SettingsDep, now: NowDep,
+                        _: AgentDep) -> DesiredState:
+    """Stores one EP group's window (moectl.v2, posted by its rank 0) and answers with what every rank of the
+    group should run next."""
+    rank0 = min(group.ranks, key=lambda r: r.rank)
+    ident = Identity(deployment=group.deployment, instance=group.instance, role=group.role, rank=0,
+                     ep_size=group.ep_size, slots_per_rank=group.slots_per_rank, gpus_per_node=group.gpus_per_node,
+                     node=rank0.node, gpu_uuid=rank0.gpu_uuid)
+    post = _Post(ident, lambda model, pool, latest: check_group(group, model, pool, latest, now,
+                                                                settings.max_snapshot_age_seconds),
+                 lambda grid: to_group_report(group, grid),
+                 [AgentSeen(r.rank, r.placement_version, r.node, r.gpu_uuid) for r in group.ranks])
+    return _store(post, session, settings, now)
+
+
+def _store(post: _Post, session, settings, now: float) -> DesiredState:
     try:
         with session.begin():
-            return _ingest(snapshot, session, settings, now)
+            return _ingest(post, session, settings, now)
     except IntegrityError:
         pass  # two ranks created the same pool, agent or window row at once: the retry finds it
     with session.begin():
-        return _ingest(snapshot, session, settings, now)
+        return _ingest(post, session, settings, now)
 
 
-def _ingest(snapshot: Snapshot, session, settings, now: float) -> DesiredState:
-    ident = snapshot.identity
+def _ingest(post: _Post, session, settings, now: float) -> DesiredState:
+    ident = post.identity
     deployment = deployments.get(session, ident.deployment)
     if deployment is None:
         raise HTTPException(404, f"deployment {ident.deployment!r} is not registered; create it with "
@@ -37,25 +78,25 @@ def _ingest(snapshot: Snapshot, session, settings, now: float) -> DesiredState:
     pool = deployments.get_pool(session, deployment, ident.role.value)
     latest = placements.latest(session, pool) if pool else None
     try:
-        check_snapshot(snapshot, deployments.model_of(deployment),
-                       PoolShape(pool.ep_size, pool.slots_per_rank) if pool else None,
-                       latest.version if latest else 0, now, settings.max_snapshot_age_seconds)
+        post.check(deployments.model_of(deployment), PoolShape(pool.ep_size, pool.slots_per_rank) if pool else None,
+                   latest.version if latest else 0)
     except SnapshotRejected as exc:
         raise HTTPException(exc.status, str(exc)) from None
     if pool is None:
         pool = deployments.create_pool(session, deployment=deployment, identity=ident, now=now)
         latest = placements.latest(session, pool)
-    report = to_report(snapshot, settings.window_seconds)
-    num_windows = deployments.record_agent(session, pool=pool, identity=ident, window_index=report.window_index,
-                                           placement_version=snapshot.placement_version, now=now)
-    # a new rank's first windows start mid-window on cold caches: counted as fresh, not as load
-    if num_windows > settings.warmup_windows:
-        windows.add_report(session, pool=pool, report=report, report_version=snapshot.placement_version,
-                           current_version=latest.version, grid_seconds=settings.window_seconds,
-                           empty=deployments.zeros_for(deployment, pool))
+    report = post.report(settings.window_seconds)
+    num_windows = deployments.record_agents(session, pool=pool, instance=ident.instance, seen=post.seen,
+                                            window_index=report.window_index, now=now)
+    # a new rank's first windows start mid-window on cold caches: counted as fresh, not as load (a group's
+    # expert load is one sum over its ranks: it counts once all of them are past their first windows)
+    if min(num_windows) > settings.warmup_windows:
+        windows.add_report(session, pool=pool, report=report, current_version=latest.version,
+                           grid_seconds=settings.window_seconds, empty=deployments.zeros_for(deployment, pool))
     _, policy = policies.active(session, deployment)
+    versions = {seen.placement_version for seen in post.seen}
     return desired_state(placement_version=latest.version, slot_to_expert=latest.slot_to_expert,
-                         slot_share=latest.slot_share, reported_version=snapshot.placement_version,
+                         slot_share=latest.slot_share, reported_version=versions.pop() if len(versions) == 1 else -1,
                          routing=RoutingLimits(topk_group=routing_limits.latest(session, pool).topk_group),
                          local_prefill_threshold=policy.local_prefill_threshold,
                          window_seconds=settings.window_seconds)
