@@ -83,7 +83,7 @@ def fleet_bodies(num_gpus: int, protocol: str, *, seed: int = 0) -> tuple[list, 
             parts += [_template(s.model_dump_json()) for s in snapshots]
         else:
             parts.append(_template(GroupSnapshot.gather(snapshots).model_dump_json()))
-    path = "/v1/agents/snapshot" if protocol == "v1" else "/v2/agents/group-snapshot"
+    path = "/v1/agents/snapshot" if protocol == "v1" else "/v2/agents/snapshot"
     return fleet, Bodies(path, parts, num_ranks)
 
 

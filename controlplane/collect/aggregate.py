@@ -3,7 +3,6 @@ snapshot (moectl.v1) or one EP group's (moectl.v2, agents/protocol/group.py); bo
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +21,7 @@ COUNTERS = (
 # worst over reports: a percentile cannot be summed, the max is an honest upper bound
 MAXIMA = ("ttft_p99", "itl_p99")
 ACCEPTED_AT = "spec_accepted_at_"  # + draft position: accepted tokens there, summed like COUNTERS
+_FIELDS = tuple(name for name in COUNTERS if name in RankRow.model_fields)  # the counters sent as they are
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class Report:
 
 def rank_counters(s: Snapshot | RankRow) -> dict[str, float]:
     """One rank's counters, from its v1 snapshot or its row of a group snapshot (the same fields)."""
-    counters = {name: float(getattr(s, name)) for name in COUNTERS if hasattr(s, name)}
+    counters = {name: float(getattr(s, name)) for name in _FIELDS}
     counters |= {
         "ttft_count": s.ttft.count, "ttft_sum": s.ttft.sum, "itl_count": s.itl.count, "itl_sum": s.itl.sum,
         "routing_recall_sum": s.routing_recall or 0.0, "routing_recall_count": int(s.routing_recall is not None),
@@ -68,12 +68,17 @@ def to_report(snapshot: Snapshot, grid_seconds: float) -> Report:
 def to_group_report(group: GroupSnapshot, grid_seconds: float) -> Report:
     rows = sorted(group.ranks, key=lambda r: r.rank)
     return Report(window_index(group.window_start, grid_seconds), group.expert_tokens.to_numpy(),
-                  group.slot_tokens.to_numpy(), 0, functools.reduce(merge_counters, map(rank_counters, rows), {}),
+                  group.slot_tokens.to_numpy(), 0, add_counters({}, *map(rank_counters, rows)),
                   tuple(r.placement_version for r in rows))
 
 
 def merge_counters(total: dict[str, float], part: dict[str, float]) -> dict[str, float]:
-    merged = dict(total)
-    for name, value in part.items():
-        merged[name] = max(merged.get(name, 0.0), value) if name in MAXIMA else merged.get(name, 0.0) + value
-    return merged
+    return add_counters(dict(total), part)
+
+
+def add_counters(total: dict[str, float], *parts: dict[str, float]) -> dict[str, float]:
+    """Adds `parts` into `total` (summed, or the worst for MAXIMA) and returns it."""
+    for part in parts:
+        for name, value in part.items():
+            total[name] = max(total.get(name, 0.0), value) if name in MAXIMA else total.get(name, 0.0) + value
+    return total
