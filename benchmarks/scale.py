@@ -4,7 +4,7 @@ same run, today's code side by side with this tree's.
 The fleet is DeepSeek-V3-shaped (58 MoE layers x 256 experts, 8 groups, top-8, topk_group 4): 320 GPUs are one
 decode instance (EP320, one slot per GPU: 256 experts and 64 redundant); 1,024 GPUs are three decode instances
 and two prefill instances (EP32, 9 slots per GPU). Windows are 5 s. Each controller (benchmarks/scale_controller.py:
-API and reconcile loop in one process, policy mode `observe` so every pass plans in full) runs on SQLite and on
+API and reconcile loop in one process, policy mode `auto`, the fleet applying what it is answered) runs on SQLite and on
 PostgreSQL. Per configuration:
 
 - real time: `--windows` windows posted as they end, every rank (v1: a snapshot per rank) or every EP group
@@ -50,17 +50,47 @@ WINDOW_SECONDS = 5.0
 MARK = 1234567.0  # window_start in the body templates, replaced per window
 
 
-@dataclass
-class Bodies:
-    """One window of the fleet's posts as bytes templates split at window_start: path, (head, tail)."""
+class Fleet:
+    """The simulated DeepSeek-V3 fleet (agents/sim/fleet.py) and one window of its posts per instance, as bytes
+    templates split at window_start, rebuilt only when an instance applies a new placement (its slot load
+    moves): the load generator spends its CPU on sending, not on building bodies."""
 
-    path: str
-    parts: list[tuple[bytes, bytes]]
-    num_ranks: int
+    def __init__(self, num_gpus: int, protocol: str, *, seed: int = 0):
+        from agents.sim.fleet import deepseek_fleet
 
-    def render(self, window_start: float) -> list[bytes]:
+        self.instances, self.protocol = deepseek_fleet(num_gpus, seed=seed), protocol
+        self.path = "/v1/agents/snapshot" if protocol == "v1" else "/v2/agents/snapshot"
+        self.templates = [self._templates(instance) for instance in self.instances]
+
+    @property
+    def num_ranks(self) -> int:
+        return sum(i.ep_size for i in self.instances)
+
+    def _templates(self, instance) -> list[tuple[bytes, bytes]]:  # noqa: ANN001
+        from agents.protocol.group import GroupSnapshot
+
+        snapshots = instance.window(MARK, WINDOW_SECONDS)
+        bodies = [s.model_dump_json() for s in snapshots] if self.protocol == "v1" else \
+            [GroupSnapshot.gather(snapshots).model_dump_json()]
+        return [_template(body) for body in bodies]
+
+    def render(self, window_start: float) -> list[tuple[int, bytes]]:
+        """(instance index, body) for every post of the window."""
         value = repr(float(window_start)).encode()
-        return [head + value + tail for head, tail in self.parts]
+        return [(i, head + value + tail) for i, parts in enumerate(self.templates) for head, tail in parts]
+
+    def apply(self, answers: dict[int, bytes]) -> int:
+        """Each instance applies its first answer, as its ranks do; returns how many switched placement."""
+        from agents.protocol import DesiredState
+
+        num_switched = 0
+        for i, body in answers.items():
+            instance, answer = self.instances[i], DesiredState.model_validate_json(body)
+            if answer.placement_version != instance.placement_version and answer.slot_to_expert is not None:
+                instance.apply(answer)
+                self.templates[i] = self._templates(instance)
+                num_switched += 1
+        return num_switched
 
 
 def _template(body: str) -> tuple[bytes, bytes]:
@@ -69,29 +99,12 @@ def _template(body: str) -> tuple[bytes, bytes]:
     return (head + '"window_start":').encode(), tail.encode()
 
 
-def fleet_bodies(num_gpus: int, protocol: str, *, seed: int = 0) -> tuple[list, Bodies]:
-    """The DeepSeek-V3 fleet of `num_gpus` GPUs and one window of its posts."""
-    from agents.protocol.group import GroupSnapshot
-    from agents.sim.fleet import deepseek_fleet
-
-    fleet = deepseek_fleet(num_gpus, seed=seed)
-    parts, num_ranks = [], 0
-    for instance in fleet:
-        snapshots = instance.window(MARK, WINDOW_SECONDS)
-        num_ranks += len(snapshots)
-        if protocol == "v1":
-            parts += [_template(s.model_dump_json()) for s in snapshots]
-        else:
-            parts.append(_template(GroupSnapshot.gather(snapshots).model_dump_json()))
-    path = "/v1/agents/snapshot" if protocol == "v1" else "/v2/agents/snapshot"
-    return fleet, Bodies(path, parts, num_ranks)
-
-
 @dataclass
 class WindowResult:
     seconds: float  # first post sent to last answer
     latencies: list[float]
     statuses: dict[int, int] = field(default_factory=dict)
+    answers: dict[int, bytes] = field(default_factory=dict)  # instance -> its first 200 answer
 
 
 class Poster:
@@ -111,28 +124,30 @@ class Poster:
             job = self.jobs.get()
             if job is None:
                 return
-            path, body = job
-            started = time.perf_counter()
-            try:
-                conn.request("POST", path, body=body, headers=headers)
-                response = conn.getresponse()
-                response.read()
-                status = response.status
-            except (OSError, http.client.HTTPException):
-                conn.close()
-                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
-                status = 0
-            self.results.put((started, time.perf_counter(), status))
+            path, instance, body = job
+            started, answer, status = time.perf_counter(), b"", 0
+            for _ in range(2):  # uvicorn closes a connection idle for 5 s: the second try opens a new one
+                try:
+                    conn.request("POST", path, body=body, headers=headers)
+                    response = conn.getresponse()
+                    answer, status = response.read(), response.status
+                    break
+                except (OSError, http.client.HTTPException):
+                    conn.close()
+                    conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
+            self.results.put((started, time.perf_counter(), status, instance, answer))
 
-    def post_window(self, path: str, bodies: list[bytes]) -> WindowResult:
+    def post_window(self, path: str, posts: list[tuple[int, bytes]]) -> WindowResult:
         started = time.perf_counter()
-        for body in bodies:
-            self.jobs.put((path, body))
-        done = [self.results.get() for _ in bodies]
-        statuses: dict[int, int] = {}
-        for _, _, status in done:
-            statuses[status] = statuses.get(status, 0) + 1
-        return WindowResult(max(end for _, end, _ in done) - started, [end - begin for begin, end, _ in done], statuses)
+        for instance, body in posts:
+            self.jobs.put((path, instance, body))
+        done = [self.results.get() for _ in posts]
+        result = WindowResult(max(d[1] for d in done) - started, [end - begin for begin, end, *_ in done])
+        for _, _, status, instance, answer in done:
+            result.statuses[status] = result.statuses.get(status, 0) + 1
+            if status == 200:
+                result.answers.setdefault(instance, answer)
+        return result
 
     def close(self) -> None:
         for _ in self.threads:
@@ -250,23 +265,25 @@ class Run:
 
 def run_one(code: str, tree: pathlib.Path, database: str, database_url: str, num_gpus: int, protocol: str, *,
             num_windows: int, hour_windows: int, connections: int, workdir: pathlib.Path) -> Run:
-    fleet, bodies = fleet_bodies(num_gpus, protocol)
+    fleet = Fleet(num_gpus, protocol)
     controller = Controller(tree, database_url, workdir)
     poster = Poster(controller.port, connections)
     try:
-        deployment = fleet[0].deployment
+        deployment = fleet.instances[0].deployment
         status = controller.put(f"/v1/deployments/{deployment}", {
-            "model": fleet[0].model.model_dump(), "policy": {"mode": "observe", "cooldown_seconds": 15}})
+            "model": fleet.instances[0].model.model_dump(), "policy": {"mode": "auto", "cooldown_seconds": 60}})
         assert status in (200, 201), status
         index = int(controller.now() // WINDOW_SECONDS)
         results = []
         for _ in range(num_windows):
             end = (index + 1) * WINDOW_SECONDS
             time.sleep(max(0.0, end - controller.now()))
-            result = poster.post_window(bodies.path, bodies.render(index * WINDOW_SECONDS))
+            result = poster.post_window(fleet.path, fleet.render(index * WINDOW_SECONDS))
             results.append(result)
+            switched = fleet.apply(result.answers)
             print(f"  {code} {database} {num_gpus} GPUs {protocol}: window {index}: {result.seconds:.2f}s, "
-                  f"p99 {1e3 * np.quantile(result.latencies, 0.99):.0f}ms {result.statuses}", flush=True)
+                  f"p99 {1e3 * np.quantile(result.latencies, 0.99):.0f}ms {result.statuses}"
+                  + (f", {switched} instances switched placement" if switched else ""), flush=True)
             index += 1
         time.sleep(max(0.0, (index + 0.6) * WINDOW_SECONDS - controller.now()))
         overview = controller.get(f"/v1/deployments/{deployment}/overview")
@@ -280,7 +297,7 @@ def run_one(code: str, tree: pathlib.Path, database: str, database_url: str, num
                 # the controller's clock moves to the end of the window, the window is posted, and the clock
                 # moves on: an hour of windows in as long as the controller takes to ingest them
                 controller.advance(end + WINDOW_SECONDS * 0.05 - controller.now())
-                poster.post_window(bodies.path, bodies.render(index * WINDOW_SECONDS))
+                fleet.apply(poster.post_window(fleet.path, fleet.render(index * WINDOW_SECONDS)).answers)
                 index += 1
                 end = (index + 1) * WINDOW_SECONDS
                 if i % 60 == 0:

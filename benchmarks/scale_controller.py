@@ -52,14 +52,12 @@ def main() -> None:
     settings = Settings(database_url=args.database_url, port=args.port, api_token=args.api_token,
                         agent_token=args.agent_token, window_seconds=args.window_seconds,
                         reconcile_seconds=args.window_seconds, leader_election=False)
-    upgrade_and_engine = inspect.signature(db.make_engine).parameters
     extra = {"timeout_seconds": getattr(settings, "database_timeout_seconds", 5.0)} \
-        if "timeout_seconds" in upgrade_and_engine else {}
+        if "timeout_seconds" in inspect.signature(db.make_engine).parameters else {}
     db.upgrade(settings.database_url)
     sessions = db.make_sessions(db.make_engine(settings.database_url, **extra))
     clock = FileClock(args.clock_file)
-    app_kwargs = {"clock": clock}
-    app = create_app(settings, sessions, **app_kwargs)
+    app = create_app(settings, sessions, clock=clock)
     stop = threading.Event()
     passes = open(args.passes_file, "a", buffering=1)  # noqa: SIM115
 
@@ -67,8 +65,12 @@ def main() -> None:
         passes.write(json.dumps({"seconds": result.seconds, "errors": result.num_errors,
                                  "decisions": [p.decision.value for p in result.plans]}) + "\n")
 
-    loop = threading.Thread(target=run_forever, daemon=True, name="reconcile",
-                            kwargs=dict(sessions=sessions, settings=settings, stop=stop, clock=clock, on_pass=on_pass))
+    loop_kwargs = dict(sessions=sessions, settings=settings, stop=stop, clock=clock, on_pass=on_pass)
+    if "compute" in inspect.signature(run_forever).parameters:  # this tree: plans in a worker, as `serve` does
+        from controlplane.compute import WorkerProcess
+
+        loop_kwargs["compute"] = WorkerProcess()
+    loop = threading.Thread(target=run_forever, daemon=True, name="reconcile", kwargs=loop_kwargs)
     loop.start()
     print(f"pid {os.getpid()} serving on {args.port}", flush=True)
     uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=args.port, log_level="warning")).run()

@@ -63,6 +63,8 @@ class Settings(BaseSettings):
     max_snapshot_age_seconds: float = Field(default=300.0, gt=0, description="older windows are refused")
     max_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
     history_windows: int = Field(default=120, ge=1, description="windows kept per pool for planning and views")
+    plan_in_worker: bool = Field(default=True, description="solve placements in a worker process, so a large "
+                                                           "solve never holds up the API's ingest")
     otlp_endpoint: str = Field(default="", description="OTLP/HTTP traces endpoint; empty: no export")
     # leader election (controlplane/leader/) and the Kubernetes pool actuator (controlplane/actuate/kube.py)
     leader_election: bool = Field(default=True, description="elect one writer among the replicas sharing the "

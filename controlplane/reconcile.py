@@ -32,6 +32,7 @@ from controlplane.actuate.pool_size import POOL_SIZE
 from controlplane.actuate.routing import ROUTING
 from controlplane.actuate.scale import standing_down, sync_pool_size
 from controlplane.actuate.scaler import PoolScaler
+from controlplane.compute import Compute, in_process
 from controlplane.config import Settings
 from controlplane.desired import Decision, Plan, Policy
 from controlplane.observed import PoolState
@@ -68,10 +69,11 @@ class PassResult:
 
 def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: float, dry_run: bool = False,
                    tracer: trace.Tracer | None = None, scaler: PoolScaler | None = None,
-                   fence: Fence = SOLE) -> PassResult:
+                   fence: Fence = SOLE, compute: Compute = in_process) -> PassResult:
     """tracer: spans per pass and per pool (collect -> verify -> plan -> actuate); default: the global one,
     a no-op unless the entry point configured an exporter. scaler: makes pool sizes real (none: sizes are
-    only recorded). fence: the leadership (a replica that does not lead plans and writes nothing)."""
+    only recorded). fence: the leadership (a replica that does not lead plans and writes nothing). compute:
+    where the planner runs (controlplane/compute.py)."""
     tracer = tracer or trace.get_tracer("moectl.reconcile")
     started = time.perf_counter()
     plans, num_errors = [], 0
@@ -86,7 +88,7 @@ def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: 
                     guard(session, fence)
                     deployment, pool = session.get(Deployment, deployment_id), session.get(Pool, pool_id)
                     result = reconcile_pool(session, deployment, pool, settings, now=now, dry_run=dry_run,
-                                            tracer=tracer, scaler=scaler, fence=fence)
+                                            tracer=tracer, scaler=scaler, fence=fence, compute=compute)
                     plans.append(result.plan)
             except NotLeader as lost:
                 log.warning("lost the leadership mid-pass, nothing of pool %s written: %s", pool_id, lost)
@@ -102,10 +104,10 @@ def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: 
 
 def reconcile_pool(session: Session, deployment: Deployment, pool: Pool, settings: Settings, *, now: float,
                    dry_run: bool = False, is_forced: bool = False, tracer: trace.Tracer | None = None,
-                   scaler: PoolScaler | None = None, fence: Fence = SOLE) -> PoolResult:
+                   scaler: PoolScaler | None = None, fence: Fence = SOLE, compute: Compute = in_process) -> PoolResult:
     """Handles the pool's pending requests (each is told the action it led to or joined, or why none).
     is_forced: plan as if a request were pending (a person's dry run asks what a rebalance would do).
-    scaler, fence: as for `reconcile_once`; the caller guards `session` with the same fence."""
+    scaler, fence, compute: as for `reconcile_once`; the caller guards `session` with the same fence."""
     tracer = tracer or trace.get_tracer("moectl.reconcile")
     attributes = {"moectl.deployment": deployment.name, "moectl.role": pool.role}
     with tracer.start_as_current_span("reconcile.pool", attributes=attributes) as span:
@@ -118,7 +120,7 @@ def reconcile_pool(session: Session, deployment: Deployment, pool: Pool, setting
                 verify_pool(session, pool, state, policy, now)
                 state = pools.read_state(session, deployment, pool, now=now, settings=settings)
         with tracer.start_as_current_span("plan"):
-            plan = plan_pool(policy, state, now, is_forced=is_forced or bool(pending))
+            plan = compute(plan_pool, policy, state, now, is_forced=is_forced or bool(pending))
         span.set_attribute("moectl.decision", plan.decision.value)
         log.info("%s/%s: %s (%s)", deployment.name, pool.role, plan.decision.value, plan.reason)
         if dry_run:
@@ -242,9 +244,9 @@ def _record_findings(session: Session, deployment: Deployment, pool: Pool, state
 
 def run_forever(sessions: sessionmaker[Session], settings: Settings, *, stop: threading.Event,
                 clock: Callable[[], float] = time.time, on_pass: Callable[[PassResult], None] | None = None,
-                scaler: PoolScaler | None = None, fence: Fence = SOLE) -> None:
+                scaler: PoolScaler | None = None, fence: Fence = SOLE, compute: Compute = in_process) -> None:
     while not stop.is_set():
-        result = reconcile_once(sessions, settings, now=clock(), scaler=scaler, fence=fence)
+        result = reconcile_once(sessions, settings, now=clock(), scaler=scaler, fence=fence, compute=compute)
         if on_pass is not None:
             on_pass(result)
         stop.wait(settings.reconcile_seconds)

@@ -16,6 +16,7 @@ from controlplane.actuate import kube
 from controlplane.actuate.fence import SOLE
 from controlplane.api.actuation import Actuation
 from controlplane.api.app import create_app
+from controlplane.compute import WorkerProcess, in_process
 from controlplane.config import Settings
 from controlplane.leader.campaign import keep_campaigning
 from controlplane.leader.database import DatabaseRecords
@@ -79,6 +80,7 @@ class Controller:
         app = create_app(settings, self.sessions, metrics=self.metrics, actuation=actuation)
         self.server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning"))
         self.stop_loop = threading.Event()
+        self.compute = WorkerProcess() if settings.plan_in_worker else None
         self.threads = []
         if run_loop and self.elector is not None:
             self.threads.append(threading.Thread(target=keep_campaigning, name="leader", daemon=True, kwargs=dict(
@@ -86,7 +88,7 @@ class Controller:
         if run_loop:
             self.threads.append(threading.Thread(target=run_forever, name="reconcile", daemon=True, kwargs=dict(
                 sessions=self.sessions, settings=settings, stop=self.stop_loop, scaler=actuation.scaler,
-                fence=actuation.fence, on_pass=lambda r: self.metrics.observe_pass(
+                fence=actuation.fence, compute=self.compute or in_process, on_pass=lambda r: self.metrics.observe_pass(
                     r.plans, r.num_errors, r.seconds, is_leading=actuation.fence.is_leading()))))
 
     @property
@@ -120,6 +122,8 @@ class Controller:
             self.stop_loop.set()
             for thread in self.threads:
                 thread.join(timeout=10)
+            if self.compute is not None:
+                self.compute.close()
 
     def stop(self) -> None:
         self.server.should_exit = True

@@ -4,6 +4,8 @@ The queue is bounded: when the controller is slow or down, the oldest windows ar
 counted), never the step loop blocked. Failures back off exponentially with full jitter, so a
 fleet of agents does not hammer a controller that comes back. Every accepted post returns a
 `DesiredState`, handed to `on_answer` (called on this thread; the agent applies it on its own).
+A rank's `Snapshot` goes to `/v1/agents/snapshot`, an EP group's `GroupSnapshot` (moectl.v2, posted by the
+group's rank 0) to `/v2/agents/snapshot`.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Callable
 import httpx
 from pydantic import ValidationError
 
-from agents.protocol import DesiredState, ModelShape, Snapshot
+from agents.protocol import DesiredState, GroupSnapshot, ModelShape, Snapshot
 
 log = logging.getLogger("moectl.agent")
 
@@ -32,7 +34,7 @@ class SnapshotPoster:
         self.on_answer, self.on_failure = on_answer, on_failure
         self.api_token, self.model, self.policy = api_token, model, policy
         self.min_backoff, self.max_backoff = min_backoff, max_backoff
-        self.queue: queue.Queue[Snapshot] = queue.Queue(maxsize=max_queue)
+        self.queue: queue.Queue[Snapshot | GroupSnapshot] = queue.Queue(maxsize=max_queue)
         self.client = httpx.Client(base_url=url, timeout=timeout, transport=transport,
                                    headers={"Authorization": f"Bearer {agent_token}"})
         self.stopping = threading.Event()
@@ -48,7 +50,7 @@ class SnapshotPoster:
         self.thread.join(timeout)
         self.client.close()
 
-    def submit(self, snapshot: Snapshot) -> None:
+    def submit(self, snapshot: Snapshot | GroupSnapshot) -> None:
         """Never blocks: a full queue loses its oldest window."""
         while True:
             try:
@@ -81,10 +83,12 @@ class SnapshotPoster:
                 cap = min(self.max_backoff, self.min_backoff * 2 ** min(num_failures, 16))
                 self.stopping.wait(random.uniform(0.5 * self.min_backoff, cap))
 
-    def _post(self, snapshot: Snapshot) -> str | None:
+    def _post(self, snapshot: Snapshot | GroupSnapshot) -> str | None:
         """One attempt; returns None on success, else a failure reason (a bounded enum)."""
+        is_group = isinstance(snapshot, GroupSnapshot)
         try:
-            response = self.client.post("/v1/agents/snapshot", content=snapshot.model_dump_json(),
+            response = self.client.post("/v2/agents/snapshot" if is_group else "/v1/agents/snapshot",
+                                        content=snapshot.model_dump_json(),
                                         headers={"Content-Type": "application/json"})
         except httpx.TimeoutException:
             return "timeout"
@@ -92,7 +96,7 @@ class SnapshotPoster:
             log.debug("controller unreachable: %s", exc)
             return "connect"
         if response.status_code == 404 and self.api_token and self.model is not None:
-            self._register(snapshot.identity.deployment)
+            self._register(snapshot.deployment if is_group else snapshot.identity.deployment)
         if response.status_code != 200:
             level = logging.WARNING if response.status_code not in RETRY_STATUSES else logging.INFO
             log.log(level, "snapshot refused: %d %s", response.status_code, response.text[:300])
