@@ -29,6 +29,31 @@ class ReplicaBounds(BaseModel):
         return self
 
 
+class LatencySlo(BaseModel):
+    """Latency targets the pool planner sizes the prefill and decode pools for, in seconds. TTFT counts
+    from arrival (queue time included) to the first token; ITL is the time between two output tokens.
+    At least one target; where both percentiles of a metric are set, p99 must not be under p90."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ttft_p90_seconds: float | None = Field(default=None, gt=0, le=600, description="p90 time to first token")
+    ttft_p99_seconds: float | None = Field(default=None, gt=0, le=600, description="p99 time to first token")
+    itl_p90_seconds: float | None = Field(default=None, gt=0, le=10, description="p90 inter-token latency")
+    itl_p99_seconds: float | None = Field(default=None, gt=0, le=10, description="p99 inter-token latency")
+
+    @model_validator(mode="after")
+    def _check(self) -> LatencySlo:
+        values = self.model_dump()
+        if all(v is None for v in values.values()):
+            raise ValueError("slo needs at least one target (ttft_p90_seconds, ttft_p99_seconds, itl_p90_seconds "
+                             "or itl_p99_seconds)")
+        for metric in ("ttft", "itl"):
+            p90, p99 = values[f"{metric}_p90_seconds"], values[f"{metric}_p99_seconds"]
+            if p90 is not None and p99 is not None and p99 < p90:
+                raise ValueError(f"{metric}_p99_seconds {p99} is under {metric}_p90_seconds {p90}")
+        return self
+
+
 class Policy(BaseModel):
     """Per-deployment policy; defaults are what a new deployment gets. Ratios are in 0..1."""
 
@@ -62,6 +87,13 @@ class Policy(BaseModel):
     local_prefill_threshold: int | None = Field(default=None, ge=0, le=1_000_000,
                                                 description="PD-aware: prompts up to this many tokens prefill on "
                                                             "the decode instance; unset: the router's default")
+    slo: LatencySlo | None = Field(default=None, description="latency targets the pool planner sizes the prefill "
+                                                             "and decode pools for; unset: pool sizes are not planned")
+    pool_cooldown_seconds: float = Field(default=300.0, ge=0, le=86_400,
+                                         description="a pool never changes direction within this of its last change")
+    pool_predictive_interval_seconds: float = Field(default=180.0, ge=10, le=86_400,
+                                                    description="how often pools are sized from the load forecast "
+                                                                "(a breached target is acted on every window)")
     # timing and safety
     cooldown_seconds: float = Field(default=30.0, ge=0, description="minimum time between placement changes")
     max_actions_per_hour: int = Field(default=60, ge=1)

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from controlplane.learn.forecast import backtest_errors, ewma, forecast_load
+from controlplane.learn.forecast import backtest_errors, ewma, forecast_load, forecast_series
 
 
 def test_constant_history_forecasts_itself():
@@ -36,3 +36,39 @@ def test_noisy_stationary_load_prefers_smoothing_over_the_last_window():
     errors = backtest_errors(history)
     assert errors["ewma16"] < errors["last"]
     assert np.abs(forecast_load(history) - 200).mean() < np.abs(history[-1] - 200).mean()
+
+
+def test_series_forecast_follows_a_ramp_by_backtest():
+    ramp = 10 + 0.5 * np.arange(30.0) + np.random.default_rng(2).normal(0, 0.2, 30)
+    forecast = forecast_series(ramp, horizon=6)
+    assert forecast.method in ("trend", "ridge") and forecast.is_backtested
+    truth = 10 + 0.5 * np.arange(30, 36)
+    assert np.abs(forecast.values - truth).max() < 1.5
+    assert forecast.error < 1.0 and (forecast.upper >= forecast.values).all()
+
+
+def test_series_forecast_smooths_noise_instead_of_extrapolating_it():
+    noise = np.random.default_rng(3).poisson(100, 40).astype(float)
+    forecast = forecast_series(noise, horizon=4)
+    assert forecast.method.startswith("ewma")
+    assert np.abs(forecast.values - 100).max() < 10
+
+
+def test_series_forecast_on_a_short_series_is_not_backtested():
+    short = forecast_series([5.0, 6.0, 7.0], horizon=4)
+    assert short.method == "ewma4" and np.isnan(short.error) and not short.is_backtested
+    partly = forecast_series(np.arange(1.0, 9.0), horizon=12)  # backtested over 5 windows of the 12 asked
+    assert not partly.is_backtested and not np.isnan(partly.error)
+    assert forecast_series(np.arange(1.0, 9.0), horizon=10).is_backtested  # 5 of 10: half the horizon
+
+
+def test_series_forecast_cannot_run_away():
+    step = np.array([10.0] * 8 + [30.0, 50.0])  # a step a trend would read as a slope
+    forecast = forecast_series(step, horizon=20)
+    assert forecast.upper.max() <= 2 * step.max()
+
+
+@pytest.mark.parametrize("series, horizon", [(np.ones((3, 2)), 1), ([], 1), ([1.0, 2.0], 0), ([-1.0, 2.0], 1)])
+def test_bad_series_raises(series, horizon):
+    with pytest.raises(ValueError):
+        forecast_series(series, horizon)

@@ -1,0 +1,139 @@
+"""Per-replica latency against load, fitted from stored replica windows (scikit-learn).
+
+Prefill: TTFT (arrival to KV ready, queue included) of the requests a replica prefilled, against
+the prompt tokens/s it was offered. Queue time grows as rho/(1-rho) with the utilisation rho, in units
+of one prompt's service time, so the fit is TTFT_q = a + b * s * rho/(1-rho) + c * s with s = prompt
+tokens / capacity and non-negative a, b, c; capacity (prompt tokens per busy second) is read from the
+windows themselves. The form extrapolates to loads not yet seen, which a scale-down must predict.
+Decode: ITL (per token) against batch size, KV tokens read and local-prefill tokens/s, linear with
+non-negative coefficients, which is what a decode step costs.
+
+Windows in which a prefill replica finished fewer than MIN_REQUESTS prompts are left out (their
+percentiles are mostly noise), the others weighted by their request count; so are windows that end
+with more than MAX_BACKLOG_SECONDS of queued work: their requests waited out an earlier overload,
+which says nothing about the steady state at this window's load. A replica's first
+`cold_start_windows` windows are left out (cold caches and kernels run slow and
+would read as lost capacity); with fewer than `min_samples` warm windows a fit is None and the
+caller falls back (controlplane/plan_pools.py: reactive steps only, no consolidation).
+Arrays are [n] over replica windows; seconds, tokens, tokens/s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import sklearn
+from sklearn.linear_model import LinearRegression
+
+COLD_START_WINDOWS = 6
+MIN_SAMPLES = 12
+MIN_REQUESTS = 20  # a replica window's TTFT percentiles over fewer requests are too noisy to learn from
+MAX_BACKLOG_SECONDS = 3.0  # a prefill window ending with more queued work than this is draining an overload
+MAX_UTILISATION = 0.97  # beyond it a queue grows without bound: predicted latency is infinite
+PERCENTILES = (90, 99)
+
+
+def _fit(features: np.ndarray, target: np.ndarray, weight: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+    """(intercept, coefficients), all non-negative. The intercept is a column of ones under the same
+    constraint (sklearn leaves its own intercept free): with a feature that barely varies (a steady prompt
+    length) the two are collinear, and a free intercept runs off to -inf against a huge coefficient."""
+    ones = np.column_stack([np.ones(len(target)), features])
+    # inputs are checked finite by the caller; the planner refits every window, so skip re-validation
+    with sklearn.config_context(assume_finite=True, skip_parameter_validation=True):
+        model = LinearRegression(positive=True, fit_intercept=False).fit(ones, target, sample_weight=weight)
+    coef = np.asarray(model.coef_, dtype=np.float64)
+    return float(coef[0]), coef[1:]
+
+
+def _usable(age: np.ndarray, cold_start_windows: int, *columns: np.ndarray) -> np.ndarray:
+    mask = np.asarray(age) >= cold_start_windows
+    for column in columns:
+        mask &= np.isfinite(np.asarray(column, dtype=np.float64))
+    return mask
+
+
+@dataclass(frozen=True)
+class PrefillLatency:
+    capacity: float  # prompt tokens per busy second
+    coefficients: dict  # percentile -> (a, b, c)
+    num_samples: int
+
+    def ttft(self, percentile: int, tokens_per_second: float, mean_prompt_tokens: float) -> float:
+        rho = tokens_per_second / self.capacity
+        if rho >= MAX_UTILISATION:
+            return float("inf")
+        a, b, c = self.coefficients[percentile]
+        service = mean_prompt_tokens / self.capacity
+        return a + b * service * rho / (1 - rho) + c * service
+
+
+def fit_prefill(age, window_seconds: float, prompt_tokens, busy_seconds, num_prefilled, queued_tokens, ttft_p90,
+                ttft_p99, *, cold_start_windows: int = COLD_START_WINDOWS, min_samples: int = MIN_SAMPLES
+                ) -> PrefillLatency | None:
+    """Replica windows of the prefill pool -> PrefillLatency, or None with too few warm windows."""
+    tokens, busy = np.asarray(prompt_tokens, np.float64), np.asarray(busy_seconds, np.float64)
+    count, queued = np.asarray(num_prefilled, np.float64), np.asarray(queued_tokens, np.float64)
+    mask = _usable(age, cold_start_windows, ttft_p90, ttft_p99) & (count >= MIN_REQUESTS) & (busy > 0)
+    if mask.sum() < min_samples:
+        return None
+    # capacity: prompt tokens per busy second on the busiest windows (small batches run a little slower)
+    rate = tokens[mask] / busy[mask]
+    busiest = busy[mask] >= np.quantile(busy[mask], 0.75)
+    capacity = float(np.median(rate[busiest]))
+    # a backlog left over from an overload is not the steady state this load would settle at
+    mask &= queued <= MAX_BACKLOG_SECONDS * capacity
+    if mask.sum() < min_samples:
+        return None
+    tokens, count = tokens[mask], count[mask]
+    rho = np.minimum(tokens / window_seconds / capacity, MAX_UTILISATION)
+    service = tokens / count / capacity
+    features = np.column_stack([service * rho / (1 - rho), service])
+    coefficients = {}
+    for percentile, column in zip(PERCENTILES, (ttft_p90, ttft_p99), strict=True):
+        a, (b, c) = _fit(features, np.asarray(column, np.float64)[mask], count)
+        coefficients[percentile] = (a, b, c)
+    return PrefillLatency(capacity, coefficients, int(mask.sum()))
+
+
+@dataclass(frozen=True)
+class DecodeLatency:
+    coefficients: dict  # "mean" | 90 | 99 -> (intercept, per sequence, per KV token, per local-prefill token/s)
+    num_samples: int
+
+    def itl(self, statistic, batch: float, kv_tokens: float, local_tokens_per_second: float = 0.0) -> float:
+        a, per_sequence, per_kv, per_local = self.coefficients[statistic]
+        return a + per_sequence * batch + per_kv * kv_tokens + per_local * local_tokens_per_second
+
+
+def fit_decode(age, window_seconds: float, batch, kv_tokens, local_prompt_tokens, itl_mean, itl_p90, itl_p99, *,
+               cold_start_windows: int = COLD_START_WINDOWS, min_samples: int = MIN_SAMPLES) -> DecodeLatency | None:
+    """Replica windows of the decode pool -> DecodeLatency, or None with too few warm windows."""
+    batch = np.asarray(batch, np.float64)
+    mask = _usable(age, cold_start_windows, itl_mean, itl_p90, itl_p99) & (batch > 0)
+    if mask.sum() < min_samples:
+        return None
+    features = np.column_stack([batch, np.asarray(kv_tokens, np.float64),
+                                np.asarray(local_prompt_tokens, np.float64) / window_seconds])[mask]
+    coefficients = {}
+    for statistic, column in zip(("mean", *PERCENTILES), (itl_mean, itl_p90, itl_p99), strict=True):
+        a, coef = _fit(features, np.asarray(column, np.float64)[mask])
+        coefficients[statistic] = (a, *coef.tolist())
+    return DecodeLatency(coefficients, int(mask.sum()))
+
+
+@dataclass(frozen=True)
+class PoolLatency:
+    """Both pools' fits behind one object (the LatencyModel shape of controlplane/solve/pool_capacity.py);
+    a pool without a fit answers None. kv_capacity_tokens, max_batch: one decode replica's limits."""
+
+    prefill: PrefillLatency | None
+    decode: DecodeLatency | None
+    kv_capacity_tokens: float
+    max_batch: int
+
+    def prefill_ttft(self, percentile: int, tokens_per_second: float, mean_prompt_tokens: float) -> float | None:
+        return None if self.prefill is None else self.prefill.ttft(percentile, tokens_per_second, mean_prompt_tokens)
+
+    def decode_itl(self, statistic, batch: float, kv_tokens: float, local_tokens_per_second: float) -> float | None:
+        return None if self.decode is None else self.decode.itl(statistic, batch, kv_tokens, local_tokens_per_second)

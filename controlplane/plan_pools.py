@@ -1,0 +1,115 @@
+"""The controller's pool planner: learn from the windows, then decide with solve.pools. Pure.
+
+Each call refits the per-replica latency model from the last `model_windows` windows (cold-start
+windows left out, learn/latency.py) and, on predictive ticks only, forecasts request rate, prompt
+and output length per `bucket_seconds` bucket over `horizon_seconds` (a replica's startup plus one
+predictive interval) for scaling up, and over `hold_seconds` (startup plus the cooldown, since a pool
+scaled down cannot scale up again within it) for scaling down, with the backtest-chosen candidate
+(learn/forecast.py). It plans for the peak forecast rate plus a surge margin of backtest errors,
+never below the rate measured now. `targets_of` and `rules_of` read the deployment's policy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from controlplane.desired import LatencySlo, Policy
+from controlplane.learn.forecast import forecast_series
+from controlplane.learn.latency import COLD_START_WINDOWS, MIN_SAMPLES, PoolLatency, fit_decode, fit_prefill
+from controlplane.solve.pool_capacity import LoadForecast
+from controlplane.solve.pool_decision import PoolPlan
+from controlplane.solve.pool_load import load_series, measured_load
+from controlplane.solve.pool_rules import PoolRules
+from controlplane.solve.pool_view import PoolsView, PoolWindow, SloTarget
+from controlplane.solve.pools import is_predictive_tick, plan_pools
+
+
+def targets_of(slo: LatencySlo) -> tuple[SloTarget, ...]:
+    """The policy's latency targets as the pool planner reads them."""
+    return tuple(SloTarget(metric, percentile, seconds)
+                 for metric in ("ttft", "itl") for percentile in (90, 99)
+                 if (seconds := getattr(slo, f"{metric}_p{percentile}_seconds")) is not None)
+
+
+def rules_of(policy: Policy, rules: PoolRules = PoolRules()) -> PoolRules:
+    """`rules` with the policy's cooldown and predictive interval."""
+    return replace(rules, cooldown_seconds=policy.pool_cooldown_seconds,
+                   predictive_interval_seconds=policy.pool_predictive_interval_seconds,
+                   threshold=replace(rules.threshold, cooldown_seconds=policy.pool_cooldown_seconds))
+
+
+def fit_latency(windows: tuple[PoolWindow, ...], cold_start_windows: int = COLD_START_WINDOWS,
+                min_samples: int = MIN_SAMPLES) -> PoolLatency | None:
+    """Per-replica latency of both pools from the replica windows; None before any decode replica reported."""
+    decode_windows = [w for w in windows if w.of_role("decode")]
+    if not decode_windows:
+        return None
+    window_seconds = float(np.median([w.seconds for w in windows]))
+
+    def stacked(role: str) -> dict[str, np.ndarray]:
+        tables = [w.columns[role] for w in windows]
+        return {name: np.concatenate([t[name] for t in tables]) for name in tables[0]}
+
+    p, d = stacked("prefill"), stacked("decode")
+    prefill = fit_prefill(p["age_windows"], window_seconds, p["prefill_tokens"], p["busy_seconds"], p["num_prefilled"],
+                          p["queued_tokens"], p["ttft_p90"], p["ttft_p99"], cold_start_windows=cold_start_windows,
+                          min_samples=min_samples)
+    decode = fit_decode(d["age_windows"], window_seconds, d["batch"], d["kv_tokens"], d["prefill_tokens"],
+                        d["itl_mean"], d["itl_p90"], d["itl_p99"], cold_start_windows=cold_start_windows,
+                        min_samples=min_samples)
+    latest = decode_windows[-1].of_role("decode")[-1]
+    return PoolLatency(prefill, decode, latest.kv_capacity_tokens, latest.max_batch)
+
+
+def forecast_load(windows: tuple[PoolWindow, ...], now_load: LoadForecast, bucket_seconds: float,
+                  horizon_seconds: float, hold_seconds: float, surge: float, num_folds: int) -> LoadForecast:
+    """The load to plan for: the peak forecast rate over `horizon_seconds` plus `surge` x the
+    forecaster's backtest error over `num_folds` cut points (an upper prediction bound: wide where
+    traffic has surprised it, narrow where it has not), never under the rate measured now; as
+    hold_rate, the same over `hold_seconds` from the highest of the plausible candidates (a scale-down
+    must be safe even if the chosen one is wrong); the forecast mean lengths; the measured
+    remote/local split."""
+    rate, prompt, output = load_series(windows, bucket_seconds)
+    if rate.size == 0:
+        return now_load
+    horizon = max(1, int(np.ceil(horizon_seconds / bucket_seconds)))
+    hold = max(horizon, int(np.ceil(hold_seconds / bucket_seconds)))
+    rate_ahead = forecast_series(rate, hold, num_folds)
+    prompt_ahead = forecast_series(prompt, horizon).values
+    output_ahead = forecast_series(output, horizon).values
+    error = 0.0 if np.isnan(rate_ahead.error) else rate_ahead.error
+    peak = max(float(rate_ahead.values[:horizon].max()) + surge * error, now_load.request_rate)
+    held = max(float(rate_ahead.upper.max()) + surge * error, now_load.request_rate)
+    scale = float(prompt_ahead.max() / prompt[-1]) if prompt[-1] > 0 else 1.0
+    return LoadForecast(peak, now_load.remote_share, now_load.remote_prompt_tokens * scale,
+                        now_load.local_prompt_tokens * scale, max(float(output_ahead.max()), 1.0), horizon_seconds,
+                        f"{rate_ahead.method}+{surge:g}x{error:.1f}", is_backtested=rate_ahead.is_backtested,
+                        hold_rate=held)
+
+
+@dataclass(frozen=True)
+class MoectlPoolPlanner:
+    name: str = "moectl"
+    rules: PoolRules = field(default_factory=PoolRules)
+    model_windows: int = 180
+    bucket_seconds: float = 30.0
+    horizon_seconds: float = 300.0  # a replica's startup plus one predictive interval
+    hold_seconds: float = 420.0  # a replica's startup plus the cooldown in which a scale-down cannot be undone
+    surge: float = 0.5  # backtest errors of headroom over the forecast peak
+    num_folds: int = 12  # cut points the rate forecast is backtested on: the last six minutes' surprises
+    load_windows: int = 2  # the load "now" is measured over this many windows
+    cold_start_windows: int = COLD_START_WINDOWS
+
+    def plan(self, view: PoolsView) -> PoolPlan:
+        recent = view.windows[-self.model_windows:]
+        model = fit_latency(recent, self.cold_start_windows)
+        now_load = measured_load(view.windows, self.load_windows)
+        forecast = None
+        latest = view.latest
+        if latest is not None and now_load is not None and \
+                is_predictive_tick(view.now, latest.seconds, self.rules.predictive_interval_seconds):
+            forecast = forecast_load(view.windows, now_load, self.bucket_seconds, self.horizon_seconds,
+                                     self.hold_seconds, self.surge, self.num_folds)
+        return plan_pools(view, model, now_load, forecast, self.rules)

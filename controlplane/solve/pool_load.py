@@ -1,0 +1,70 @@
+"""The load a deployment carries, read from its windows: now (measured) and as series to forecast.
+
+The split between prompts prefilled on the prefill pool and on the decode pool comes from where the
+router sent them and what each pool's replicas prefilled, so it follows the threshold in force. A window that did not
+measure arrivals is skipped, never read as no traffic.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from controlplane.solve.pool_capacity import LoadForecast
+from controlplane.solve.pool_view import PoolWindow
+
+
+def _mix(windows: tuple[PoolWindow, ...]) -> tuple[float, float, float, float] | None:
+    """(remote share, mean remote prompt, mean local prompt, mean output) over `windows`. The share is
+    of arrivals (what was sent where), the prompt means of what each pool prefilled: under overload a
+    pool finishes fewer prompts than it is sent."""
+    routed = [(w.num_arrivals, w.local_prefill_share) for w in windows
+              if w.num_arrivals and w.local_prefill_share is not None]
+    outputs = [w.mean_output_tokens for w in windows if w.mean_output_tokens is not None]
+    if not routed or not outputs:
+        return None
+    arrivals = sum(n for n, _ in routed)
+    share = 1.0 - sum(n * local for n, local in routed) / arrivals
+    remote_tokens = sum(r.prefill_tokens for w in windows for r in w.of_role("prefill"))
+    remote_count = sum(r.num_prefilled for w in windows for r in w.of_role("prefill"))
+    local_tokens = sum(r.prefill_tokens for w in windows for r in w.of_role("decode"))
+    local_count = sum(r.num_prefilled for w in windows for r in w.of_role("decode"))
+    prompt = float(np.mean([w.mean_input_tokens for w in windows if w.mean_input_tokens is not None]))
+    remote = remote_tokens / remote_count if remote_count else prompt
+    local = local_tokens / local_count if local_count else 0.0
+    return share, remote, local, float(np.mean(outputs))
+
+
+def measured_load(windows: tuple[PoolWindow, ...], num_windows: int = 6) -> LoadForecast | None:
+    """The load over the last `num_windows` measured windows; None when nothing was measured."""
+    recent = tuple(w for w in windows if w.num_arrivals is not None)[-num_windows:]
+    mix = _mix(recent)
+    if not recent or mix is None:
+        return None
+    seconds = sum(w.seconds for w in recent)
+    rate = sum(w.num_arrivals for w in recent) / seconds
+    return LoadForecast(rate, *mix, horizon_seconds=0.0, method="measured")
+
+
+def load_series(windows: tuple[PoolWindow, ...], bucket_seconds: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """([B] requests/s, [B] mean prompt tokens, [B] mean output tokens) per complete `bucket_seconds`
+    bucket of measured windows, oldest first; a bucket without a length measurement repeats the
+    previous one. The bucket still filling is left out: its rate would read low."""
+    measured = [w for w in windows if w.num_arrivals is not None]
+    if not measured:
+        return np.zeros(0), np.zeros(0), np.zeros(0)
+    buckets: dict[int, list[PoolWindow]] = {}
+    for w in measured:
+        buckets.setdefault(int((w.end - w.seconds / 2) // bucket_seconds), []).append(w)
+    keys = sorted(buckets)
+    if sum(w.seconds for w in buckets[keys[-1]]) < 0.99 * bucket_seconds:
+        keys = keys[:-1]
+    rate, prompt, output = [], [], []
+    for key in keys:
+        group = buckets[key]
+        arrivals = sum(w.num_arrivals for w in group)
+        rate.append(arrivals / sum(w.seconds for w in group))
+        tokens = sum((w.mean_input_tokens or 0.0) * w.num_arrivals for w in group)
+        prompt.append(tokens / arrivals if arrivals else (prompt[-1] if prompt else 0.0))
+        outs = [w.mean_output_tokens for w in group if w.mean_output_tokens is not None]
+        output.append(float(np.mean(outs)) if outs else (output[-1] if output else 0.0))
+    return np.asarray(rate), np.asarray(prompt), np.asarray(output)

@@ -1,0 +1,119 @@
+"""The pool planner's reactive step, every window: which pool a measured breach is to blame on, and
+how far one goes up when a breach is measured or the load measured now outgrows the pool.
+
+A breach counts when the latest window is over target and either far over (`severe_breach` x) or over
+in another of the last `breach_windows` windows too: one window a few percent over is noise, not a
+capacity shortage. The step is one replica, or as many as the model says the load now needs (its
+backlog to be served within `drain_seconds`), at most `max_reactive_share` of the pool more; none while
+replicas already starting cover it, none when one more replica is predicted to hardly change the
+breached percentile (long prompts' own prefill time, not a queue).
+"""
+
+from __future__ import annotations
+
+import math
+
+from controlplane.solve.pool_capacity import LatencyModel, LoadForecast, predict, replicas_needed
+from controlplane.solve.pool_decision import DecisionKind, PoolDecision
+from controlplane.solve.pool_rules import PoolRules
+from controlplane.solve.pool_view import PoolRole, PoolsView, PoolWindow, SloTarget, role_targets
+
+
+def breaches(role: PoolRole, view: PoolsView, rules: PoolRules) -> list[tuple[SloTarget, float]]:
+    """(target, measured seconds) of the breaches this pool is to blame for, in the latest windows."""
+    recent = view.windows[-rules.breach_windows:]
+
+    def sustained(field: str, target: SloTarget) -> float | None:
+        values = []
+        for w in recent:
+            summary = getattr(w, field)
+            values.append(None if summary is None or summary.count < rules.min_window_requests
+                          else target.of(summary))
+        latest = values[-1]
+        if latest is None or latest <= target.seconds:
+            return None
+        others = [v for v in values[:-1] if v is not None and v > target.seconds]
+        return latest if latest > rules.severe_breach * target.seconds or others else None
+
+    latest, out = view.latest, []
+    for target in view.targets_of("ttft"):
+        remote = sustained("ttft_remote", target)
+        if remote is not None:
+            # one pool to blame: prefill when its own replicas are slow, else decode when requests wait
+            # there for KV room, else prefill
+            own = [v for v in (target.of(r.ttft) for r in latest.of_role("prefill")) if v is not None]
+            is_prefill_slow = not own or max(own) > target.seconds
+            is_decode_full = any(r.num_waiting > 0 for r in latest.of_role("decode"))
+            blamed = "decode" if is_decode_full and not is_prefill_slow else "prefill"
+            if role == blamed:
+                out.append((target, remote))
+        local = sustained("ttft_local", target)
+        if role == "decode" and local is not None:
+            out.append((target, local))
+    if role == "decode":
+        for target in view.targets_of("itl"):
+            value = sustained("itl", target)
+            if value is not None:
+                out.append((target, value))
+    return out
+
+
+def _gain(role: PoolRole, model: LatencyModel | None, load: LoadForecast | None, current: int,
+          target: SloTarget) -> float | None:
+    """Predicted relative drop of `target`'s percentile from one more replica (None: no model)."""
+    if model is None or load is None:
+        return None
+    now, more = predict(role, model, load, current, (target,)), predict(role, model, load, current + 1, (target,))
+    if now is None or more is None or target.name not in now or not math.isfinite(now[target.name]):
+        return None
+    return 1.0 - more[target.name] / now[target.name] if now[target.name] > 0 else 0.0
+
+
+def _with_backlog(load: LoadForecast, window: PoolWindow, drain_seconds: float) -> LoadForecast:
+    """The measured load plus what is queued (prompts waiting for prefill, requests waiting for KV
+    room), to be served within `drain_seconds` on top of new arrivals."""
+    queued = sum(r.queued_tokens for r in window.of_role("prefill"))
+    waiting = sum(r.num_waiting for r in window.of_role("decode"))
+    backlog = waiting + (queued / load.remote_prompt_tokens if load.remote_prompt_tokens > 0 else 0.0)
+    return load.scaled(1.0 + backlog / drain_seconds / max(load.request_rate, 1e-9))
+
+
+def is_short(role: PoolRole, view: PoolsView, model: LatencyModel | None, now_load: LoadForecast | None,
+              rules: PoolRules) -> bool:
+    """The model says the load measured now, backlog included, needs more replicas than ready + starting."""
+    if model is None or now_load is None:
+        return False
+    pool = view.pools[role]
+    load = _with_backlog(now_load, view.latest, rules.drain_seconds)
+    need = replicas_needed(role, model, load, role_targets(role, view.targets), rules.margins(role)[0],
+                           pool.max_replicas)
+    return need is not None and need[0] > pool.num_serving
+
+
+def react(role: PoolRole, view: PoolsView, model: LatencyModel | None, now_load: LoadForecast | None,
+           breaches: list[tuple[SloTarget, float]], rules: PoolRules, decision) -> PoolDecision:
+    """A measured breach: one replica more, or as many as the model says the load now (backlog
+    included) needs, at most `max_reactive_share` of the pool more, counting replicas already starting."""
+    pool = view.pools[role]
+    current = pool.num_serving
+    if breaches:
+        target, value = breaches[0]
+        summary = f"measured {target.name} {value:.3f}s > {target.seconds:.3f}s"
+        step = current if pool.num_starting else current + 1
+    else:
+        target, summary, step = None, "within targets", current
+    load = None if now_load is None else _with_backlog(now_load, view.latest, rules.drain_seconds)
+    if model is not None and load is not None:
+        need = replicas_needed(role, model, load, role_targets(role, view.targets), rules.margins(role)[0],
+                               pool.max_replicas)
+        if need is not None and need[0] > step:
+            step = min(need[0], current + max(1, math.ceil(rules.max_reactive_share * current)))
+            summary += f"; load now {load.request_rate:.1f} req/s (backlog included) needs {need[0]}"
+    if step == current:
+        return decision(current, DecisionKind.hold, f"{summary}; {pool.num_starting} replica(s) already starting",
+                        load)
+    gain = None if target is None else _gain(role, model, load, current, target)
+    if step == current + 1 and gain is not None and gain < rules.min_reactive_gain:
+        return decision(current, DecisionKind.keep, f"{summary}, but one more replica is predicted to cut "
+                        f"it by {100 * gain:.0f}% only: not a capacity problem", load)
+    return decision(step, DecisionKind.reactive, summary, load)

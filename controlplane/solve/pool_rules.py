@@ -1,0 +1,37 @@
+"""The pool planner's knobs (controlplane/solve/pools.py and pool_reactive.py read them). Seconds; margins
+are predicted latency / target; shares are of a pool's replicas."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from controlplane.solve.local_prefill import ThresholdRules
+from controlplane.solve.pool_view import PoolRole
+
+
+@dataclass(frozen=True)
+class PoolRules:
+    predictive_interval_seconds: float = 180.0
+    cooldown_seconds: float = 300.0
+    max_window_age: float = 2.5  # windows: an older latest window is stale
+    min_window_requests: int = 20  # fewer requests in a window: its percentiles show no breach
+    breach_windows: int = 3
+    severe_breach: float = 1.5
+    min_fresh_share: float = 0.5  # of a pool's ready replicas that must have reported
+    # sizing and scale-down margins (predicted / target), per pool: TTFT is a queue and rises steeply
+    # near saturation, ITL grows gently with the batch, so decode may run closer to its target
+    plan_margin: float = 0.8
+    consolidate_margin: float = 0.75
+    decode_plan_margin: float = 0.9
+    decode_consolidate_margin: float = 0.85
+    max_step_down_share: float = 0.34  # of the pool, at least one replica
+    max_reactive_share: float = 0.5  # of the pool, at least one replica
+    min_reactive_gain: float = 0.1  # a breach one more replica is predicted to cut by less is not acted on
+    drain_seconds: float = 180.0  # a measured backlog is planned to be gone within this (startup included)
+    threshold: ThresholdRules = ThresholdRules()
+
+    def margins(self, role: PoolRole) -> tuple[float, float]:
+        """(plan, consolidate) margins of the pool."""
+        if role == "decode":
+            return self.decode_plan_margin, self.decode_consolidate_margin
+        return self.plan_margin, self.consolidate_margin

@@ -1,0 +1,20 @@
+"""A short run of the pool planner benchmark (benchmarks/pools.py): it runs every planner on a trace
+and reports them side by side. Speed and the issue's targets are the benchmark's business, not this test's."""
+
+from __future__ import annotations
+
+from benchmarks.pools import run_trace, table, traces, verdict
+
+
+def test_a_short_benchmark_reports_every_planner():
+    trace = traces(minutes=6, scale=0.5)[2]  # step
+    runs = run_trace(trace)
+    names = [r.outcome.planner for r in runs]
+    assert names == ["static-peak", "dynamo-sla", "dynamo-sla+load", "moectl"]
+    for run in runs:
+        o = run.outcome
+        assert o.num_requests == trace.num_requests and 0.0 <= o.attainment <= 1.0 and o.gpu_hours > 0
+    assert runs[0].outcome.num_decisions == 0  # static never changes
+    text = table(runs)
+    assert all(f"| step | {name} |" in text for name in names)
+    assert verdict(runs).startswith("- step: attainment >= static")

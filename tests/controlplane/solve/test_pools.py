@@ -1,0 +1,175 @@
+"""The pool planner's rules (controlplane/solve/pools.py), on a latency model with known coefficients.
+
+Numbers: the model (tests/support/pools.py) prefills 8000 tokens/s per replica; at 10 req/s (960 prompt
+tokens/s per req/s on the prefill pool) two prefill replicas keep TTFT p90 at 0.5 s; 30 req/s needs 5
+prefill and 6 decode replicas within the plan margins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from support.pools import model, view, window
+
+from controlplane.solve.pool_capacity import LoadForecast, replicas_needed
+from controlplane.solve.pool_decision import DecisionKind, PoolDecision
+from controlplane.solve.pool_rules import PoolRules
+from controlplane.solve.pool_view import SloTarget
+from controlplane.solve.pools import is_predictive_tick, plan_pools
+
+TTFT = (SloTarget("ttft", 90, 1.0), SloTarget("ttft", 99, 2.0))
+
+
+def load(rate: float, hold: float | None = None, backtested: bool = True) -> LoadForecast:
+    return LoadForecast(rate, 0.8, 1200.0, 300.0, 200.0, 300.0, "test", is_backtested=backtested, hold_rate=hold)
+
+
+def windows(until: float, **kwargs) -> list:
+    return [window(t, **kwargs) for t in range(int(until) - 50, int(until) + 1, 10)]
+
+
+def test_predictive_tick_is_a_grid_of_the_interval():
+    assert is_predictive_tick(180.0, 10.0, 180.0) and is_predictive_tick(365.0, 10.0, 180.0)
+    assert not is_predictive_tick(190.0, 10.0, 180.0)
+
+
+def test_capacity_matches_the_worked_numbers():
+    assert replicas_needed("prefill", model(), load(10.0), TTFT, 0.8, 16)[0] == 2
+    assert replicas_needed("prefill", model(), load(30.0), TTFT, 0.8, 16)[0] == 5
+    itl = (SloTarget("itl", 90, 0.05),)
+    assert replicas_needed("decode", model(), load(30.0), itl, 0.9, 16)[0] == 6
+
+
+def test_scale_up_on_forecast_jumps_to_what_the_forecast_needs():
+    plan = plan_pools(view(windows(180)), model(), load(10.0), load(30.0))
+    for role, expected in (("prefill", 5), ("decode", 6)):
+        decision = plan.decision(role)
+        assert (decision.kind, decision.target) == (DecisionKind.predictive, expected), decision.reason
+        assert "forecast 30.0 req/s" in decision.reason
+        assert decision.predicted.replicas == expected
+        assert decision.predicted.seconds <= decision.predicted.target_seconds
+
+
+def test_no_forecast_between_ticks_keeps_the_pools():
+    plan = plan_pools(view(windows(190)), model(), load(10.0), None)
+    assert [d.kind for d in plan.decisions] == [DecisionKind.keep, DecisionKind.keep]
+    assert plan.threshold is None  # the threshold moves on predictive ticks only
+
+
+def test_reactive_step_on_a_sustained_breach_adds_one_replica():
+    plan = plan_pools(view(windows(190, ttft=1.3)), model(), load(10.0), None)
+    prefill = plan.decision("prefill")
+    assert (prefill.kind, prefill.target) == (DecisionKind.reactive, 3), prefill.reason
+    assert "measured ttft_p90 1.300s > 1.000s" in prefill.reason
+    assert plan.decision("decode").direction == 0
+
+
+def test_one_window_slightly_over_is_noise_but_far_over_is_not():
+    slightly = windows(180) + [window(190, ttft=1.05)]
+    assert plan_pools(view(slightly), model(), load(10.0), None).decision("prefill").direction == 0
+    far = windows(180) + [window(190, ttft=1.6)]
+    assert plan_pools(view(far), model(), load(10.0), None).decision("prefill").target == 3
+
+
+def test_itl_breach_adds_a_decode_replica():
+    plan = plan_pools(view(windows(190, itl=0.06)), model(), load(10.0), None)
+    assert (plan.decision("decode").kind, plan.decision("decode").target) == (DecisionKind.reactive, 4)
+
+
+def test_ttft_breach_with_decode_short_of_kv_room_is_decode_s():
+    slow = windows(190, ttft=1.3, waiting=5)
+    fast_prefill = [replace(w, replicas=tuple(replace(r, ttft=window(0, ttft=0.5).ttft) if r.role == "prefill"
+                                              else r for r in w.replicas)) for w in slow]
+    plan = plan_pools(view(fast_prefill), model(), load(10.0), None)
+    assert plan.decision("decode").target == 4 and plan.decision("prefill").direction == 0
+
+
+def test_a_breach_waits_for_a_replica_already_starting():
+    plan = plan_pools(view(windows(190, ttft=1.3), starting={"prefill": 1}), model(), load(10.0), None)
+    assert plan.decision("prefill").kind == DecisionKind.hold
+    assert "already starting" in plan.decision("prefill").reason
+
+
+def test_load_above_what_the_pool_carries_scales_before_any_breach():
+    plan = plan_pools(view(windows(190)), model(), load(30.0), None)
+    prefill = plan.decision("prefill")
+    assert prefill.kind == DecisionKind.reactive and prefill.target == 3  # +50 % of 2, bounded
+    assert "needs 5" in prefill.reason
+
+
+def test_scale_down_only_when_load_times_n_over_n_minus_one_meets_the_slo():
+    plan = plan_pools(view(windows(180), prefill=4), model(), load(10.0), load(10.0, hold=10.0))
+    prefill = plan.decision("prefill")
+    assert (prefill.kind, prefill.target) == (DecisionKind.consolidate, 3), prefill.reason
+    assert "load x 4/3" in prefill.reason and prefill.predicted.replicas == 3
+    # the same, but the load may come back within the cooldown: 3 replicas would not meet the margin
+    refused = plan_pools(view(windows(180), prefill=4), model(), load(10.0), load(10.0, hold=22.0))
+    assert refused.decision("prefill").direction == 0
+    assert "consolidation to 3 refused" in refused.decision("prefill").reason
+
+
+def test_no_scale_down_on_a_forecast_too_short_to_backtest():
+    plan = plan_pools(view(windows(180), prefill=4), model(), load(10.0), load(10.0, backtested=False))
+    assert plan.decision("prefill").direction == 0
+    assert "too little history" in plan.decision("prefill").reason
+
+
+@pytest.mark.parametrize("since, expected_kind", [(100.0, DecisionKind.hold), (400.0, DecisionKind.reactive)])
+def test_no_reversal_of_direction_within_the_cooldown(since, expected_kind):
+    down = PoolDecision(190.0 - since, "decode", 4, 3, DecisionKind.consolidate, "earlier")
+    plan = plan_pools(view(windows(190, itl=0.06), history=[down]), model(), load(10.0), None)
+    decision = plan.decision("decode")
+    assert decision.kind == expected_kind, decision.reason
+    if expected_kind == DecisionKind.hold:
+        assert decision.target == decision.current and "no reversal within 300s" in decision.reason
+
+
+def test_no_scale_down_within_the_cooldown_of_a_scale_up():
+    up = PoolDecision(100.0, "prefill", 3, 4, DecisionKind.reactive, "earlier")
+    plan = plan_pools(view(windows(180), prefill=4, history=[up]), model(), load(10.0), load(10.0, hold=10.0))
+    assert plan.decision("prefill").kind == DecisionKind.hold
+
+
+@pytest.mark.parametrize("latest, reason", [
+    (window(120.0), "stale"),  # 60 s old at now = 180
+    (window(180.0, num_arrivals=None), "arrivals not measured"),
+    (replace(window(180.0), itl=None), "not measured"),
+])
+def test_hold_on_stale_or_missing_data(latest, reason):
+    plan = plan_pools(view(windows(170) + [latest], now=180.0), model(), load(10.0), load(30.0))
+    assert all(d.kind == DecisionKind.hold and d.direction == 0 for d in plan.decisions)
+    assert reason in plan.decisions[0].reason
+
+
+def test_zero_arrivals_is_a_measurement_not_missing_data():
+    quiet = windows(170) + [window(180.0, rate=0.0)]
+    plan = plan_pools(view(quiet), model(), load(10.0), load(30.0))
+    assert plan.decision("prefill").kind == DecisionKind.predictive
+
+
+def test_a_pool_whose_replicas_did_not_report_holds():
+    partial = windows(180, num_decode=1)  # 1 of 3 ready decode replicas reported
+    plan = plan_pools(view(partial), model(), load(10.0), load(30.0))
+    assert plan.decision("decode").kind == DecisionKind.hold and "1 of 3" in plan.decision("decode").reason
+    assert plan.decision("prefill").kind == DecisionKind.predictive
+
+
+def test_without_a_model_only_measured_breaches_move_a_pool():
+    assert plan_pools(view(windows(180)), None, load(10.0), load(30.0)).changes == ()
+    assert plan_pools(view(windows(190, ttft=1.3)), None, load(10.0), None).decision("prefill").target == 3
+
+
+def test_budget_cuts_by_marginal_benefit():
+    # 5 prefill (1 GPU) + 6 decode (2 GPUs) = 17 GPUs wanted, 14 allowed: each pool keeps what it has
+    # (2 + 3 x 2 = 8 GPUs); of the 6 left, prefill takes two replicas (at 2 and 3 it cannot carry 30 req/s,
+    # at 4 its TTFT is at 1.6 x target), then decode two (at 5 it is at 1.5 x, at 6 it would fit), since
+    # a fifth prefill replica (down to 0.7 x) buys less per GPU than the decode ones.
+    plan = plan_pools(view(windows(180), budget=14), model(), load(10.0), load(30.0))
+    assert all(d.kind == DecisionKind.budget and "GPU budget 14" in d.reason for d in plan.decisions)
+    assert (plan.target("prefill"), plan.target("decode")) == (4, 5)
+
+
+def test_rules_are_configurable():
+    rules = PoolRules(predictive_interval_seconds=60.0)
+    assert plan_pools(view(windows(240)), model(), load(10.0), load(30.0), rules).decision("prefill").target == 5

@@ -1,0 +1,70 @@
+"""The controller's pool planner (controlplane/plan_pools.py): policy to targets and rules, learning from
+the windows, and a plan from a view."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+from support.pools import view, window
+
+from controlplane.desired import LatencySlo, Policy
+from controlplane.plan_pools import MoectlPoolPlanner, fit_latency, forecast_load, rules_of, targets_of
+from controlplane.solve.pool_decision import DecisionKind, PoolPlanner
+from controlplane.solve.pool_load import load_series, measured_load
+from controlplane.solve.pool_view import SloTarget
+
+
+def test_policy_slo_becomes_targets_and_rules():
+    policy = Policy(slo={"ttft_p99_seconds": 2.0, "itl_p90_seconds": 0.05}, pool_cooldown_seconds=120,
+                    pool_predictive_interval_seconds=60)
+    assert targets_of(policy.slo) == (SloTarget("ttft", 99, 2.0), SloTarget("itl", 90, 0.05))
+    rules = rules_of(policy)
+    assert (rules.cooldown_seconds, rules.predictive_interval_seconds, rules.threshold.cooldown_seconds) == \
+        (120, 60, 120)
+    assert Policy().slo is None  # pools are not planned unless asked
+
+
+@pytest.mark.parametrize("slo, message", [
+    ({}, "at least one target"),
+    ({"ttft_p90_seconds": 2.0, "ttft_p99_seconds": 1.0}, "ttft_p99_seconds 1.0 is under ttft_p90_seconds 2.0"),
+    ({"itl_p90_seconds": 0}, "greater than 0"),
+    ({"itl_p95_seconds": 0.05}, "Extra inputs"),
+])
+def test_bad_slo_is_refused_with_the_reason(slo, message):
+    with pytest.raises(ValidationError, match=message):
+        LatencySlo(**slo)
+
+
+def test_the_model_is_fitted_from_replica_windows():
+    windows = [window(t, rate=r, ttft=0.2 + 0.02 * r, itl=0.01 + 0.001 * r)
+               for t, r in zip(range(10, 400, 10), [6, 8, 10, 12, 14] * 8, strict=False)]
+    model = fit_latency(tuple(windows))
+    assert model.prefill is not None and model.decode is not None
+    assert model.kv_capacity_tokens == 160_000 and model.max_batch == 96
+    assert fit_latency(tuple(windows[:2])).prefill is None  # too few windows: no fit yet
+    assert fit_latency(()) is None
+
+
+def test_measured_load_and_its_series():
+    windows = tuple(window(t, rate=10.0 + (t >= 300) * 10) for t in range(10, 610, 10))
+    now = measured_load(windows, num_windows=2)
+    assert now.request_rate == pytest.approx(20.0) and now.remote_share == pytest.approx(0.8)
+    assert now.remote_prompt_tokens == pytest.approx(1200.0, rel=0.01)
+    rate, prompt, output = load_series(windows, 60.0)
+    # buckets (0, 60] ... (540, 600]; the window ending at 300 is the first at 20 req/s
+    assert rate.tolist() == pytest.approx([10.0] * 4 + [(5 * 10 + 20) / 6] + [20.0] * 5)
+    forecast = forecast_load(windows, now, 60.0, 300.0, 420.0, 1.0, 4)
+    assert forecast.request_rate >= now.request_rate and forecast.held >= forecast.request_rate
+
+
+def test_the_planner_plans_from_a_view():
+    planner = MoectlPoolPlanner()
+    assert isinstance(planner, PoolPlanner)
+    windows = [window(t) for t in range(10, 190, 10)]
+    plan = planner.plan(view(windows))
+    assert [d.role for d in plan.decisions] == ["prefill", "decode"]
+    # three minutes of steady load: too little history to trust a scale-down
+    assert all(d.direction == 0 for d in plan.decisions)
+    assert plan.threshold is not None
+    stale = planner.plan(view(windows, now=400.0))
+    assert all(d.kind == DecisionKind.hold for d in stale.decisions)
