@@ -67,11 +67,8 @@ class Fleet:
         return sum(i.ep_size for i in self.instances)
 
     def _templates(self, instance) -> list[tuple[bytes, bytes]]:  # noqa: ANN001
-        from agents.protocol.group import GroupSnapshot
-
-        snapshots = instance.window(MARK, WINDOW_SECONDS)
-        bodies = [s.model_dump_json() for s in snapshots] if self.protocol == "v1" else \
-            [GroupSnapshot.gather(snapshots).model_dump_json()]
+        bodies = [s.model_dump_json() for s in instance.window(MARK, WINDOW_SECONDS)] if self.protocol == "v1" \
+            else [instance.group_window(MARK, WINDOW_SECONDS).model_dump_json()]
         return [_template(body) for body in bodies]
 
     def render(self, window_start: float) -> list[tuple[int, bytes]]:

@@ -44,3 +44,33 @@ def test_moectl_sim_registers_its_deployments_and_posts_windows(settings):
     finally:
         controller.stop()
         thread.join(timeout=10)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_moectl_sim_drives_a_deepseek_v3_fleet(settings):
+    """`--model deepseek-v3`: one deployment with a prefill EP32 and a decode EP320 instance, each posting one
+    group snapshot per window (moectl.v2)."""
+    settings = settings.model_copy(update={"port": free_port(), "window_seconds": 3.0})
+    controller = Controller(settings, run_loop=False)
+    thread = controller.start()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "controlplane", "sim", "--url", controller.url, "--api-token", API_TOKEN,
+             "--agent-token", AGENT_TOKEN, "--model", "deepseek-v3", "--prefill-instances", "1",
+             "--decode-instances", "1", "--window-seconds", "3", "--mode", "observe", "--windows", "3"],
+            capture_output=True, text=True, timeout=240, env=os.environ | {"MOECTL_API_TOKEN": ""})
+        assert done.returncode == 0, done.stdout + done.stderr
+        overview = httpx.get(f"{controller.url}/v1/deployments/deepseek-v3/overview").json()
+        metrics = httpx.get(f"{controller.url}/metrics").text
+    finally:
+        controller.stop()
+        thread.join(timeout=10)
+    assert overview["model"] | {"name": "deepseek-v3"} == {
+        "name": "deepseek-v3", "num_layers": 58, "num_experts": 256, "num_groups": 8, "top_k": 8, "topk_group": 4}
+    assert {(p["role"], p["ep_size"], p["slots_per_rank"]) for p in overview["pools"]} == {
+        ("prefill", 32, 9), ("decode", 320, 1)}
+    assert overview["agents"]["total"] == 352
+    accepted = float(next(line.split()[-1] for line in metrics.splitlines()
+                          if line.startswith('moectl_controller_snapshots_total{status="200"}')))
+    assert accepted == 2 * 3  # one post per instance and window, not one per GPU
