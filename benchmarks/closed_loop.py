@@ -15,7 +15,8 @@ the next window on:
   controlplane/solve/algorithm.py's PlacementAlgorithm) of the load summed over those K minutes, as SGLang and
   vLLM run it;
 - moectl: the real planner (controlplane/plan.py `plan_pool` and its solver, pure, in-process, the clock passed
-  in), fed the windows the controller would store, under a policy (threshold, cooldown, moves budget) given below.
+  in), fed the windows the controller would store, under each policy of MOECTL_POLICIES (threshold, cooldown,
+  moves budget).
 
 Reported per strategy: time-weighted max/mean GPU load (mean over windows of the mean over layers), modelled
 throughput (tokens / modelled seconds), weights moved per hour (expert residencies (layer, slot) that changed,
@@ -90,10 +91,18 @@ WORKLOADS = [
     Workload("swing code/prose, 1 h period", drift_sigma=0.01, swing_period_seconds=HOUR),
     Workload("fast drift + 20 min swing", drift_sigma=0.04, swing_period_seconds=HOUR / 3),
 ]
-# the loop's policy: the defaults a new deployment gets (threshold 1.15 for 2 windows, cooldown 30 s, min gain
-# 0.05, at most 25% of the residencies per change and 200% per hour); a tighter threshold spends the hourly
-# budget and balances worse (the results say by how much)
-MOECTL_POLICY = Policy(mode="auto")
+# the loop's policies: the defaults a new deployment gets (threshold 1.15 for 2 windows, cooldown 30 s, min gain
+# 0.05, at most 25% of the residencies per change and 200% per hour), and one whose moves budget can follow a
+# swing of the workload (threshold 1.10, 50% per change, 800% per hour): a swing between two kinds of text moves
+# most experts' load twice per period, which the default hourly budget cannot pay for
+MOECTL_POLICIES = {
+    "moectl loop (defaults)": Policy(mode="auto"),
+    "moectl loop (budget 800%/h)": Policy(mode="auto", imbalance_threshold=1.10, max_moved_slots_fraction=0.5,
+                                          max_moved_slots_per_hour_fraction=8.0),
+}
+
+POLICY_KNOBS = {"imbalance_threshold", "sustained_windows", "cooldown_seconds", "min_gain", "max_moved_slots_fraction",
+                "max_moved_slots_per_hour_fraction"}
 
 
 @dataclass
@@ -145,8 +154,8 @@ class Moectl:
     """The controller's planner on the windows it would have stored, with the bookkeeping the store keeps
     (version, last change, moves and actions in the last hour)."""
 
-    def __init__(self, shape: Shape, policy: Policy):
-        self.shape, self.policy, self.name = shape, policy, "moectl loop"
+    def __init__(self, shape: Shape, policy: Policy, name: str = "moectl loop"):
+        self.shape, self.policy, self.name = shape, policy, name
         self.windows: list[Window] = []
         self.version, self.last_change_at = 0, None
         self.changes: list[tuple[float, int]] = []  # (when, residencies moved)
@@ -212,13 +221,14 @@ def simulate(shape: Shape, workload: Workload, strategy, hours: float, seed: int
     return outcome
 
 
-def run(shapes: list[Shape], hours: float, eplb_minutes: list[float], policy: Policy) -> str:
+def run(shapes: list[Shape], hours: float, eplb_minutes: list[float], policies: dict[str, Policy]) -> str:
     head = ["strategy", "time-weighted max/mean", "p95", "modelled tokens/s", "vs static", "weights moved / h",
             "decisions", "planning s"]
     sections = []
     for shape in shapes:
         for workload in WORKLOADS:
-            strategies = [Static(), *(PeriodicEplb(shape, 60 * m) for m in eplb_minutes), Moectl(shape, policy)]
+            strategies = [Static(), *(PeriodicEplb(shape, 60 * m) for m in eplb_minutes),
+                          *(Moectl(shape, policy, name) for name, policy in policies.items())]
             outcomes = [simulate(shape, workload, s, hours) for s in strategies]
             lines = [f"### {shape.name}, {workload.name} ({hours:g} h of {WINDOW_SECONDS:g} s windows)", "",
                      "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -237,9 +247,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     shapes = [PREFILL, DECODE] if args.decode else [PREFILL]
     text = (f"# Closed loop: static vs periodic EPLB vs moectl ({datetime.date.today()})\n\n"
-            f"{platform.machine()}, {os.cpu_count()} cores, numpy {np.__version__}; moectl policy: "
-            f"{MOECTL_POLICY.model_dump(include={'imbalance_threshold', 'sustained_windows', 'cooldown_seconds', 'min_gain', 'max_moved_slots_fraction', 'max_moved_slots_per_hour_fraction'})}\n\n"  # noqa: E501
-            + run(shapes, args.hours, args.eplb_minutes, MOECTL_POLICY) + "\n")
+            f"{platform.machine()}, {os.cpu_count()} cores, numpy {np.__version__}; moectl policies:\n\n"
+            + "".join(f"- {name}: {policy.model_dump(include=POLICY_KNOBS)}\n"
+                      for name, policy in MOECTL_POLICIES.items())
+            + "\n" + run(shapes, args.hours, args.eplb_minutes, MOECTL_POLICIES) + "\n")
     if not args.no_write:
         path = pathlib.Path(__file__).resolve().parent / "results" / f"closed-loop-{datetime.date.today()}.md"
         path.write_text(text)

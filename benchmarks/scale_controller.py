@@ -11,6 +11,7 @@ loop and the store's engine, which both keep stable.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import inspect
 import json
 import mmap
@@ -41,6 +42,7 @@ def main() -> None:
     p.add_argument("--api-token", required=True)
     p.add_argument("--agent-token", required=True)
     args = p.parse_args()
+    faulthandler.enable()  # a controller that dies mid-run says where in its log
 
     import uvicorn
 
