@@ -252,6 +252,7 @@ class Run:
     hour_rss_mb: float | None = None
     hour_database_mb: float | None = None
     hour_pass_seconds: list[float] = field(default_factory=list)
+    controller_exit: int | None = None  # the controller's exit status where it died during the run
 
     def ingest(self) -> np.ndarray:
         return np.array([w.seconds for w in self.windows[1:]])  # the first window creates the pools and agents
@@ -305,6 +306,7 @@ def run_one(code: str, tree: pathlib.Path, database: str, database_url: str, num
             run.hour_windows, run.hour_seconds = hour_windows, time.perf_counter() - started
             run.hour_rss_mb, run.hour_database_mb = controller.rss_mb(), database_size_mb(database_url)
             run.hour_pass_seconds = [p["seconds"] for p in controller.passes()[num_passes:]]
+        run.controller_exit = controller.process.poll()
         return run
     finally:
         poster.close()
@@ -320,6 +322,8 @@ def table(runs: list[Run]) -> str:
         posts = len(r.windows[0].latencies)
         hour = (f"{r.hour_rss_mb:.0f}, {r.hour_database_mb:.1f} ({r.hour_windows} windows in "
                 f"{r.hour_seconds / 60:.1f} min)") if r.hour_rss_mb is not None else "-"
+        if r.controller_exit is not None:
+            hour += f" CONTROLLER EXITED (status {r.controller_exit})"
         lines.append(f"| {r.code} | {r.database} | {r.num_gpus} | {posts} ({r.protocol}) | "
                      f"{np.median(ingest):.2f}, {ingest.max():.2f} | {'yes' if ingest.max() <= 1.0 else 'no'} | "
                      f"{r.p99_ms():.0f} | {np.median(passes):.2f}, {passes.max():.2f} | "

@@ -21,3 +21,4 @@ def test_a_short_run_reports_both_controllers_side_by_side(capsys):
     assert "| 320 (v1) |" in today and "| 1 (v2) |" in new  # one post per GPU vs one per EP group
     assert "320/320" in today and "320/320" in new  # every agent fresh at the end
     assert "3 windows in" in new and "ingest today / new" in out
+    assert "CONTROLLER EXITED" not in out
