@@ -316,7 +316,7 @@ def run_one(code: str, tree: pathlib.Path, database: str, database_url: str, num
 def table(runs: list[Run]) -> str:
     head = ("| code | database | GPUs | posts/window | ingest s/window (median, max) | ≤ 20% of 5 s | post p99 ms | "
             "reconcile pass s (median, max) | agents fresh | RSS MB | database MB | after 1 h: RSS MB, database MB |")
-    lines = [head, "|" + "---|" * head.count("|")[:-1] if False else "|---" * (head.count("|") - 1) + "|"]
+    lines = [head, "|---" * (head.count("|") - 1) + "|"]
     for r in runs:
         ingest, passes = r.ingest(), np.array(r.pass_seconds or [float("nan")])
         posts = len(r.windows[0].latencies)
