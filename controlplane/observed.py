@@ -12,6 +12,7 @@ import numpy as np
 from agents.protocol.placement import PlacementTable, gpu_load, imbalance
 
 RANK_REPORTS = "slot_reports_rank_"  # + EP rank: window counter, reports whose slot load the window counted
+GROUPS_AT, NODES_AT = "routing_groups_at_", "routing_nodes_at_"  # + n: tokens whose top-k reached n groups / nodes
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,17 @@ class Window:
     def ratio(self, numerator: str, denominator: str) -> float | None:
         den = self.counters.get(denominator, 0.0)
         return self.counters.get(numerator, 0.0) / den if den > 0 else None
+
+    def per_token(self, prefix: str) -> np.ndarray | None:
+        """[max n + 1] tokens (over ranks and MoE layers) whose top-k reached n groups (prefix GROUPS_AT) or
+        nodes (NODES_AT); None when no report measured it (agents before the measure)."""
+        counts = {int(k[len(prefix):]): v for k, v in self.counters.items() if k.startswith(prefix)}
+        if not counts:
+            return None
+        histogram = np.zeros(max(counts) + 1)
+        for n, v in counts.items():
+            histogram[n] = v
+        return histogram
 
 
 @dataclass(frozen=True)

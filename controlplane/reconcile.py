@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from opentelemetry import trace
 from sqlalchemy.orm import Session, sessionmaker
@@ -37,11 +37,13 @@ from controlplane.config import Settings
 from controlplane.desired import Decision, Plan, Policy
 from controlplane.observed import PoolState
 from controlplane.plan import check_pool_size, diagnose_prefix_hits, plan_pool, plan_routing
+from controlplane.routing_reach import RoutingReach, check_routing_limit
 from controlplane.store import actions, deployments, policies, pool_sizes, pools, requests, windows
 from controlplane.store.tables import Action, Deployment, Pool, Request
 from controlplane.verify import verify_pool
 
 log = logging.getLogger("moectl.reconcile")
+ROUTING_LIMIT_VIOLATION = "routing_limit_violation"  # the action kind of a group limit found not in effect
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,7 @@ class PoolResult:
     plan: Plan
     action: Action | None = None  # the placement action this reconcile made, or the one in flight it joined
     is_new: bool = False  # the action was made now
+    reach: RoutingReach | None = None  # whether the group limit in force is honoured (None: dry run)
 
     @property
     def outcome(self) -> str:
@@ -65,6 +68,7 @@ class PassResult:
     plans: list[Plan]
     num_errors: int
     seconds: float
+    reaches: list[RoutingReach] = field(default_factory=list)
 
 
 def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: float, dry_run: bool = False,
@@ -76,7 +80,7 @@ def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: 
     where the planner runs (controlplane/compute.py)."""
     tracer = tracer or trace.get_tracer("moectl.reconcile")
     started = time.perf_counter()
-    plans, num_errors = [], 0
+    plans, reaches, num_errors = [], [], 0
     with tracer.start_as_current_span("reconcile.pass", attributes={"moectl.dry_run": dry_run}) as span:
         with sessions() as session:
             targets = [(d.id, p.id) for d in deployments.list_all(session) for p in deployments.pools_of(session, d)]
@@ -90,6 +94,8 @@ def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: 
                     result = reconcile_pool(session, deployment, pool, settings, now=now, dry_run=dry_run,
                                             tracer=tracer, scaler=scaler, fence=fence, compute=compute)
                     plans.append(result.plan)
+                    if result.reach is not None:
+                        reaches.append(result.reach)
             except NotLeader as lost:
                 log.warning("lost the leadership mid-pass, nothing of pool %s written: %s", pool_id, lost)
                 break
@@ -99,7 +105,7 @@ def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: 
                 log.exception("reconcile failed for pool %s; retrying next pass", pool_id)
         span.set_attribute("moectl.pools", len(targets))
         span.set_attribute("moectl.errors", num_errors)
-    return PassResult(plans, num_errors, time.perf_counter() - started)
+    return PassResult(plans, num_errors, time.perf_counter() - started, reaches)
 
 
 def reconcile_pool(session: Session, deployment: Deployment, pool: Pool, settings: Settings, *, now: float,
@@ -132,10 +138,11 @@ def reconcile_pool(session: Session, deployment: Deployment, pool: Pool, setting
             if plan.decision != Decision.rebalance:  # one change per pass: routing moves when the placement does not
                 _actuate_routing(session, deployment, pool, state, policy, settings, now)
             _record_findings(session, deployment, pool, state, policy, now)
+            reach = _record_routing_reach(session, deployment, pool, state, policy, now)
             _actuate_pool_size(session, deployment, pool, policy, settings, now)
             if scaler is not None:
                 _sync_pool_size(session, deployment, pool, scaler, fence, policy, now)
-        result = PoolResult(plan, action, is_new)
+        result = PoolResult(plan, action, is_new, reach)
         for i, request in enumerate(pending):  # the first request made a new action, the others joined it
             outcome = result.outcome if i == 0 else replace(result, is_new=False).outcome
             requests.settle(request, outcome=outcome, action_id=action.id if action else None, now=now)
@@ -240,6 +247,20 @@ def _record_findings(session: Session, deployment: Deployment, pool: Pool, state
                    mode=policy.mode.value, status=actions.RECORDED, reason=finding,
                    inputs={"prefix_hit_ratio": [round(r, 4) for r in ratios]}, predicted={}, created_by="loop",
                    now=now)
+
+
+def _record_routing_reach(session: Session, deployment: Deployment, pool: Pool, state: PoolState, policy: Policy,
+                          now: float) -> RoutingReach:
+    """A group limit configured but not honoured is recorded (at most once an hour, with the windows that show
+    it) for people: no knob of the loop fixes a code path that bypasses it."""
+    reach = check_routing_limit(policy, state)
+    if reach.is_violated and actions.open_for(session, pool, since=now - 3600.0, kind=ROUTING_LIMIT_VIOLATION,
+                                              statuses=(actions.RECORDED,)) is None:
+        actions.record(session, deployment=deployment, pool=pool, kind=ROUTING_LIMIT_VIOLATION, trigger="loop",
+                       mode=policy.mode.value, status=actions.RECORDED, reason=reach.reason,
+                       inputs=reach.evidence(), predicted={}, created_by="loop", now=now)
+        log.warning("%s/%s: %s", deployment.name, pool.role, reach.reason)
+    return reach
 
 
 def run_forever(sessions: sessionmaker[Session], settings: Settings, *, stop: threading.Event,

@@ -89,7 +89,7 @@ class Controller:
             self.threads.append(threading.Thread(target=run_forever, name="reconcile", daemon=True, kwargs=dict(
                 sessions=self.sessions, settings=settings, stop=self.stop_loop, scaler=actuation.scaler,
                 fence=actuation.fence, compute=self.compute or in_process, on_pass=lambda r: self.metrics.observe_pass(
-                    r.plans, r.num_errors, r.seconds, is_leading=actuation.fence.is_leading()))))
+                    r.plans, r.num_errors, r.seconds, is_leading=actuation.fence.is_leading(), reaches=r.reaches))))
 
     @property
     def url(self) -> str:

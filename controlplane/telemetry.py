@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from controlplane.desired import Plan
+from controlplane.routing_reach import RoutingReach
 
 
 class ControllerMetrics:
@@ -19,12 +22,21 @@ class ControllerMetrics:
                                ["deployment", "role"], registry=registry)
         self.pass_seconds = Histogram("moectl_controller_reconcile_seconds", "Duration of one reconcile pass",
                                       registry=registry)
+        self.routing_limit_violation = Gauge(
+            "moectl_controller_routing_limit_violation",
+            "1 while the pool's group limit (topk_group) is configured but its tokens reach more groups",
+            ["deployment", "role"], registry=registry)
+        self.routing_over_limit = Gauge(
+            "moectl_controller_routing_over_limit_ratio",
+            "Share of the last measured window's tokens whose top-k reached more groups than the limit in force",
+            ["deployment", "role"], registry=registry)
         self.pass_errors = Counter("moectl_controller_reconcile_errors_total", "Pools whose reconcile failed",
                                    registry=registry)
         self.leader = Gauge("moectl_controller_leader", "1 while this replica leads: it reconciles and writes",
                             registry=registry)
 
-    def observe_pass(self, plans: list[Plan], num_errors: int, seconds: float, *, is_leading: bool = True) -> None:
+    def observe_pass(self, plans: list[Plan], num_errors: int, seconds: float, *, is_leading: bool = True,
+                     reaches: Sequence[RoutingReach] = ()) -> None:
         self.leader.set(1 if is_leading else 0)
         self.pass_seconds.observe(seconds)
         self.pass_errors.inc(num_errors)
@@ -33,3 +45,10 @@ class ControllerMetrics:
             measured = plan.inputs.get("measured_imbalance")
             if measured:
                 self.imbalance.labels(plan.deployment, plan.role).set(measured[-1])
+        if not is_leading:  # the leader judges the pools now; a verdict kept here would go stale and keep alerting
+            self.routing_limit_violation.clear()
+            self.routing_over_limit.clear()
+        for reach in reaches:
+            self.routing_limit_violation.labels(reach.deployment, reach.role).set(int(reach.is_violated))
+            if reach.last is not None:
+                self.routing_over_limit.labels(reach.deployment, reach.role).set(reach.last.over_limit_share)

@@ -27,6 +27,7 @@ from agents.protocol.wire import (
     Role,
     Snapshot,
     _check_counts,
+    _check_per_token,
     _Count,
     _Frozen,
     _Seconds,
@@ -62,6 +63,8 @@ class RankRow(_Frozen):
     ttft: LatencySummary = LatencySummary()
     itl: LatencySummary = LatencySummary()
     routing_recall: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
+    routing_groups_per_token: list[int] = Snapshot.model_fields["routing_groups_per_token"]
+    routing_nodes_per_token: list[int] = Snapshot.model_fields["routing_nodes_per_token"]
 
     @model_validator(mode="after")
     def _check(self) -> RankRow:
@@ -122,6 +125,8 @@ class GroupSnapshot(_Frozen):
         if sorted(r.rank for r in self.ranks) != list(range(self.ep_size)):
             raise ValueError(f"ranks must hold each rank 0..{self.ep_size - 1} of the group once; got "
                              f"{len(self.ranks)} rows")
+        for r in self.ranks:
+            _check_per_token(r.routing_groups_per_token, r.routing_nodes_per_token, m.top_k, f"rank {r.rank}: ")
         return self
 
     @classmethod

@@ -129,6 +129,7 @@ class LatencySummary(_Frozen):
 
 _Count = Field(default=0, ge=0)
 _Seconds = Field(default=0.0, ge=0, allow_inf_nan=False)
+MAX_TOP_K = 64  # routed experts per token a per-token histogram has room for (DeepSeek-V3 routes 8)
 
 
 class Snapshot(_Frozen):
@@ -162,6 +163,14 @@ class Snapshot(_Frozen):
     ttft: LatencySummary = LatencySummary()
     itl: LatencySummary = LatencySummary()
     routing_recall: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
+    # optional (agents before them omit them): what a group limit bounds, measured as the router ran
+    routing_groups_per_token: list[int] = Field(
+        default=[], max_length=MAX_TOP_K + 1,
+        description="tokens (summed over MoE layers) whose top-k experts reached 0, 1, 2, .. top_k distinct "
+                    "expert groups; []: not measured")
+    routing_nodes_per_token: list[int] = Field(
+        default=[], max_length=MAX_TOP_K + 1,
+        description="the same by distinct nodes (EP ranks grouped by gpus_per_node) holding the chosen replicas")
 
     @field_validator("protocol", mode="before")
     @classmethod
@@ -187,7 +196,22 @@ class Snapshot(_Frozen):
         if any(n < 0 for n in self.spec_accepted_by_position) or sum(self.spec_accepted_by_position) > \
                 self.spec_accepted_tokens:
             raise ValueError("spec_accepted_by_position must be counts that sum to at most spec_accepted_tokens")
+        _check_per_token(self.routing_groups_per_token, self.routing_nodes_per_token, m.top_k)
         return self
+
+
+def _check_per_token(groups: list[int], nodes: list[int], top_k: int, where: str = "") -> None:
+    """The routing reach histograms of one rank (`where`: which, in a group's message)."""
+    histograms = {"routing_groups_per_token": groups, "routing_nodes_per_token": nodes}
+    for name, counts in histograms.items():
+        if any(n < 0 for n in counts):
+            raise ValueError(f"{where}{name} holds negative counts")
+        if len(counts) > top_k + 1:
+            raise ValueError(f"{where}{name} has {len(counts)} bins; a token's top_k={top_k} experts reach at "
+                             f"most {top_k}, so at most {top_k + 1} bins (0..top_k)")
+    if groups and nodes and sum(groups) != sum(nodes):
+        raise ValueError(f"{where}routing_groups_per_token counts {sum(groups)} tokens, routing_nodes_per_token "
+                         f"{sum(nodes)}: both count every token routed")
 
 
 def _check_counts(name: str, array: Array, shape: tuple[int, int]) -> None:

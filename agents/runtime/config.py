@@ -76,6 +76,7 @@ class EngineConfig:
     ep_size: int = 1
     ep_rank: int = 0
     slots_per_rank: int = 0  # 0: one slot per expert
+    gpus_per_node: int = 8  # ranks per node (nodes own consecutive ranks): what "nodes a token reached" counts
     overlap_shared_expert: bool = True
     quantize_dispatch: bool = False  # int8 rows on the dispatch all-to-all (kernels/refs.py states the error bound)
     seed: int = 0
@@ -85,5 +86,7 @@ class EngineConfig:
             raise ValueError("ep_rank must be in [0, ep_size)")
         if self.block_size < 1 or self.num_kv_blocks < 1:
             raise ValueError("block_size and num_kv_blocks must be positive")
+        if self.gpus_per_node < 1:
+            raise ValueError("gpus_per_node must be >= 1")
         if self.num_speculative_tokens < 0:
             raise ValueError("num_speculative_tokens must be >= 0")

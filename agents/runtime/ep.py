@@ -65,20 +65,23 @@ class ExpertParallel:
     """Dispatch, grouped expert compute and combine for every MoE layer of one rank."""
 
     def __init__(self, cfg: ModelConfig, group: EPGroup, slots_per_rank: int, device, overlap: bool = True,
-                 quantize_dispatch: bool = False):
+                 quantize_dispatch: bool = False, gpus_per_node: int = 8):
         """quantize_dispatch: send int8 rows (+ fp32 scale per 128 channels) instead of activations; about half
-        the bytes of bf16, a quarter of fp32, within scale / 2 per element (agents/runtime/kernels/refs.py)."""
+        the bytes of bf16, a quarter of fp32, within scale / 2 per element (agents/runtime/kernels/refs.py).
+        gpus_per_node: ranks per node, consecutive; it only sorts the slots a token reached into nodes."""
         self.cfg, self.group, self.device, self.overlap = cfg, group, device, overlap
         self.quantize_dispatch = quantize_dispatch
         self.slots_per_rank = slots_per_rank
         self.num_slots = slots_per_rank * group.size
+        self.slots_per_node = slots_per_rank * min(gpus_per_node, group.size)
+        self.num_nodes = -(-self.num_slots // self.slots_per_node)
         self.limits = EngineRoutingLimits()
         self.placement: Placement | None = None
         self.counters = self.new_counters()
 
     def new_counters(self) -> MoECounters:
         return MoECounters.zeros(
-            self.cfg.num_moe_layers, self.cfg.num_experts, self.slots_per_rank, self.device
+            self.cfg.num_moe_layers, self.cfg.num_experts, self.slots_per_rank, self.device, self.cfg.top_k
         )
 
     def apply_placement(self, placement: Placement, moes: list) -> None:
@@ -110,6 +113,11 @@ class ExpertParallel:
         slot_ids = moe_ops.select_slots(
             topk_ids, self.expert_to_slots[layer], self.cum_share[layer]
         )  # [T, K]
+        groups, nodes = ops.reach(
+            topk_ids, slot_ids, cfg.experts_per_group, cfg.num_groups, self.slots_per_node, self.num_nodes
+        )  # [K + 1] each: what the group limit bounds, as this step routed it
+        c.groups_per_token[layer] += groups
+        c.nodes_per_token[layer] += nodes
         order, counts = ops.permute(slot_ids, self.num_slots)  # counts: [S]
         send_counts = counts.view(self.group.size, self.slots_per_rank)  # [W, S_local]
 

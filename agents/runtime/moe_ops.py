@@ -67,6 +67,26 @@ def histogram(ids: Tensor, num_bins: int) -> Tensor:
     return counts[:num_bins]  # [num_bins]
 
 
+def num_distinct(ids: Tensor, num_values: int) -> Tensor:
+    """[T, K] ids in [0, num_values) (-1: dropped) -> [T] distinct ids per row, without a host sync."""
+    seen = torch.zeros(ids.shape[0], num_values + 1, dtype=torch.bool, device=ids.device)
+    seen.scatter_(1, torch.where(ids < 0, num_values, ids), True)  # dropped ids mark a column cut off below
+    return seen[:, :num_values].sum(1)
+
+
+def reach(
+    topk_ids: Tensor, slot_ids: Tensor, experts_per_group: int, num_groups: int, slots_per_node: int, num_nodes: int
+) -> tuple[Tensor, Tensor]:
+    """What a group limit bounds, as routed: [T, K] expert and slot ids (-1: dropped) -> ([K + 1], [K + 1])
+    tokens by the number of distinct expert groups, and of distinct nodes, their top-k experts reached.
+
+    Nodes own consecutive ranks and ranks consecutive slots, so a slot's node is slot // slots_per_node."""
+    top_k = topk_ids.shape[1]
+    groups = num_distinct(topk_ids.div(experts_per_group, rounding_mode="floor"), num_groups)  # -1 stays -1
+    nodes = num_distinct(slot_ids.div(slots_per_node, rounding_mode="floor"), num_nodes)
+    return histogram(groups, top_k + 1), histogram(nodes, top_k + 1)
+
+
 def permute(slot_ids: Tensor, num_slots: int) -> tuple[Tensor, Tensor]:
     flat = slot_ids.flatten()  # [N]
     keys = torch.where(flat < 0, num_slots, flat)

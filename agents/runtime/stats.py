@@ -17,9 +17,17 @@ class MoECounters:
     dispatch_exposed_seconds: float = 0.0
     combine_seconds: float = 0.0
     combine_exposed_seconds: float = 0.0
+    # [num_moe_layers, top_k + 1] tokens this rank routed whose top-k reached 0, 1, .. top_k distinct expert
+    # groups / nodes (moe_ops.reach); None: the engine does not count them
+    groups_per_token: Tensor | None = None
+    nodes_per_token: Tensor | None = None
 
     @classmethod
-    def zeros(cls, num_layers: int, num_experts: int, num_local_slots: int, device) -> "MoECounters":
+    def zeros(
+        cls, num_layers: int, num_experts: int, num_local_slots: int, device, top_k: int | None = None
+    ) -> "MoECounters":
+        """top_k: also count the groups and nodes each token reached."""
+
         def z(*shape):
             return torch.zeros(*shape, dtype=torch.int64, device=device)
 
@@ -29,6 +37,8 @@ class MoECounters:
             z(num_layers),
             z(num_layers),
             z(num_layers),
+            groups_per_token=None if top_k is None else z(num_layers, top_k + 1),
+            nodes_per_token=None if top_k is None else z(num_layers, top_k + 1),
         )
 
 

@@ -29,6 +29,7 @@ from agents.runtime.stats import MoECounters, RequestOutput, StepStats
 from agents.runtime.tokenizer import encode
 from agents.sim.cost import remote_share, step_times
 from agents.sim.load import LoadModel
+from agents.sim.reach import Routing, sample_reach
 
 NOMINAL_STEP_SECONDS = 0.05  # the walk's time step: a fixed one keeps it identical on every rank
 
@@ -43,6 +44,7 @@ class SimConfig:
     ep_size: int = 1
     ep_rank: int = 0
     slots_per_rank: int = 0  # 0: just enough for one copy of each expert
+    gpus_per_node: int = 8  # ranks per node: sorts the slots a token reached into nodes
     num_speculative_tokens: int = 2
     num_background_seqs: int = 16  # synthetic decode batch besides real requests
     prefill_tokens_per_step: int = 96  # synthetic prompt tokens admitted per step
@@ -51,6 +53,7 @@ class SimConfig:
     drift_sigma: float = 0.05  # lognormal popularity walk, per simulated second
     swing_period_seconds: float = 120.0  # code <-> prose swing of the hot experts
     is_paced: bool = True  # sleep the simulated step time, so a sim worker runs at a real rate
+    is_group_limit_bypassed: bool = False  # the seeds' incident: the router silently ignores the group limit
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -85,6 +88,7 @@ class SimEngine:
         self.num_steps, self.is_group_idle = 0, False
         self._ids = itertools.count()
         self._slot_share = self._shares(self.placement)
+        self._routing_tables = self.placement.routing_tables(cfg.num_experts)  # [L, E, R] each, for _reach
 
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
                     request_id: str | None = None) -> str:
@@ -116,6 +120,7 @@ class SimEngine:
         _, pv_max, pv_neg_min, rv_max, rv_neg_min = self.group.agree_max([1, pv, -pv, rv, -rv])
         if self.pending_placement and pv_max == -pv_neg_min and pv_max != self.placement.version:
             self.placement, self._slot_share = self.pending_placement, self._shares(self.pending_placement)
+            self._routing_tables = self.placement.routing_tables(self.cfg.num_experts)
         if pv_max == -pv_neg_min:
             self.pending_placement = None
         if self.pending_limits and rv_max == -rv_neg_min and rv_max != self.routing_limits.version:
@@ -143,14 +148,14 @@ class SimEngine:
 
         # wall clock, not step count: every rank and instance sees the same swing at the same time
         popularity = self.load.popularity(time.time())  # [L, E]
-        recall = self._recall(popularity)  # [L]
+        topk_group = self._topk_group()
+        recall = self._recall(popularity, topk_group)  # [L]
         expert_tokens = self.load.route(popularity, num_tokens, rng)  # [L, E]
         table = self.placement.slot_to_expert.numpy()  # [L, S]
         # what every slot of the group receives, if the other ranks route like this one
         group_slot_tokens = slot_load(table, expert_tokens, self._slot_share) * cfg.ep_size
         rank_rows = gpu_load(group_slot_tokens, cfg.ep_size)
         local = slice(cfg.ep_rank * cfg.slots_per_rank, (cfg.ep_rank + 1) * cfg.slots_per_rank)
-        topk_group = self.routing_limits.topk_group or cfg.topk_group
         times = step_times(rank_rows, num_tokens, remote_share(cfg.ep_size, topk_group, cfg.num_groups, cfg.top_k))
         dispatch, combine = times.dispatch_seconds, times.combine_seconds
         forward = times.forward_seconds * float(rng.lognormal(0.0, 0.05))
@@ -160,6 +165,7 @@ class SimEngine:
         num_query = num_prefill
         num_hit = int(rng.binomial(num_query, cfg.prefix_hit_ratio)) if num_query else 0
         outputs = self._outputs(new, running, now)
+        groups_per_token, nodes_per_token = self._reach(popularity, num_tokens, topk_group)
 
         counters = MoECounters(
             expert_tokens=torch.from_numpy(expert_tokens.astype(np.int64)),
@@ -168,7 +174,8 @@ class SimEngine:
             recall_total=torch.full((cfg.num_layers,), num_tokens * cfg.top_k, dtype=torch.int64),
             dropped_tokens=torch.zeros(cfg.num_layers, dtype=torch.int64),
             dispatch_seconds=dispatch, dispatch_exposed_seconds=dispatch * 0.6,
-            combine_seconds=combine, combine_exposed_seconds=combine)
+            combine_seconds=combine, combine_exposed_seconds=combine,
+            groups_per_token=groups_per_token, nodes_per_token=nodes_per_token)
         if cfg.is_paced:
             time.sleep(max(0.0, forward - (time.perf_counter() - t0)))
         self.load.drift()
@@ -185,9 +192,21 @@ class SimEngine:
         self.num_steps += 1
         return outputs, stats
 
-    def _recall(self, popularity: np.ndarray) -> np.ndarray:
+    def _topk_group(self) -> int:
+        """The groups a token may reach: the limit in force, or every group when the limit is bypassed."""
+        if self.cfg.is_group_limit_bypassed:
+            return self.cfg.num_groups
+        return self.routing_limits.topk_group or self.cfg.topk_group
+
+    def _reach(self, popularity: np.ndarray, num_tokens: int, topk_group: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """([num_layers, top_k + 1], same): this step's tokens by the groups and nodes their top-k reached."""
+        cfg = self.cfg
+        routing = Routing(cfg.num_groups, cfg.top_k, topk_group, *self._routing_tables, cfg.slots_per_rank,
+                          cfg.gpus_per_node, cfg.ep_size)
+        return sample_reach(popularity, num_tokens, self.rng, routing)
+
+    def _recall(self, popularity: np.ndarray, topk_group: int) -> np.ndarray:
         """[num_layers] share of the routing mass inside the best `topk_group` groups."""
-        topk_group = self.routing_limits.topk_group or self.cfg.topk_group
         groups = np.sort(popularity.reshape(self.cfg.num_layers, self.cfg.num_groups, -1).sum(axis=2), axis=1)
         return np.clip(groups[:, ::-1][:, :topk_group].sum(axis=1), 0.0, 1.0)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import httpx
 import numpy as np
+import torch
 
 from agents.protocol import (
     Array,
@@ -26,14 +27,17 @@ from agents.protocol import (
 )
 from agents.protocol.group import GroupSnapshot, RankRow
 from agents.protocol.placement import default_slot_to_expert, effective_share, gpu_load, slot_load
+from agents.runtime.placement import Placement
 from agents.sim.cost import remote_share, routing_effect, step_times
 from agents.sim.load import LoadModel
 from agents.sim.models import SIM_MOE, ModelLayout, layout_for_gpus
+from agents.sim.reach import Routing, sample_reach
 
 log = logging.getLogger("moectl.sim")
 
 DEFAULT_MODEL = SIM_MOE
 DEFAULT_TOKENS_PER_WINDOW = 8192  # an instance without a layout's rate
+MAX_REACH_TOKENS = 32  # tokens per rank and window whose groups and nodes a window samples
 
 
 @dataclass(frozen=True)
@@ -57,9 +61,11 @@ class SimInstance:
     placement_version: int = 0
     slot_to_expert: np.ndarray = field(init=False)  # [num_layers, num_slots]
     slot_share: np.ndarray | None = None  # [num_layers, num_slots] or even split
-    topk_group: int | None = None  # routing limit in force; None: every group
+    topk_group: int | None = None  # routing limit issued; None: the model's own (every group if it has none)
     tokens_per_rank_second: int = 0  # the layout's rate (agents/sim/models.py); 0: callers say how many tokens
     rng: np.random.Generator | None = None  # this instance's draws; None: the load model's own
+    is_group_limit_bypassed: bool = False  # the seeds' incident: tokens reach every group whatever the limit
+    _tables: tuple | None = field(default=None, init=False, repr=False)  # (version, routing tables) in force
 
     def __post_init__(self) -> None:
         self.slot_to_expert = default_slot_to_expert(self.model.num_layers, self.model.num_experts,
@@ -68,6 +74,10 @@ class SimInstance:
     def shares(self) -> np.ndarray:
         """[num_layers, num_slots] share of its expert's tokens each slot takes, as the runtime splits."""
         return effective_share(self.slot_to_expert, self.slot_share, self.model.num_experts)
+
+    def routed_topk_group(self) -> int | None:
+        """The groups a token may reach as the instance routes; None: every group."""
+        return None if self.is_group_limit_bypassed else self.topk_group or self.model.topk_group
 
     def tokens_per_window(self, window_seconds: float) -> int:
         """Tokens the whole instance routes in a window at its layout's rate (0 when it has none)."""
@@ -107,11 +117,14 @@ class SimInstance:
         rng = self.rng or self.load.rng
         if num_tokens is None:
             num_tokens = self.tokens_per_window(window_seconds) or DEFAULT_TOKENS_PER_WINDOW
-        expert_tokens = self.load.route(self.load.popularity(), num_tokens, rng)
+        popularity = self.load.popularity()
+        expert_tokens = self.load.route(popularity, num_tokens, rng)
         slot_tokens = np.rint(slot_load(self.slot_to_expert, expert_tokens, self.shares())).astype(np.int64)
-        _, recall = routing_effect(self.topk_group, self.model.num_groups, self.model.top_k)
+        topk_group = self.routed_topk_group()
+        _, recall = routing_effect(topk_group, self.model.num_groups, self.model.top_k)
         times = step_times(gpu_load(slot_tokens, self.ep_size), num_tokens / self.ep_size,
-                           remote_share(self.ep_size, self.topk_group, self.model.num_groups, self.model.top_k))
+                           remote_share(self.ep_size, topk_group, self.model.num_groups, self.model.top_k))
+        routing = self._routing(topk_group or self.model.num_groups)
         queries = num_tokens // self.ep_size * 4
         drafts = num_tokens // self.ep_size // 4
         rows = []
@@ -120,6 +133,8 @@ class SimInstance:
             # two MTP draft positions: the second is verified only where the first was accepted
             accepted = [int(rng.binomial(drafts, 0.85))]
             accepted.append(int(rng.binomial(accepted[0], 0.7)))
+            # a sample of the rank's tokens: what the group limit bounds, at a bounded cost per window
+            groups, nodes = sample_reach(popularity, min(num_tokens // self.ep_size, MAX_REACH_TOKENS), rng, routing)
             rows.append(RankRow(
                 rank=rank, node=f"{self.instance}-node{rank // self.gpus_per_node}",
                 placement_version=self.placement_version, num_steps=int(window_seconds * 20),
@@ -131,9 +146,18 @@ class SimInstance:
                 requests_running=int(rng.poisson(24)), requests_waiting=int(rng.poisson(3)),
                 ttft=LatencySummary(count=len(ttft), sum=float(ttft.sum()), p50=float(np.quantile(ttft, 0.5)),
                                     p90=float(np.quantile(ttft, 0.9)), p99=float(np.quantile(ttft, 0.99))),
-                routing_recall=recall))
+                routing_recall=recall, routing_groups_per_token=groups.sum(0).tolist(),
+                routing_nodes_per_token=nodes.sum(0).tolist()))
         self.load.drift()
         return _Drawn(rng, expert_tokens, slot_tokens, rows)
+
+    def _routing(self, topk_group: int) -> Routing:
+        if self._tables is None or self._tables[0] != self.placement_version:
+            share = None if self.slot_share is None else torch.tensor(self.slot_share)  # a copy: answers are read-only
+            table = Placement(torch.tensor(self.slot_to_expert), share)
+            self._tables = (self.placement_version, table.routing_tables(self.model.num_experts))
+        return Routing(self.model.num_groups, self.model.top_k, topk_group, *self._tables[1], self.slots_per_rank,
+                       self.gpus_per_node, self.ep_size)
 
     def apply(self, desired: DesiredState) -> None:
         self.topk_group = desired.routing.topk_group

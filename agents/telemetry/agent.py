@@ -60,7 +60,7 @@ class Agent:
         self.runtime, self.max_batched_tokens = runtime, max_batched_tokens
         self.exporter = Exporter(registry, deployment=identity.deployment, role=identity.role.value,
                                  ep_rank=identity.rank, num_layers=model.num_layers,
-                                 num_speculative_tokens=num_speculative_tokens)
+                                 num_speculative_tokens=num_speculative_tokens, top_k=model.top_k)
         self.windows = WindowBuilder(identity, model, window_seconds, clock())
         self.timer = RequestTimer()
         self.local_prefill_threshold: int | None = None

@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from agents.runtime.stats import StepStats
 from agents.telemetry.buckets import ITL_BUCKETS, TTFT_BUCKETS
+from agents.telemetry.count_histogram import CountHistogram
 from agents.telemetry.latency import LatencySamples
 from agents.telemetry.windows import ClosedWindow
 
@@ -76,7 +77,7 @@ class Exporter:
     """The agent's metrics for one rank. One exporter per registry (one registry per process)."""
 
     def __init__(self, registry: CollectorRegistry, *, deployment: str, role: str, ep_rank: int,
-                 num_layers: int, num_speculative_tokens: int = 0):
+                 num_layers: int, top_k: int, num_speculative_tokens: int = 0):
         const = {"deployment": deployment, "role": role, "ep_rank": str(ep_rank)}
         self._families = {}
         for attr, kind, name, doc, extra, buckets in METRICS:
@@ -96,6 +97,13 @@ class Exporter:
                                     for i in range(num_layers)]
         self.failures = {r: self._families["report_failures"].labels(**const, reason=r)
                          for r in REPORT_FAILURE_REASONS}
+        # what a group limit bounds: a correct limited router never puts a token past topk_group groups
+        self.groups_per_token = CountHistogram(
+            registry, "moectl_routing_groups_per_token",
+            "Distinct expert groups each token's top-k experts reached, per token and MoE layer", const, top_k)
+        self.nodes_per_token = CountHistogram(
+            registry, "moectl_routing_nodes_per_token",
+            "Distinct nodes holding the expert replicas each token reached, per token and MoE layer", const, top_k)
         self.info = Gauge("moectl_agent_info", "Join labels for this rank (value 1)",
                           [*CONSTANT_LABELS, *INFO_LABELS], registry=registry)
         self._info_labels: dict[str, str] | None = None
@@ -141,6 +149,8 @@ class Exporter:
                 child.set(float(tokens[layer].max() / means[layer]))
         if window.snapshot.routing_recall is not None:
             self.recall.set(window.snapshot.routing_recall)
+        self.groups_per_token.add(window.snapshot.routing_groups_per_token)
+        self.nodes_per_token.add(window.snapshot.routing_nodes_per_token)
 
     def set_info(self, *, gpu_uuid: str, node: str, runtime: str, placement_version: int) -> None:
         labels = {"gpu_uuid": gpu_uuid, "node": node, "runtime": runtime, "placement_version": str(placement_version)}

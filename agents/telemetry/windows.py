@@ -41,6 +41,8 @@ class WindowSums:
     recall_kept: Tensor | None = None  # [num_layers]
     recall_total: Tensor | None = None  # [num_layers]
     dropped_tokens: Tensor | None = None  # [num_layers]
+    groups_per_token: Tensor | None = None  # [num_layers, top_k + 1]; stays None if the engine does not count it
+    nodes_per_token: Tensor | None = None  # [num_layers, top_k + 1]
     forward_seconds: float = 0.0
     dispatch_seconds: float = 0.0
     combine_seconds: float = 0.0
@@ -63,6 +65,9 @@ class WindowSums:
         self.recall_kept = _accumulate(self.recall_kept, moe.recall_kept)
         self.recall_total = _accumulate(self.recall_total, moe.recall_total)
         self.dropped_tokens = _accumulate(self.dropped_tokens, moe.dropped_tokens)
+        if moe.groups_per_token is not None and moe.nodes_per_token is not None:
+            self.groups_per_token = _accumulate(self.groups_per_token, moe.groups_per_token)
+            self.nodes_per_token = _accumulate(self.nodes_per_token, moe.nodes_per_token)
         self.num_steps += 1
         self.forward_seconds += stats.forward_seconds
         self.dispatch_seconds += moe.dispatch_seconds
@@ -167,9 +172,17 @@ class WindowBuilder:
             spec_accepted_by_position=_by_position(sums),
             requests_running=sums.requests_running, requests_waiting=sums.requests_waiting,
             ttft=summarize(sums.ttft), itl=summarize(sums.itl),
-            routing_recall=min(1.0, int(kept.sum()) / num_total) if num_total else None)
+            routing_recall=min(1.0, int(kept.sum()) / num_total) if num_total else None,
+            routing_groups_per_token=self._per_token(sums.groups_per_token),
+            routing_nodes_per_token=self._per_token(sums.nodes_per_token))
         dropped = int(_host(sums.dropped_tokens, (num_layers,)).sum())
         return ClosedWindow(snapshot, expert_tokens, slot_tokens, recall, dropped)
+
+    def _per_token(self, counts: Tensor | None) -> list[int]:
+        """[num_layers, top_k + 1] -> the histogram summed over layers; [] when the engine counts none."""
+        if counts is None:
+            return []
+        return _host(counts, (self.model.num_layers, self.model.top_k + 1)).sum(axis=0).tolist()
 
 
 def _host(value: Tensor | None, shape: tuple[int, ...]) -> np.ndarray:

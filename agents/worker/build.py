@@ -42,7 +42,7 @@ def build_engine(args: argparse.Namespace, group: EPGroup) -> BuiltEngine:
         from agents.sim.engine import SimConfig, SimEngine
 
         cfg = SimConfig(ep_size=args.ep_size, ep_rank=args.rank, slots_per_rank=args.slots_per_rank,
-                        num_speculative_tokens=args.num_speculative_tokens)
+                        gpus_per_node=args.gpus_per_node, num_speculative_tokens=args.num_speculative_tokens)
         shape = ModelShape(name="sim-tiny", num_layers=cfg.num_layers, num_experts=cfg.num_experts,
                            num_groups=cfg.num_groups, top_k=cfg.top_k, topk_group=cfg.topk_group)
         return BuiltEngine(SimEngine(cfg, group), shape, "moectl-sim")
@@ -52,8 +52,8 @@ def build_engine(args: argparse.Namespace, group: EPGroup) -> BuiltEngine:
     model, name = load_model(args.checkpoint)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     cfg = EngineConfig(device=device, ep_size=args.ep_size, ep_rank=args.rank, slots_per_rank=args.slots_per_rank,
-                       num_speculative_tokens=args.num_speculative_tokens, num_kv_blocks=args.num_kv_blocks,
-                       max_num_seqs=args.max_num_seqs)
+                       gpus_per_node=args.gpus_per_node, num_speculative_tokens=args.num_speculative_tokens,
+                       num_kv_blocks=args.num_kv_blocks, max_num_seqs=args.max_num_seqs)
     mc = model.cfg
     shape = ModelShape(name=name, num_layers=mc.num_moe_layers, num_experts=mc.num_experts,
                        num_groups=mc.num_groups, top_k=mc.top_k, topk_group=mc.topk_group)

@@ -31,6 +31,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--instance", help="instance name (default: DEPLOYMENT-ROLE-0)")
     p.add_argument("--ep-size", type=int, default=1)
     p.add_argument("--slots-per-rank", type=int, default=0, help="expert slots per rank (0: room for replicas)")
+    p.add_argument("--gpus-per-node", type=int, default=8,
+                   help="EP ranks per node (nodes own consecutive ranks): how the nodes a token reached are counted")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--ports", default="8700", help="one HTTP port per rank, comma separated (or a first port)")
     p.add_argument("--controller", default=os.environ.get("MOECTL_URL", ""), help="controller URL ('': none)")
@@ -129,7 +131,8 @@ def run_rank(args: argparse.Namespace) -> int:
     group = init_ep_group(args.rank, args.ep_size, args.dist_port)
     built = build_engine(args, group)
     identity = Identity(deployment=args.deployment, instance=args.instance, role=Role(args.role), rank=args.rank,
-                        ep_size=args.ep_size, slots_per_rank=args.slots_per_rank, node=socket.gethostname(),
+                        ep_size=args.ep_size, slots_per_rank=args.slots_per_rank, gpus_per_node=args.gpus_per_node,
+                        node=socket.gethostname(),
                         gpu_uuid=built.gpu_uuid)
     registry = CollectorRegistry()
     agent = Agent(built.engine, identity=identity, model=built.model, registry=registry,

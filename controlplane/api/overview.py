@@ -7,10 +7,21 @@ import functools
 from sqlalchemy.orm import Session
 
 from controlplane.actuate.placement import PLACEMENT
-from controlplane.api.schemas import ActionOut, AgentsHealth, Latency, Overview, PoolOverview, Queue, WindowPoint
+from controlplane.api.schemas import (
+    ActionOut,
+    AgentsHealth,
+    Latency,
+    Overview,
+    PoolOverview,
+    Queue,
+    RoutingReachOut,
+    WindowPoint,
+)
 from controlplane.collect.aggregate import ACCEPTED_AT, merge_counters
 from controlplane.config import Settings
+from controlplane.desired import Policy
 from controlplane.observed import PoolState, Window
+from controlplane.routing_reach import check_routing_limit, window_reach
 from controlplane.store import actions, deployments, policies, pools
 from controlplane.store.tables import Action, Deployment, Pool
 from controlplane.store.timestamps import seconds
@@ -19,11 +30,24 @@ MAX_HISTORY = 60
 
 
 def _point(window: Window, ep_size: int) -> WindowPoint:
+    reach = window_reach(window, None)
     return WindowPoint(index=window.index, start=window.start, placement_version=window.placement_version,
                        imbalance=window.imbalance(ep_size), all2all_share=window.all2all_share,
                        prefix_hit_ratio=window.ratio("prefix_hit_tokens", "prefix_query_tokens"),
                        mtp_acceptance=window.ratio("spec_accepted_tokens", "spec_draft_tokens"),
-                       tokens=int(window.expert_tokens[0].sum()) if len(window.expert_tokens) else 0)
+                       tokens=int(window.expert_tokens[0].sum()) if len(window.expert_tokens) else 0,
+                       groups_per_token=reach.groups_mean if reach else None,
+                       nodes_per_token=reach.nodes_mean if reach else None)
+
+
+def _routing_reach(policy: Policy, state: PoolState) -> RoutingReachOut:
+    reach = check_routing_limit(policy, state)
+    last = reach.last
+    measured = {} if last is None else {
+        "groups_per_token_mean": last.groups_mean, "groups_per_token_max": last.groups_max,
+        "nodes_per_token_mean": last.nodes_mean, "nodes_per_token_max": last.nodes_max,
+        "over_limit_share": last.over_limit_share}
+    return RoutingReachOut(topk_group=reach.limit, is_violated=reach.is_violated, reason=reach.reason, **measured)
 
 
 def _agents(session: Session, pool: Pool, state: PoolState) -> tuple[AgentsHealth, int | None]:
@@ -56,7 +80,8 @@ def build(session: Session, deployment: Deployment, settings: Settings, now: flo
                                        placement_version=state.placement_version,
                                        applied_placement_version=applied, topk_group=state.topk_group,
                                        imbalance=history[-1].imbalance if history else None,
-                                       agents=health, history=history))
+                                       agents=health, history=history,
+                                       routing_reach=_routing_reach(policy, state)))
         if state.windows:
             last_windows.append(state.windows[-1])
     total = functools.reduce(merge_counters, (w.counters for w in last_windows), {})

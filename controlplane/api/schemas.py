@@ -38,6 +38,22 @@ class WindowPoint(BaseModel):
     prefix_hit_ratio: float | None
     mtp_acceptance: float | None
     tokens: int
+    groups_per_token: float | None = Field(default=None, description="mean distinct expert groups a token's "
+                                                                     "top-k reached; null: not measured")
+    nodes_per_token: float | None = Field(default=None, description="mean distinct nodes, likewise")
+
+
+class RoutingReachOut(BaseModel):
+    """Whether the group limit in force is honoured, judged as the loop judges it (controlplane/routing_reach.py)."""
+
+    topk_group: int | None = Field(description="groups per token in force: issued, else the model's own; null: none")
+    groups_per_token_mean: float | None = Field(default=None, description="last measured window; null: none")
+    groups_per_token_max: int | None = None
+    nodes_per_token_mean: float | None = None
+    nodes_per_token_max: int | None = None
+    over_limit_share: float | None = Field(default=None, description="share of that window's tokens past topk_group")
+    is_violated: bool = Field(description="configured but not honoured for the policy's sustained windows")
+    reason: str
 
 
 class PoolOverview(BaseModel):
@@ -50,6 +66,7 @@ class PoolOverview(BaseModel):
     imbalance: float | None
     agents: AgentsHealth
     history: list[WindowPoint]
+    routing_reach: RoutingReachOut | None = None
 
 
 class ActionOut(BaseModel):

@@ -10,6 +10,7 @@ import numpy as np
 from agents.protocol import Snapshot
 from agents.protocol.grid import window_index
 from agents.protocol.group import GroupSnapshot, RankRow
+from controlplane.observed import GROUPS_AT, NODES_AT
 
 # summed over all reports of a window; ratios are formed at read time (sum/sum, never mean of ratios)
 COUNTERS = (
@@ -21,6 +22,7 @@ COUNTERS = (
 # worst over reports: a percentile cannot be summed, the max is an honest upper bound
 MAXIMA = ("ttft_p99", "itl_p99")
 ACCEPTED_AT = "spec_accepted_at_"  # + draft position: accepted tokens there, summed like COUNTERS
+# GROUPS_AT, NODES_AT (controlplane/observed.py) + n: tokens whose top-k reached n groups / nodes, summed likewise
 _FIELDS = tuple(name for name in COUNTERS if name in RankRow.model_fields)  # the counters sent as they are
 
 
@@ -54,7 +56,9 @@ def rank_counters(s: Snapshot | RankRow) -> dict[str, float]:
         "routing_recall_sum": s.routing_recall or 0.0, "routing_recall_count": int(s.routing_recall is not None),
         "ttft_p99": s.ttft.p99 or 0.0, "itl_p99": s.itl.p99 or 0.0,
     }
-    return counters | {f"{ACCEPTED_AT}{i}": float(n) for i, n in enumerate(s.spec_accepted_by_position)}
+    counters |= {f"{ACCEPTED_AT}{i}": float(n) for i, n in enumerate(s.spec_accepted_by_position)}
+    counters |= {f"{GROUPS_AT}{i}": float(n) for i, n in enumerate(s.routing_groups_per_token)}
+    return counters | {f"{NODES_AT}{i}": float(n) for i, n in enumerate(s.routing_nodes_per_token)}
 
 
 def to_report(snapshot: Snapshot, grid_seconds: float) -> Report:

@@ -24,6 +24,24 @@ function tile(label, value, { cls = "", sub = "", field = "" } = {}) {
 
 const seconds = (v) => (v === null || v === undefined ? "–" : v < 1 ? `${(v * 1000).toFixed(0)} ms` : `${v.toFixed(2)} s`);
 
+/** Groups (and nodes) each pool's tokens reached against the group limit in force; red when the controller
+ * finds the limit configured but not in effect (the seeds' incident), with its reason on hover. */
+function reachTile(pools) {
+  const reaches = pools.filter((x) => x.routing_reach).map((x) => ({ role: x.role, ...x.routing_reach }));
+  const measured = reaches.filter((r) => r.groups_per_token_mean !== null && r.groups_per_token_mean !== undefined);
+  const violated = reaches.filter((r) => r.is_violated);
+  const value = measured.map((r) => `${r.role} ${fmt(r.groups_per_token_mean)}`
+    + (r.nodes_per_token_mean === null ? "" : ` / ${fmt(r.nodes_per_token_mean)}`)).join(" · ") || "–";
+  const limits = [...new Set(reaches.map((r) => r.topk_group).filter((v) => v !== null && v !== undefined))];
+  const sub = violated.length ? `limit NOT in effect: ${violated.map((r) => r.role).join(", ")}`
+    : limits.length ? `limit ${limits.join(" / ")} groups` : "no group limit";
+  const cls = violated.length ? "bad" : measured.length && limits.length ? "good" : "";
+  const div = tile("groups / nodes per token", value, { cls, sub, field: "routing_reach" });
+  div.title = violated.map((r) => `${r.role}: ${r.reason}`).join("\n") || (reaches[0] ? reaches[0].reason : "");
+  if (violated.length) div.dataset.violated = violated.map((r) => r.role).join(",");
+  return div;
+}
+
 export function renderTiles(root, o, policy) {
   const p = policy || {};
   const threshold = p.imbalance_threshold ?? 1.15;
@@ -48,6 +66,7 @@ export function renderTiles(root, o, policy) {
     tile("pools (GPUs × slots)", pools, { field: "pools" }),
     tile("placement running", versions, { field: "placement" }),
     tile("agents fresh / total", `${o.agents.fresh} / ${o.agents.total}`, { cls: o.agents.stale ? "bad" : o.agents.total ? "good" : "", sub: o.agents.stale ? `${o.agents.stale} stale` : "", field: "agents" }),
+    reachTile(o.pools),
   );
 }
 

@@ -60,7 +60,7 @@ export class Timeline {
     const canAct = this.role === "operator" || this.role === "admin";
     this.strip.replaceChildren(...this.actions.filter((a) => a.created_at >= t0).map((a) => {
       const left = t1 > t0 ? ((a.created_at - t0) / (t1 - t0)) * 100 : 100;
-      const mark = el("button", { className: "mark", type: "button", dataset: { actionId: a.id, status: a.status },
+      const mark = el("button", { className: "mark", type: "button", dataset: { actionId: a.id, status: a.status, kind: a.kind },
         title: `#${a.id} ${a.trigger} · ${STATUS_TEXT[a.status] || a.status} · ${a.reason}` });
       mark.style.left = `${Math.min(100, Math.max(0, left))}%`;
       mark.addEventListener("click", () => this.select(a.id));
@@ -85,7 +85,7 @@ export class Timeline {
       const inputs = a.inputs && Object.keys(a.inputs).length
         ? el("details", {}, el("summary", {}, "inputs"), el("pre", {}, JSON.stringify(a.inputs, null, 1))) : null;
       const alerts = a.alerts && a.alerts.length ? ` · ${a.alerts.length} alert${a.alerts.length > 1 ? "s" : ""}` : "";
-      return el("tr", { dataset: { actionId: a.id, status: a.status, trigger: a.trigger } },
+      return el("tr", { dataset: { actionId: a.id, status: a.status, trigger: a.trigger, kind: a.kind } },
         el("td", {}, String(a.id)),
         el("td", { title: new Date(a.created_at * 1000).toISOString() }, when(a.created_at)),
         el("td", {}, a.role || "–"),

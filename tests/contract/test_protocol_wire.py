@@ -83,3 +83,25 @@ def test_desired_state_round_trips_and_omits_unchanged_tables():
     assert received.routing.topk_group == 4 and received.protocol == PROTOCOL_VERSION
     small = DesiredState(placement_version=5)
     assert "slot_to_expert" not in small.model_dump_json(exclude_none=True)
+
+
+
+def test_groups_and_nodes_per_token_are_optional():
+    old = json.loads(snapshot().model_dump_json())
+    for field in ("routing_groups_per_token", "routing_nodes_per_token"):
+        del old[field]
+    assert Snapshot.model_validate(old).routing_groups_per_token == []  # an agent from before them still speaks v1
+    sent = snapshot(routing_groups_per_token=[0, 10, 30, 60, 0, 0, 0, 0, 0],
+                    routing_nodes_per_token=[0, 40, 60, 0, 0, 0, 0, 0, 0])
+    assert Snapshot.model_validate_json(sent.model_dump_json()) == sent
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(routing_groups_per_token=[0] * 10), "at most 9 bins"),  # top_k 8: a token reaches 0..8 groups
+    (dict(routing_nodes_per_token=[0] * 100), "at most 65 items"),
+    (dict(routing_nodes_per_token=[0, -1]), "negative counts"),
+    (dict(routing_groups_per_token=[0, 5], routing_nodes_per_token=[0, 4]), "both count every token"),
+])
+def test_groups_and_nodes_per_token_are_bounded(fields, message):
+    with pytest.raises(ValidationError, match=message):
+        snapshot(**fields)

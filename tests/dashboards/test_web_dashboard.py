@@ -19,7 +19,9 @@ import httpx
 import pytest
 from support.servers import free_port, require_binary
 
-from agents.sim.fleet import FleetClient, make_fleet
+from agents.protocol import Role
+from agents.sim.fleet import DEFAULT_MODEL, FleetClient, SimInstance, make_fleet
+from agents.sim.load import LoadModel
 from controlplane.config import Settings
 from controlplane.serve import Controller
 
@@ -139,6 +141,9 @@ def test_the_page_loads_with_no_console_errors(page):
     assert page.page.locator("#whoami").get_attribute("data-role") == "viewer"
     # MTP acceptance by draft position beside the total (the simulator drafts two positions)
     mtp_tile = page.page.locator("#tiles .tile", has=page.page.locator("[data-field=mtp_acceptance]"))
+    # the first complete window may land a poll after the heatmap's (which draws the newest window at once)
+    page.page.wait_for_function("/#1 \\d+% · #2 \\d+%/.test(document.querySelector('#tiles "
+                                "[data-field=mtp_acceptance]').parentElement.innerText)")
     assert re.search(r"#1 \d+% · #2 \d+%", mtp_tile.inner_text()), mtp_tile.inner_text()
     page.page.wait_for_timeout(2500)  # a poll or two more: errors in the refresh path count too
     page.shot("overview")
@@ -216,6 +221,40 @@ def test_a_rebalance_appears_on_the_timeline(page, live):
     assert int(page.page.locator("#placement-grid").get_attribute("data-moved-total")) > 0
     assert "moved" in page.page.locator("#placement-summary").inner_text()
     page.shot("rebalanced")
+
+
+def test_a_group_limit_not_in_effect_shows_on_the_tile_and_the_timeline(page, live):
+    url, _ = live
+    # sim-2 (2 ranks, `observe`): its router ignores its group limit, as in the seeds' incident; a few recent
+    # windows are enough for the loop to judge it (the first of a new agent is not counted)
+    limited = DEFAULT_MODEL.model_copy(update={"topk_group": 3})
+    bypassed = SimInstance(deployment="sim-2", instance="sim-2-decode-0", role=Role.decode, model=limited, ep_size=2,
+                           slots_per_rank=40, is_group_limit_bypassed=True,
+                           load=LoadModel(limited.num_layers, limited.num_experts, limited.top_k, seed=5))
+    with httpx.Client(base_url=url, timeout=30) as http:
+        client = FleetClient(http, api_token=ADMIN, agent_token=AGENT)
+        client.register([bypassed], policy={"mode": "observe"})
+        now = math.floor(time.time() / WINDOW_SECONDS) * WINDOW_SECONDS
+        for i in range(5, 0, -1):
+            client.post_window([bypassed], now - i * WINDOW_SECONDS, WINDOW_SECONDS, num_tokens=1024)
+    page.open("#deployment=sim-2")
+    tile = page.page.locator("#tiles .tile[data-violated='decode']")
+    tile.wait_for()
+    assert "limit NOT in effect: decode" in tile.inner_text() and "bad" in tile.get_attribute("class")
+    assert "topk_group=3 not in effect" in tile.get_attribute("title")
+    row = page.page.locator("#timeline tbody tr[data-kind='routing_limit_violation']")
+    row.wait_for()
+    assert row.count() == 1 and row.get_attribute("data-status") == "recorded"
+    assert "not in effect" in row.inner_text()
+    page.page.wait_for_selector("#timeline-strip .mark[data-kind='routing_limit_violation']")
+    page.shot("routing-limit")
+    # a deployment without a group limit is not flagged
+    page.page.select_option("#deployment", "sim-0")
+    page.page.wait_for_function("document.getElementById('overview-sub').textContent.startsWith('sim-0')")
+    assert "no group limit" in page.page.locator("#tiles .tile", has=page.page.locator(
+        "[data-field=routing_reach]")).inner_text()
+    assert page.page.locator("#tiles .tile[data-violated]").count() == 0
+    assert page.errors == []
 
 
 def test_a_viewer_cannot_edit(page, live):

@@ -9,4 +9,5 @@ AGENT_METRIC_NAMES = [
     "moectl_expert_load_max_to_mean_ratio", "moectl_routing_recall_ratio", "moectl_requests_running",
     "moectl_requests_waiting", "moectl_kv_cache_usage_ratio", "moectl_time_to_first_token_seconds_bucket",
     "moectl_inter_token_latency_seconds_bucket", "moectl_request_queue_seconds_bucket", "moectl_agent_info",
+    "moectl_routing_groups_per_token_bucket", "moectl_routing_nodes_per_token_bucket",
 ]

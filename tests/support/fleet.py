@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from agents.sim.fleet import FleetClient, make_fleet
+from agents.sim.fleet import DEFAULT_MODEL, FleetClient, make_fleet
 from controlplane.reconcile import reconcile_once
 from support.auth import AGENT_TOKEN, API_TOKEN
 
 
-def start_fleet(client, policy: dict, *, seed: int = 3):
-    fleet = make_fleet(num_deployments=1, ep_size=8, slots_per_rank=10, seed=seed)
+def start_fleet(client, policy: dict, *, seed: int = 3, model=DEFAULT_MODEL):
+    fleet = make_fleet(num_deployments=1, ep_size=8, slots_per_rank=10, model=model, seed=seed)
     FleetClient(client, api_token=API_TOKEN, agent_token=AGENT_TOKEN).register(fleet, policy=policy)
     return fleet
 

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import torch
+
 from agents.runtime.stats import MoECounters, RequestOutput, StepStats
 
 
-def step(i: int, now: float, *, outputs=(), forward=0.01, layer0=(4, 0)) -> StepStats:
-    moe = MoECounters.zeros(4, 32, 20, "cpu")
+def step(i: int, now: float, *, outputs=(), forward=0.01, layer0=(4, 0), groups=None, nodes=None) -> StepStats:
+    """groups, nodes: [top_k + 1] tokens per layer by the groups / nodes they reached (default: not counted)."""
+    moe = MoECounters.zeros(4, 32, 20, "cpu", top_k=4 if groups is not None else None)
+    if groups is not None:
+        moe.groups_per_token += torch.tensor(groups)
+        moe.nodes_per_token += torch.tensor(nodes if nodes is not None else groups)
     moe.expert_tokens[0, 0], moe.expert_tokens[0, 1] = layer0
     moe.slot_tokens[:, 0] = 3
     moe.recall_kept += 3

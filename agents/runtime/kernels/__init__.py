@@ -2,8 +2,8 @@
 
 This package is the only place in the repo that imports triton, and it does so lazily: importing
 `agents.runtime.kernels` (and `refs`) needs only torch. The kernel modules (`routing`, `histogram`, `align`,
-`permute`, `unpermute`, `grouped_gemm`, `combine`, `fused_moe`, `quant`) import triton at the top and are loaded
-only when the Triton backend is picked.
+`permute`, `unpermute`, `grouped_gemm`, `combine`, `fused_moe`, `quant`, `reach`) import triton at the top and are
+loaded only when the Triton backend is picked.
 
 Backend choice (`moe_backend`): Triton on CUDA when triton imports, torch otherwise; `MOECTL_KERNELS=triton|torch`
 forces either. Forcing Triton on a CPU device runs Triton's interpreter, which needs `TRITON_INTERPRET=1` in the
@@ -30,6 +30,7 @@ KERNEL_MODULES = (
     "combine",
     "fused_moe",
     "quant",
+    "reach",
 )
 
 
@@ -95,6 +96,7 @@ def _ops(backend: str) -> SimpleNamespace:
             grouped_topk=refs.grouped_topk,
             routing_recall=moe_ops.routing_recall,
             histogram=moe_ops.histogram,
+            reach=moe_ops.reach,
             permute=moe_ops.permute,
             unpermute=moe_ops.unpermute,
             grouped_swiglu=moe_ops.grouped_swiglu,
@@ -109,6 +111,7 @@ def _ops(backend: str) -> SimpleNamespace:
         grouped_topk=load("routing").triton_impl,
         routing_recall=moe_ops.routing_recall,  # fused into grouped_topk(..., return_recall=True) on this path
         histogram=load("histogram").triton_impl,
+        reach=load("reach").triton_impl,
         permute=load("permute").triton_impl,
         unpermute=load("unpermute").triton_impl,
         grouped_swiglu=load("grouped_gemm").triton_impl,

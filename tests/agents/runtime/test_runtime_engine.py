@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from agents.runtime import kernels
 from agents.runtime.config import CHECKPOINT_DIR, EngineConfig
 from agents.runtime.engine import Engine
 from agents.runtime.model import load_checkpoint
@@ -191,3 +192,28 @@ def test_sampling_is_seeded_and_stats_carry_request_times(model):
         assert o.arrival_time <= o.first_scheduled_time <= o.first_token_time <= stats[-1].timestamp
     assert stats[0].num_running == len(PROMPTS) and stats[-1].num_running == 0
     assert 0 < max(s.kv_cache_usage for s in stats) < 1
+
+
+def test_the_engine_counts_the_groups_each_token_reached_and_sees_a_bypassed_limit(model, monkeypatch):
+    def groups_reached(topk_group: int) -> torch.Tensor:
+        eng = engine(model)
+        eng.apply_routing_limits(EngineRoutingLimits(version=topk_group, topk_group=topk_group))
+        _, stats = run(eng, PROMPTS, SamplingParams(max_tokens=6))
+        total = sum(s.moe.groups_per_token for s in stats)  # [L, top_k + 1]
+        tokens = sum(s.num_scheduled_tokens for s in stats)
+        assert total[:3].sum(1).tolist() == [tokens] * 3  # every token of every (non-MTP) MoE layer, once
+        assert torch.equal(sum(s.moe.nodes_per_token for s in stats)[:3, 1], total[:3].sum(1))  # one node
+        return total.sum(0)
+
+    assert groups_reached(1).tolist()[2:] == [0, 0, 0]
+    limited = groups_reached(2)
+    assert limited[3:].sum() == 0 and limited[2] > 0
+    free = groups_reached(4)
+    assert free[3:].sum() > 0  # unlimited, tokens of this model reach 3 and 4 groups
+
+    # the seeds' incident: the routing path ignores the limit it is given; the counters show it
+    ops = kernels.torch_ops()
+    limited_topk = ops.grouped_topk
+    monkeypatch.setattr(ops, "grouped_topk", lambda scores, bias, num_groups, topk_group, *rest, **kw:
+                        limited_topk(scores, bias, num_groups, num_groups, *rest, **kw))
+    assert torch.equal(groups_reached(2), free)

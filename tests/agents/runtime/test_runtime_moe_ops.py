@@ -110,3 +110,19 @@ def test_select_slots_spreads_by_share():
     assert counts[5] == 0 and counts[1:4].sum() == 0
     assert abs(counts[4] / counts[0] - 3.0) < 0.05
     assert torch.equal(moe_ops.select_slots(torch.tensor([[1, -1]]), e2s[0], cum[0]), torch.tensor([[1, -1]]))
+
+
+def test_reach_counts_the_distinct_groups_and_nodes_of_each_token():
+    # 16 experts in 4 groups of 4; 12 slots, 3 per rank, 2 ranks per node: slot s is on node s // 6
+    topk_ids = torch.tensor([[0, 1, 2, 3], [0, 4, 8, 12], [0, 5, -1, -1], [-1, -1, -1, -1], [3, 7, 6, 5]])
+    slot_ids = torch.tensor([[0, 1, 2, 3], [0, 4, 8, 11], [0, 7, -1, -1], [-1, -1, -1, -1], [6, 7, 9, 11]])
+    groups, nodes = moe_ops.reach(topk_ids, slot_ids, experts_per_group=4, num_groups=4, slots_per_node=6,
+                                  num_nodes=2)
+    # groups per token: 1, 4, 2, 0 (all dropped), 2; nodes: 1, 2, 2, 0, 1
+    assert groups.tolist() == [1, 1, 2, 0, 1] and nodes.tolist() == [1, 2, 2, 0, 0]
+
+
+def test_num_distinct_matches_a_set_per_row():
+    ids = torch.randint(-1, 6, (300, 5), generator=torch.Generator().manual_seed(3))
+    expected = [len({v for v in row if v >= 0}) for row in ids.tolist()]
+    assert moe_ops.num_distinct(ids, 6).tolist() == expected

@@ -22,7 +22,8 @@ def registry() -> CollectorRegistry:
 
 @pytest.fixture
 def exporter(registry) -> Exporter:
-    return Exporter(registry, deployment="tiny", role="decode", ep_rank=1, num_layers=4, num_speculative_tokens=2)
+    return Exporter(registry, deployment="tiny", role="decode", ep_rank=1, num_layers=4, top_k=4,
+                    num_speculative_tokens=2)
 
 
 def test_a_step_moves_the_counters_gauges_and_histograms(registry, exporter):
@@ -79,3 +80,19 @@ def test_every_design_name_is_exported_with_bounded_labels(registry, exporter):
             assert {"deployment", "role", "ep_rank"} <= labels, line
             assert labels <= {"deployment", "role", "ep_rank", "phase", "position", "layer", "reason", "le",
                               "gpu_uuid", "node", "runtime", "placement_version"}, line
+
+
+def test_groups_and_nodes_per_token_are_histograms_over_the_windows(registry, exporter):
+    builder = WindowBuilder(identity(1, 2), SIM_MODEL, window_seconds=1.0, now=100.0)
+    for now in (100.0, 101.0):
+        stats = step(0, now, groups=[0, 1, 2, 1, 0], nodes=[1, 3, 0, 0, 0])  # 4 tokens per layer, 4 layers
+        builder.add(stats, RequestTimer().observe(stats))
+        exporter.observe_window(builder.roll(now + 1.0))
+    value = registry.get_sample_value
+    groups = [value("moectl_routing_groups_per_token_bucket", LABELS | {"le": le}) for le in ("1.0", "2.0", "3.0",
+                                                                                                "4.0", "+Inf")]
+    assert groups == [8, 24, 32, 32, 32]
+    assert value("moectl_routing_groups_per_token_count", LABELS) == 32
+    assert value("moectl_routing_groups_per_token_sum", LABELS) == 2 * 4 * (1 + 4 + 3)
+    assert value("moectl_routing_nodes_per_token_bucket", LABELS | {"le": "1.0"}) == 32  # le=1 holds 0 too
+    assert value("moectl_routing_nodes_per_token_sum", LABELS) == 2 * 4 * 3

@@ -70,3 +70,16 @@ def test_ttft_once_itl_per_token_and_no_ttft_for_a_handed_off_request():
                                                   output("b", [8], 3, finished=True)]))
     assert second.ttft == [] and second.itl == [pytest.approx(0.1), pytest.approx(0.3)]
     assert "b" not in timer.last_token_time
+
+
+def test_the_groups_and_nodes_tokens_reached_are_summed_over_steps_and_layers():
+    builder = WindowBuilder(identity(0, 2), SIM_MODEL, window_seconds=1.0, now=20.0)
+    for i, now in enumerate((20.1, 20.5)):
+        stats = step(i, now, groups=[0, 1, 5, 2, 0], nodes=[0, 6, 2, 0, 0])  # per layer, 4 layers
+        builder.add(stats, RequestTimer().observe(stats))
+    s = builder.roll(21.0).snapshot
+    assert s.routing_groups_per_token == [0, 8, 40, 16, 0] and s.routing_nodes_per_token == [0, 48, 16, 0, 0]
+    # an engine that does not count them reports nothing, which is not "no token reached a group"
+    builder.add(step(2, 21.2), RequestTimer().observe(step(2, 21.2)))
+    s = builder.roll(22.0).snapshot
+    assert s.routing_groups_per_token == [] and s.routing_nodes_per_token == []

@@ -7,6 +7,7 @@ from support.store import SLOTS_PER_RANK, snapshot
 
 from agents.protocol import LatencySummary
 from controlplane.collect.aggregate import ACCEPTED_AT, merge_counters, to_report
+from controlplane.observed import GROUPS_AT, NODES_AT
 
 
 def test_a_report_carries_sums_and_lands_at_its_ranks_slots():
@@ -21,6 +22,14 @@ def test_a_report_carries_sums_and_lands_at_its_ranks_slots():
     assert (c["routing_recall_sum"], c["routing_recall_count"]) == (0.95, 1)
     assert (c[f"{ACCEPTED_AT}0"], c[f"{ACCEPTED_AT}1"]) == (7.0, 3.0)
     assert to_report(snapshot(window_start=1_800_000_000.0), 10.0).counters["routing_recall_count"] == 0
+
+
+def test_groups_and_nodes_per_token_become_window_counters_an_old_agent_leaves_out():
+    s = snapshot(window_start=1_800_000_000.0, routing_groups_per_token=[0, 3, 9], routing_nodes_per_token=[1, 11])
+    c = to_report(s, 10.0).counters
+    assert [c[f"{GROUPS_AT}{n}"] for n in range(3)] == [0, 3, 9] and [c[f"{NODES_AT}{n}"] for n in range(2)] == [1, 11]
+    old = to_report(snapshot(window_start=1_800_000_000.0), 10.0).counters
+    assert not any(k.startswith((GROUPS_AT, NODES_AT)) for k in old)
 
 
 def test_counters_add_and_percentiles_keep_the_worst():

@@ -15,7 +15,7 @@ from agents.runtime import kernels  # noqa: E402
 from agents.runtime.config import EngineConfig, ModelConfig  # noqa: E402
 from agents.runtime.model import Transformer  # noqa: E402
 
-COUNTED = ("grouped_topk", "histogram", "permute", "unpermute", "grouped_swiglu", "combine")
+COUNTED = ("grouped_topk", "histogram", "permute", "unpermute", "grouped_swiglu", "combine", "reach")
 CFG = dict(
     dim=32,
     num_layers=2,
@@ -97,6 +97,6 @@ def test_engine_generation_matches(kernels_on):
     with torch_path():
         want, want_logits = generate(make_model())
     got, got_logits = generate(make_model())
-    assert kernels_on["grouped_swiglu"] > 0 and kernels_on["permute"] > 0
+    assert kernels_on["grouped_swiglu"] > 0 and kernels_on["permute"] > 0 and kernels_on["reach"] > 0
     assert got == want and all(len(t) == 6 for t in got)
     torch.testing.assert_close(got_logits, want_logits, atol=1e-4, rtol=1e-4)

@@ -48,6 +48,12 @@ CASES = [
     ("quant", {}),
     ("quant", F16),
     ("quant", dict(dim=48, group_size=48, num_rows=3)),
+    ("reach", {}),
+    ("reach", dict(num_tokens=1, top_k=1, drop_fraction=0.0)),
+    ("reach", dict(topk_group=4, num_tokens=300)),  # free routing: up to 4 groups, several programs
+    ("reach", dict(num_experts=64, num_groups=8, topk_group=3, top_k=6, gpus_per_node=1, ep_size=8)),  # K not 2^n
+    ("reach", dict(drop_fraction=1.0, num_tokens=5)),  # every assignment dropped: every token reaches nothing
+    ("reach", dict(num_experts=16, num_groups=4, topk_group=4, top_k=16, num_tokens=70)),  # top-k = every expert
 ]
 
 
