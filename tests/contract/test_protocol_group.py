@@ -24,7 +24,8 @@ def rank_snapshot(rank: int, rng: np.random.Generator) -> Snapshot:
                     num_steps=100, expert_tokens=Array.from_numpy(rng.poisson(50, (58, 256))),
                     slot_tokens=Array.from_numpy(rng.poisson(400, (58, SLOTS))), forward_seconds=4.5,
                     prefix_query_tokens=100, prefix_hit_tokens=40 + rank, spec_drafts=10, spec_draft_tokens=20,
-                    spec_accepted_tokens=15, spec_accepted_by_position=[9, 6], routing_recall=0.9)
+                    spec_accepted_tokens=15, spec_accepted_by_position=[9, 6], routing_recall=0.9,
+                    routing_groups_per_token=[0, 0, 5, 20 + rank, 7], routing_nodes_per_token=[0, 10, 22 + rank])
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +53,8 @@ def test_the_wire_format_is_pinned(ranks):
                          "model", "window_start", "window_seconds", "expert_tokens", "slot_tokens", "ranks"}
     assert body["expert_tokens"]["shape"] == [58, 256] and body["slot_tokens"]["shape"] == [58, EP_SIZE * SLOTS]
     assert set(body["ranks"][0]) >= {"rank", "node", "gpu_uuid", "placement_version", "num_steps", "forward_seconds",
-                                     "ttft", "itl", "routing_recall", "spec_accepted_by_position"}
+                                     "ttft", "itl", "routing_recall", "spec_accepted_by_position",
+                                     "routing_groups_per_token", "routing_nodes_per_token"}
 
 
 def test_a_rank_row_carries_every_per_rank_field_of_a_v1_snapshot():
@@ -68,6 +70,10 @@ def test_a_rank_row_carries_every_per_rank_field_of_a_v1_snapshot():
      "slot_tokens has shape"),
     (lambda b: b | {"ranks": [b["ranks"][0] | {"prefix_hit_tokens": 10**6}] + b["ranks"][1:]},
      "rank 0: prefix_hit_tokens exceeds"),
+    (lambda b: b | {"ranks": b["ranks"][:3] + [b["ranks"][3] | {"routing_groups_per_token": [1] * 10}]
+                    + b["ranks"][4:]}, "rank 3: routing_groups_per_token has 10 bins"),
+    (lambda b: b | {"ranks": b["ranks"][:3] + [b["ranks"][3] | {"routing_nodes_per_token": [0, 1]}]
+                    + b["ranks"][4:]}, "rank 3: routing_groups_per_token counts 35 tokens"),
 ])
 def test_a_malformed_group_is_refused_naming_the_problem(ranks, change, message):
     body = json.loads(GroupSnapshot.gather(ranks).model_dump_json())

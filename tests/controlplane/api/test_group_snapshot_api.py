@@ -17,6 +17,7 @@ from support.auth import agent, operator
 from agents.protocol import GroupSnapshot, Snapshot
 from agents.sim.fleet import DEFAULT_MODEL, make_fleet
 from controlplane.api.app import create_app
+from controlplane.observed import GROUPS_AT, NODES_AT
 from controlplane.store import deployments, placements, windows
 from controlplane.store.tables import Agent, LoadWindow
 from controlplane.telemetry import ControllerMetrics
@@ -78,6 +79,7 @@ def test_group_posts_file_the_same_windows_as_their_ranks_posts_concurrently(cli
         np.testing.assert_array_equal(a.slot_tokens, b.slot_tokens)
         assert (a.num_reports, a.num_slot_reports) == (b.num_reports, b.num_slot_reports) == (2 * EP_SIZE,) * 2
         assert a.counters.keys() == b.counters.keys()
+        assert {f"{GROUPS_AT}0", f"{NODES_AT}0"} <= b.counters.keys()  # each rank's routing reach, summed
         for name in a.counters:
             assert a.counters[name] == pytest.approx(b.counters[name]), name
         assert b.imbalance(EP_SIZE) == pytest.approx(a.imbalance(EP_SIZE))
