@@ -2,7 +2,7 @@
 EP group on drifting workloads.
 
 One EP group of the DeepSeek-V3 shape (58 MoE layers x 256 experts, 8 groups, top-8): the prefill pool's EP32
-(4 nodes x 8 GPUs, 9 slots each, 288 slots) and, with `--decode`, the decode pool's EP320 (one slot per GPU).
+(4 nodes x 8 GPUs, 9 slots each, 288 slots) and/or the decode pool's EP320 (one slot per GPU), `--pools`.
 Every 5 s window the workload (agents/sim/load.py: per-layer Zipf popularity, a lognormal walk, a swing between
 two kinds of text) routes its tokens, the placement in force spreads them over the GPUs, and the step-time model
 (agents/sim/cost.py: each layer waits for its busiest GPU; the all-to-all is priced per row that arrives from
@@ -22,7 +22,7 @@ Reported per strategy: time-weighted max/mean GPU load (mean over windows of the
 throughput (tokens / modelled seconds), weights moved per hour (expert residencies (layer, slot) that changed,
 as a share of all), and decisions (placement changes).
 
-    python -m benchmarks.closed_loop [--hours 2] [--decode] [--no-write]
+    python -m benchmarks.closed_loop [--hours 2] [--pools prefill decode] [--no-write]
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ class Shape:
 
 PREFILL = Shape("prefill EP32", num_nodes=4, gpus_per_node=8, slots_per_gpu=9, tokens_per_window=32 * 9_200 * 5)
 DECODE = Shape("decode EP320", num_nodes=40, gpus_per_node=8, slots_per_gpu=1, tokens_per_window=320 * 3_700 * 5)
+SHAPES = {"prefill": PREFILL, "decode": DECODE}
 
 
 @dataclass(frozen=True)
@@ -242,17 +243,19 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.closed_loop")
     p.add_argument("--hours", type=float, default=2.0)
     p.add_argument("--eplb-minutes", type=float, nargs="+", default=[1.0, 10.0])
-    p.add_argument("--decode", action="store_true", help="also the decode pool's EP320 (one slot per GPU)")
+    p.add_argument("--pools", nargs="+", choices=list(SHAPES), default=["prefill"],
+                   help="prefill: EP32, 9 slots per GPU; decode: EP320, one slot per GPU")
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args(argv)
-    shapes = [PREFILL, DECODE] if args.decode else [PREFILL]
+    shapes = [SHAPES[pool] for pool in args.pools]
     text = (f"# Closed loop: static vs periodic EPLB vs moectl ({datetime.date.today()})\n\n"
             f"{platform.machine()}, {os.cpu_count()} cores, numpy {np.__version__}; moectl policies:\n\n"
             + "".join(f"- {name}: {policy.model_dump(include=POLICY_KNOBS)}\n"
                       for name, policy in MOECTL_POLICIES.items())
             + "\n" + run(shapes, args.hours, args.eplb_minutes, MOECTL_POLICIES) + "\n")
     if not args.no_write:
-        path = pathlib.Path(__file__).resolve().parent / "results" / f"closed-loop-{datetime.date.today()}.md"
+        pools = "" if args.pools == ["prefill"] else "-" + "-".join(args.pools)
+        path = pathlib.Path(__file__).resolve().parent / "results" / f"closed-loop{pools}-{datetime.date.today()}.md"
         path.write_text(text)
         print(f"wrote {path}")
     return 0

@@ -161,6 +161,8 @@ class Controller:
         self.port, self.workdir = free_port(), workdir
         self.clock_file = workdir / "clock"
         self.clock_file.write_bytes(struct.pack("d", 0.0))
+        # rewritten in place: truncating a file the controller has mapped kills it with SIGBUS
+        self.clock_fd = os.open(self.clock_file, os.O_RDWR)
         self.passes_file = workdir / "passes.jsonl"
         self.log = open(workdir / "controller.log", "w")  # noqa: SIM115
         env = os.environ | {"PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
@@ -178,7 +180,7 @@ class Controller:
 
     def advance(self, seconds: float) -> None:
         self.offset += seconds
-        self.clock_file.write_bytes(struct.pack("d", self.offset))
+        os.pwrite(self.clock_fd, struct.pack("d", self.offset), 0)
 
     def rss_mb(self) -> float:
         for line in pathlib.Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
@@ -213,6 +215,7 @@ class Controller:
             self.process.kill()
             self.process.wait()
         self.log.close()
+        os.close(self.clock_fd)
 
 
 def export_tree(ref: str, into: pathlib.Path) -> pathlib.Path:

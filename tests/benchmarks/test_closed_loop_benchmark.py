@@ -31,7 +31,8 @@ def test_each_strategy_runs_the_same_windows_and_reports():
 
 def test_the_report_names_every_strategy_and_workload(capsys):
     assert closed_loop.main(["--hours", str(3 * closed_loop.WINDOW_SECONDS / closed_loop.HOUR), "--eplb-minutes",
-                             "0.1", "--no-write"]) == 0
+                             "0.1", "--pools", "prefill", "decode", "--no-write"]) == 0
     out = capsys.readouterr().out
-    for name in ("static", "EPLB every 0 min", *MOECTL_POLICIES, *(w.name for w in WORKLOADS)):
+    for name in ("static", "EPLB every 0 min", *MOECTL_POLICIES, *(w.name for w in WORKLOADS), "prefill EP32",
+                 "decode EP320"):
         assert name in out
