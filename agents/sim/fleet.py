@@ -127,14 +127,16 @@ class SimInstance:
         routing = self._routing(topk_group or self.model.num_groups)
         queries = num_tokens // self.ep_size * 4
         drafts = num_tokens // self.ep_size // 4
+        # a sample of a rank's tokens: what the group limit bounds, at a bounded cost per window. One sample stands
+        # for every rank (all route the same popularity): one per rank cost over a minute a window at EP320
+        groups, nodes = sample_reach(popularity, min(num_tokens // self.ep_size, MAX_REACH_TOKENS), rng, routing)
+        groups_per_token, nodes_per_token = groups.sum(0).tolist(), nodes.sum(0).tolist()
         rows = []
         for rank in range(self.ep_size):
             ttft = rng.gamma(4.0, 0.05, 32)
             # two MTP draft positions: the second is verified only where the first was accepted
             accepted = [int(rng.binomial(drafts, 0.85))]
             accepted.append(int(rng.binomial(accepted[0], 0.7)))
-            # a sample of the rank's tokens: what the group limit bounds, at a bounded cost per window
-            groups, nodes = sample_reach(popularity, min(num_tokens // self.ep_size, MAX_REACH_TOKENS), rng, routing)
             rows.append(RankRow(
                 rank=rank, node=f"{self.instance}-node{rank // self.gpus_per_node}",
                 placement_version=self.placement_version, num_steps=int(window_seconds * 20),
@@ -146,8 +148,8 @@ class SimInstance:
                 requests_running=int(rng.poisson(24)), requests_waiting=int(rng.poisson(3)),
                 ttft=LatencySummary(count=len(ttft), sum=float(ttft.sum()), p50=float(np.quantile(ttft, 0.5)),
                                     p90=float(np.quantile(ttft, 0.9)), p99=float(np.quantile(ttft, 0.99))),
-                routing_recall=recall, routing_groups_per_token=groups.sum(0).tolist(),
-                routing_nodes_per_token=nodes.sum(0).tolist()))
+                routing_recall=recall, routing_groups_per_token=groups_per_token,
+                routing_nodes_per_token=nodes_per_token))
         self.load.drift()
         return _Drawn(rng, expert_tokens, slot_tokens, rows)
 
