@@ -260,6 +260,10 @@ class Run:
     def ingest(self) -> np.ndarray:
         return np.array([w.seconds for w in self.windows[1:]])  # the first window creates the pools and agents
 
+    def num_refused(self) -> int:
+        """Posts of the measured windows not answered 200 (a controller far enough behind refuses stale windows)."""
+        return sum(n for w in self.windows[1:] for status, n in w.statuses.items() if status != 200)
+
     def p99_ms(self) -> float:
         return 1e3 * float(np.quantile(np.concatenate([w.latencies for w in self.windows[1:]]), 0.99))
 
@@ -318,6 +322,7 @@ def run_one(code: str, tree: pathlib.Path, database: str, database_url: str, num
 
 def table(runs: list[Run]) -> str:
     head = ("| code | database | GPUs | posts/window | ingest s/window (median, max) | ≤ 20% of 5 s | post p99 ms | "
+            "posts refused | "
             "reconcile pass s (median, max) | agents fresh | RSS MB | database MB | after 1 h: RSS MB, database MB |")
     lines = [head, "|---" * (head.count("|") - 1) + "|"]
     for r in runs:
@@ -329,7 +334,7 @@ def table(runs: list[Run]) -> str:
             hour += f" CONTROLLER EXITED (status {r.controller_exit})"
         lines.append(f"| {r.code} | {r.database} | {r.num_gpus} | {posts} ({r.protocol}) | "
                      f"{np.median(ingest):.2f}, {ingest.max():.2f} | {'yes' if ingest.max() <= 1.0 else 'no'} | "
-                     f"{r.p99_ms():.0f} | {np.median(passes):.2f}, {passes.max():.2f} | "
+                     f"{r.p99_ms():.0f} | {r.num_refused()} | {np.median(passes):.2f}, {passes.max():.2f} | "
                      f"{r.num_fresh}/{r.num_agents} | {r.rss_mb:.0f} | {r.database_mb:.1f} | {hour} |")
     return "\n".join(lines)
 

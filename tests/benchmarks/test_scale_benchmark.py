@@ -22,3 +22,6 @@ def test_a_short_run_reports_both_controllers_side_by_side(capsys):
     assert "320/320" in today and "320/320" in new  # every agent fresh at the end
     assert "3 windows in" in new and "ingest today / new" in out
     assert "CONTROLLER EXITED" not in out
+    head = next(line for line in out.splitlines() if line.startswith("| code "))
+    refused = [c.strip() for c in head.split("|")].index("posts refused")
+    assert [[c.strip() for c in row.split("|")][refused] for row in rows] == ["0", "0"]  # none stale or malformed
