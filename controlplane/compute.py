@@ -3,7 +3,7 @@
 The controller serves the API and runs the reconcile loop in one process. Planning a DeepSeek-sized pool
 (58 layers x 320 slots) takes seconds of NumPy and Python; in the API's process it holds the interpreter lock
 that long and every agent's post waits behind it. `WorkerProcess` runs the planner in a process of its own,
-so ingest keeps its latency while a plan is solved (benchmarks/results/scale-2026-11-30.md measures both).
+so ingest keeps its latency while a plan is solved; benchmarks/scale.py runs the controller this way.
 Only pure functions go there: arrays and dataclasses in, dataclasses out.
 """
 
