@@ -329,7 +329,8 @@ def table(runs: list[Run]) -> str:
         ingest, passes = r.ingest(), np.array(r.pass_seconds or [float("nan")])
         posts = len(r.windows[0].latencies)
         hour = (f"{r.hour_rss_mb:.0f}, {r.hour_database_mb:.1f} ({r.hour_windows} windows in "
-                f"{r.hour_seconds / 60:.1f} min)") if r.hour_rss_mb is not None else "-"
+                f"{r.hour_seconds / 60:.1f} min, {len(r.hour_pass_seconds)} passes)") \
+            if r.hour_rss_mb is not None else "-"
         if r.controller_exit is not None:
             hour += f" CONTROLLER EXITED (status {r.controller_exit})"
         lines.append(f"| {r.code} | {r.database} | {r.num_gpus} | {posts} ({r.protocol}) | "
