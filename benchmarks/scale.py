@@ -24,8 +24,10 @@ Prints markdown and writes benchmarks/results/scale-<date>.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import http.client
+import io
 import json
 import os
 import pathlib
@@ -223,7 +225,7 @@ def export_tree(ref: str, into: pathlib.Path) -> pathlib.Path:
     archive = subprocess.run(["git", "-C", str(REPO), "archive", ref, "controlplane", "agents", "migrations",
                               "dashboards"], check=True, capture_output=True).stdout
     into.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(fileobj=__import__("io").BytesIO(archive)) as tar:
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(into, filter="data")
     return into
 
@@ -372,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
                                               capture_output=True, text=True).stdout.strip()
     runs = []
     with tempfile.TemporaryDirectory(prefix="moectl-scale-") as tmp, \
-            (servers.postgres() if "postgres" in args.databases else _nothing()) as pg:
+            (servers.postgres() if "postgres" in args.databases else contextlib.nullcontext()) as pg:
         trees = {"today": export_tree(ref, pathlib.Path(tmp) / "today"), "new": REPO}
         for num_gpus in args.ranks:
             for database in args.databases:
@@ -395,14 +397,6 @@ def main(argv: list[str] | None = None) -> int:
         path.write_text(text)
         print(f"wrote {path}")
     return 0
-
-
-class _nothing:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 if __name__ == "__main__":
