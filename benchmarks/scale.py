@@ -24,8 +24,10 @@ Prints markdown and writes benchmarks/results/scale-<date>.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import http.client
+import io
 import json
 import os
 import pathlib
@@ -223,7 +225,7 @@ def export_tree(ref: str, into: pathlib.Path) -> pathlib.Path:
     archive = subprocess.run(["git", "-C", str(REPO), "archive", ref, "controlplane", "agents", "migrations",
                               "dashboards"], check=True, capture_output=True).stdout
     into.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(fileobj=__import__("io").BytesIO(archive)) as tar:
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(into, filter="data")
     return into
 
@@ -329,7 +331,8 @@ def table(runs: list[Run]) -> str:
         ingest, passes = r.ingest(), np.array(r.pass_seconds or [float("nan")])
         posts = len(r.windows[0].latencies)
         hour = (f"{r.hour_rss_mb:.0f}, {r.hour_database_mb:.1f} ({r.hour_windows} windows in "
-                f"{r.hour_seconds / 60:.1f} min)") if r.hour_rss_mb is not None else "-"
+                f"{r.hour_seconds / 60:.1f} min, {len(r.hour_pass_seconds)} passes)") \
+            if r.hour_rss_mb is not None else "-"
         if r.controller_exit is not None:
             hour += f" CONTROLLER EXITED (status {r.controller_exit})"
         lines.append(f"| {r.code} | {r.database} | {r.num_gpus} | {posts} ({r.protocol}) | "
@@ -371,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
                                               capture_output=True, text=True).stdout.strip()
     runs = []
     with tempfile.TemporaryDirectory(prefix="moectl-scale-") as tmp, \
-            (servers.postgres() if "postgres" in args.databases else _nothing()) as pg:
+            (servers.postgres() if "postgres" in args.databases else contextlib.nullcontext()) as pg:
         trees = {"today": export_tree(ref, pathlib.Path(tmp) / "today"), "new": REPO}
         for num_gpus in args.ranks:
             for database in args.databases:
@@ -394,14 +397,6 @@ def main(argv: list[str] | None = None) -> int:
         path.write_text(text)
         print(f"wrote {path}")
     return 0
-
-
-class _nothing:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 if __name__ == "__main__":

@@ -38,11 +38,21 @@ class WorkerProcess:
         self._lock = threading.Lock()
         self._pool: ProcessPoolExecutor | None = None
 
-    def __call__(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    def start(self, *fns: Callable[..., Any]) -> None:
+        """Starts the worker now and imports `fns`' modules there, without waiting: a worker started by the
+        loop's first plan makes that pass seconds late (imports under load), judging later windows than it could."""
+        pool = self._started()
+        for fn in fns:
+            pool.submit(_is_loaded, fn)
+
+    def _started(self) -> ProcessPoolExecutor:
         with self._lock:
             if self._pool is None:
                 self._pool = ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn"))
-            pool = self._pool
+            return self._pool
+
+    def __call__(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        pool = self._started()
         try:
             return pool.submit(fn, *args, **kwargs).result()
         except BrokenProcessPool:
@@ -56,3 +66,8 @@ class WorkerProcess:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _is_loaded(fn: Callable[..., Any]) -> bool:
+    """Runs in the worker: unpickling `fn` imported its module there."""
+    return callable(fn)

@@ -22,6 +22,7 @@ from controlplane.leader.campaign import keep_campaigning
 from controlplane.leader.database import DatabaseRecords
 from controlplane.leader.elector import Elector, LeaderElector
 from controlplane.leader.lease import LeaseRecords
+from controlplane.plan import plan_pool
 from controlplane.reconcile import reconcile_once, run_forever
 from controlplane.store.db import make_engine, make_sessions, upgrade
 from controlplane.telemetry import ControllerMetrics
@@ -114,6 +115,8 @@ class Controller:
                 self.elector.campaign()
             except Exception:
                 log.exception("could not reach %s yet; campaigning in the background", self.elector.where)
+        if self.threads and self.compute is not None:
+            self.compute.start(plan_pool)
         for thread in self.threads:
             thread.start()
         try:
