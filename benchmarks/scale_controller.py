@@ -68,6 +68,10 @@ def main() -> None:
                                  "decisions": [p.decision.value for p in result.plans]}) + "\n")
 
     loop_kwargs = dict(sessions=sessions, settings=settings, stop=stop, clock=clock, on_pass=on_pass)
+    if "liveness" in inspect.signature(run_forever).parameters:  # main after issue 12
+        from controlplane.liveness import LoopLiveness
+
+        loop_kwargs["liveness"] = LoopLiveness.for_settings(settings)
     if "compute" in inspect.signature(run_forever).parameters:  # this tree: plans in a worker, as `serve` does
         from controlplane.compute import WorkerProcess
 

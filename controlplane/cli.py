@@ -15,26 +15,27 @@ AGENT_COMMANDS = {"train": "agents.runtime.train", "worker": "agents.worker", "r
                   "loadgen": "agents.loadgen", "sim": "agents.sim"}
 
 
-def _settings(args: argparse.Namespace):
+def _settings(args: argparse.Namespace, generated: dict[str, str] | None = None):
+    """Settings from the environment and the flags; an empty bootstrap token is generated (and put in
+    `generated`, for the entry point to show it once)."""
     from controlplane.config import Settings
 
     overrides = {k: v for k, v in {"database_url": getattr(args, "database_url", None),
                                    "host": getattr(args, "host", None), "port": getattr(args, "port", None),
                                    "window_seconds": getattr(args, "window_seconds", None)}.items() if v is not None}
     settings = Settings(**overrides)
-    tokens = {}
-    if not settings.api_token:
-        tokens["api_token"] = secrets.token_urlsafe(24)
-    if not settings.agent_token:
-        tokens["agent_token"] = secrets.token_urlsafe(24)
+    tokens = {name: secrets.token_urlsafe(24) for name in ("api_token", "agent_token") if not getattr(settings, name)}
+    if generated is not None:
+        generated.update(tokens)
     return settings.model_copy(update=tokens)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from controlplane.serve import serve
 
-    settings = _settings(args)
-    return serve(settings, run_loop=not args.no_loop)
+    generated: dict[str, str] = {}
+    settings = _settings(args, generated)
+    return serve(settings, run_loop=not args.no_loop, generated_tokens=generated)
 
 
 def cmd_up(args: argparse.Namespace) -> int:

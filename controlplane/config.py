@@ -56,8 +56,15 @@ class Settings(BaseSettings):
     alerts_token: str = Field(default="", description="bootstrap token for the Alertmanager webhook")
     anonymous_read: bool = Field(default=True, description="let anyone read overviews (false: viewer token)")
     alert_deployment_label: str = Field(default="deployment", description="alert label naming the deployment")
-    window_seconds: float = Field(default=5.0, gt=0, description="the window agents aggregate over")
+    window_seconds: float = Field(default=5.0, gt=0, le=3600, description="the window agents aggregate over")
     reconcile_seconds: float = Field(default=5.0, gt=0, description="time between reconcile passes")
+    max_reconcile_backoff_seconds: float = Field(
+        default=30.0, gt=0, description="failed passes are retried after a wait that doubles up to this")
+    max_loop_delay_intervals: float = Field(
+        default=6.0, gt=0, description="/healthz fails when a reconcile pass is this many intervals overdue")
+    db_timeout_seconds: float = Field(
+        default=2.0, gt=0, le=60, description="a request waits this long for a database lock or connection, "
+                                              "then is answered 503 + Retry-After (keep under the agents' 5 s)")
     warmup_windows: int = Field(default=1, ge=0, description="a new agent's first windows are not aggregated")
     stale_after_windows: float = Field(default=3.0, gt=0, description="an agent silent this long is stale")
     max_snapshot_age_seconds: float = Field(default=300.0, gt=0, description="older windows are refused")

@@ -8,6 +8,8 @@ from enum import StrEnum
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+MAX_REPLICAS = 100_000  # instances of one pool
+
 
 class Mode(StrEnum):
     off = "off"  # the loop ignores the deployment
@@ -19,8 +21,8 @@ class Mode(StrEnum):
 class ReplicaBounds(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    min: int = Field(default=1, ge=0)
-    max: int = Field(default=8, ge=0)
+    min: int = Field(default=1, ge=0, le=MAX_REPLICAS)
+    max: int = Field(default=8, ge=0, le=MAX_REPLICAS)
 
     @model_validator(mode="after")
     def _check(self) -> ReplicaBounds:
@@ -55,9 +57,13 @@ class LatencySlo(BaseModel):
 
 
 class Policy(BaseModel):
-    """Per-deployment policy; defaults are what a new deployment gets. Ratios are in 0..1."""
+    """Per-deployment policy; defaults are what a new deployment gets. Ratios are in 0..1.
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    Every number is finite and bounded (JSON lets a client send `Infinity`, `NaN` or 10^400, which stored
+    would break the loop and the webhook later): the bounds are far past any real setting.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     mode: Mode = Mode.observe
     # triggers
@@ -71,19 +77,21 @@ class Policy(BaseModel):
     prefix_hit_floor: float | None = Field(default=None, gt=0, le=1, description="prefix hit ratio floor")
     routing_recall_floor: float = Field(default=0.9, gt=0, le=1,
                                         description="never limit routing below this share of the free top-k")
-    min_gain: float = Field(default=0.05, ge=0, description="minimum predicted drop in max/mean load")
+    min_gain: float = Field(default=0.05, ge=0, le=100, description="minimum predicted drop in max/mean load")
     # bounds
     group_locality: bool = Field(default=False, description="keep each expert group's replicas on one node "
                                                             "(bounds cross-node traffic under group-limited routing)")
     max_moved_slots_fraction: float = Field(default=0.25, gt=0, le=1,
                                             description="share of all (layer, slot) residencies one change may move")
-    max_moved_slots_per_hour_fraction: float = Field(default=2.0, gt=0,
+    max_moved_slots_per_hour_fraction: float = Field(default=2.0, gt=0, le=10_000,
                                                      description="moved residencies per hour, as a share of all")
-    topk_group_min: int | None = Field(default=None, ge=1, description="routing limit range, groups per token")
-    topk_group_max: int | None = Field(default=None, ge=1)
+    topk_group_min: int | None = Field(default=None, ge=1, le=4096,
+                                       description="routing limit range, groups per token")
+    topk_group_max: int | None = Field(default=None, ge=1, le=4096)
     replicas: dict[str, ReplicaBounds] = Field(default_factory=dict,
                                                description="pool role -> instance count bounds")
-    gpu_budget: int | None = Field(default=None, ge=1, description="GPUs all pools together may use")
+    gpu_budget: int | None = Field(default=None, ge=1, le=MAX_REPLICAS * 3,
+                                   description="GPUs all pools together may use")
     local_prefill_threshold: int | None = Field(default=None, ge=0, le=1_000_000,
                                                 description="PD-aware: prompts up to this many tokens prefill on "
                                                             "the decode instance; unset: the router's default")
@@ -95,12 +103,13 @@ class Policy(BaseModel):
                                                     description="how often pools are sized from the load forecast "
                                                                 "(a breached target is acted on every window)")
     # timing and safety
-    cooldown_seconds: float = Field(default=30.0, ge=0, description="minimum time between placement changes")
-    max_actions_per_hour: int = Field(default=60, ge=1)
+    cooldown_seconds: float = Field(default=30.0, ge=0, le=365 * 86400,
+                                    description="minimum time between placement changes (at most a year)")
+    max_actions_per_hour: int = Field(default=60, ge=1, le=3600)
     min_fresh_agents_fraction: float = Field(default=0.5, gt=0, le=1,
                                              description="act only when this share of agents is fresh")
     verify_windows: int = Field(default=2, ge=1, le=100, description="windows measured before verifying")
-    rollback_tolerance: float = Field(default=0.05, ge=0,
+    rollback_tolerance: float = Field(default=0.05, ge=0, le=100,
                                       description="roll back when measured imbalance exceeds the prior by this")
 
     @model_validator(mode="after")

@@ -5,8 +5,10 @@ rebalance and an alert only record a request on the pool (`store.requests`) and 
 so they can answer with the action. A pending request forces the plan (trigger thresholds skipped,
 safety rails kept); an action already in flight on the knob is joined, never doubled
 (`actuate.in_flight`). Every change is written by `actuate`; a pool's size is then made real by its
-`PoolScaler` (`actuate.scale`). A pool's failure is logged and retried next pass; it never stops the others.
-`dry_run` plans and writes nothing.
+`PoolScaler` (`actuate.scale`). A pool's failure is logged and retried next pass; it never stops the others,
+unless the database itself failed (gone, locked, timed out): then the pass ends there, as every other pool
+would wait as long. `dry_run` plans and writes nothing. Every writer of a pool holds its lock
+(`store.deployments.lock_pool`) from the start of its transaction: the loop, an alert, a person.
 
 With leader election only the leader reconciles: a pass checks the `fence` before each pool, each commit
 that wrote is fenced (`actuate.fence.guard`), and a replica that lost the leadership mid-pass stops there.
@@ -35,10 +37,12 @@ from controlplane.actuate.scaler import PoolScaler
 from controlplane.compute import Compute, in_process
 from controlplane.config import Settings
 from controlplane.desired import Decision, Plan, Policy
+from controlplane.liveness import LoopLiveness
 from controlplane.observed import PoolState
 from controlplane.plan import check_pool_size, diagnose_prefix_hits, plan_pool, plan_routing
 from controlplane.routing_reach import RoutingReach, check_routing_limit
-from controlplane.store import actions, deployments, policies, pool_sizes, pools, requests, windows
+from controlplane.store import actions, deployments, policies, pool_sizes, pools, requests, tokens, windows
+from controlplane.store.db import is_unavailable
 from controlplane.store.tables import Action, Deployment, Pool, Request
 from controlplane.verify import verify_pool
 
@@ -69,6 +73,11 @@ class PassResult:
     num_errors: int
     seconds: float
     reaches: list[RoutingReach] = field(default_factory=list)
+
+    @property
+    def is_failed(self) -> bool:
+        """Nothing was reconciled: the pass could not start (the database gone), or every pool failed."""
+        return self.num_errors > 0 and not self.plans
 
 
 def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: float, dry_run: bool = False,
@@ -103,6 +112,8 @@ def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: 
                 num_errors += 1
                 span.record_exception(exc)
                 log.exception("reconcile failed for pool %s; retrying next pass", pool_id)
+                if is_unavailable(exc):  # the database itself: the other pools would wait as long
+                    break
         span.set_attribute("moectl.pools", len(targets))
         span.set_attribute("moectl.errors", num_errors)
     return PassResult(plans, num_errors, time.perf_counter() - started, reaches)
@@ -117,6 +128,8 @@ def reconcile_pool(session: Session, deployment: Deployment, pool: Pool, setting
     tracer = tracer or trace.get_tracer("moectl.reconcile")
     attributes = {"moectl.deployment": deployment.name, "moectl.role": pool.role}
     with tracer.start_as_current_span("reconcile.pool", attributes=attributes) as span:
+        if not dry_run:  # one writer of the pool at a time: the loop, an alert, a person (before any read)
+            deployments.lock_pool(session, pool)
         _, policy = policies.active(session, deployment)
         pending = requests.pending(session, pool, knob=PLACEMENT.kind)
         with tracer.start_as_current_span("collect"):
@@ -149,6 +162,18 @@ def reconcile_pool(session: Session, deployment: Deployment, pool: Pool, setting
         return result
 
 
+def reconcile_requested(session: Session, deployment: Deployment, pool: Pool, settings: Settings, *,
+                        now: float, scaler: PoolScaler | None = None, fence: Fence = SOLE) -> None:
+    """A trigger's reconcile, once its requests are committed: handles the pool's pending requests unless
+    a concurrent reconcile already did (then a storm of deliveries costs one plan, not one each, and most
+    of the storm does not even wait for the pool's lock). scaler, fence: as for `reconcile_pool`."""
+    if not requests.pending(session, pool, knob=PLACEMENT.kind):
+        return
+    deployments.lock_pool(session, pool)
+    if requests.pending(session, pool, knob=PLACEMENT.kind):  # again: another reconcile may have had the lock
+        reconcile_pool(session, deployment, pool, settings, now=now, scaler=scaler, fence=fence)
+
+
 def _actuate_placement(session: Session, deployment: Deployment, pool: Pool, policy: Policy, plan: Plan,
                        pending: list[Request], settings: Settings, now: float) -> tuple[Action | None, bool]:
     """Returns the action the plan made, or the one in flight the requests joined, and whether it is new."""
@@ -163,7 +188,7 @@ def _actuate_placement(session: Session, deployment: Deployment, pool: Pool, pol
         return current, False
     if plan.decision != Decision.rebalance:
         return None, False
-    trigger, created_by = (pending[0].trigger, pending[0].created_by) if pending else ("loop", "loop")
+    trigger, created_by = (pending[0].trigger, pending[0].created_by) if pending else ("loop", tokens.LOOP)
     action = change.propose(session, PLACEMENT, deployment=deployment, pool=pool,
                             value=PlacementTable(plan.change.slot_to_expert, plan.change.slot_share), policy=policy,
                             reason=plan.reason, inputs=plan.inputs, predicted=plan.change.predicted(),
@@ -183,7 +208,7 @@ def _actuate_routing(session: Session, deployment: Deployment, pool: Pool, state
     inputs = {"all2all_share": [round(w.all2all_share or 0.0, 4) for w in windows_used],
               "windows": [w.index for w in windows_used], "topk_group": state.topk_group}
     change.propose(session, ROUTING, deployment=deployment, pool=pool, value=step.topk_group, policy=policy,
-                   reason=step.reason, inputs=inputs, trigger="loop", created_by="loop", now=now,
+                   reason=step.reason, inputs=inputs, trigger="loop", created_by=tokens.LOOP, now=now,
                    predicted={"topk_group_before": state.topk_group, "topk_group_after": step.topk_group})
     log.info("%s/%s: routing %s -> %s (%s)", deployment.name, pool.role, state.topk_group, step.topk_group,
              step.reason)
@@ -245,7 +270,7 @@ def _record_findings(session: Session, deployment: Deployment, pool: Pool, state
     finding, ratios = diagnosis
     actions.record(session, deployment=deployment, pool=pool, kind="diagnosis", trigger="loop",
                    mode=policy.mode.value, status=actions.RECORDED, reason=finding,
-                   inputs={"prefix_hit_ratio": [round(r, 4) for r in ratios]}, predicted={}, created_by="loop",
+                   inputs={"prefix_hit_ratio": [round(r, 4) for r in ratios]}, predicted={}, created_by=tokens.LOOP,
                    now=now)
 
 
@@ -258,16 +283,31 @@ def _record_routing_reach(session: Session, deployment: Deployment, pool: Pool, 
                                               statuses=(actions.RECORDED,)) is None:
         actions.record(session, deployment=deployment, pool=pool, kind=ROUTING_LIMIT_VIOLATION, trigger="loop",
                        mode=policy.mode.value, status=actions.RECORDED, reason=reach.reason,
-                       inputs=reach.evidence(), predicted={}, created_by="loop", now=now)
+                       inputs=reach.evidence(), predicted={}, created_by=tokens.LOOP, now=now)
         log.warning("%s/%s: %s", deployment.name, pool.role, reach.reason)
     return reach
 
 
 def run_forever(sessions: sessionmaker[Session], settings: Settings, *, stop: threading.Event,
-                clock: Callable[[], float] = time.time, on_pass: Callable[[PassResult], None] | None = None,
-                scaler: PoolScaler | None = None, fence: Fence = SOLE, compute: Compute = in_process) -> None:
-    while not stop.is_set():
-        result = reconcile_once(sessions, settings, now=clock(), scaler=scaler, fence=fence, compute=compute)
-        if on_pass is not None:
-            on_pass(result)
-        stop.wait(settings.reconcile_seconds)
+                liveness: LoopLiveness, clock: Callable[[], float] = time.time,
+                on_pass: Callable[[PassResult], None] | None = None, scaler: PoolScaler | None = None,
+                fence: Fence = SOLE, compute: Compute = in_process) -> None:
+    """Passes until `stop`. No exception ends the loop: a pass that fails (the database gone, a bug) is
+    logged, handed to on_pass as one error, and retried after the backoff `liveness` decides."""
+    try:
+        while not stop.is_set():
+            started = time.perf_counter()
+            try:
+                result = reconcile_once(sessions, settings, now=clock(), scaler=scaler, fence=fence, compute=compute)
+            except Exception:
+                log.exception("reconcile pass failed; retrying after a backoff")
+                result = PassResult([], 1, time.perf_counter() - started)
+            wait = liveness.passed(is_ok=not result.is_failed)
+            if on_pass is not None:
+                try:
+                    on_pass(result)
+                except Exception:
+                    log.exception("reporting a reconcile pass failed")
+            stop.wait(wait)
+    finally:
+        liveness.stopped()

@@ -10,6 +10,7 @@ import time
 
 import uvicorn
 from prometheus_client import CollectorRegistry
+from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.actuate import kube
@@ -22,6 +23,7 @@ from controlplane.leader.campaign import keep_campaigning
 from controlplane.leader.database import DatabaseRecords
 from controlplane.leader.elector import Elector, LeaderElector
 from controlplane.leader.lease import LeaseRecords
+from controlplane.liveness import LoopLiveness
 from controlplane.plan import plan_pool
 from controlplane.reconcile import reconcile_once, run_forever
 from controlplane.store.db import make_engine, make_sessions, upgrade
@@ -67,6 +69,15 @@ def make_actuation(settings: Settings, sessions: sessionmaker[Session]) -> tuple
     return Actuation(scaler, elector or SOLE), elector
 
 
+def engine_for(settings: Settings) -> Engine:
+    """The controller's database. Among elected replicas, a transaction left idle for a lease (its replica
+    paused or hung, so no longer leading) is ended by the database: its pool locks must not outlast its
+    leadership and hold off the successor's writes."""
+    idle = settings.leader_lease_seconds if settings.leader_election else None
+    return make_engine(settings.database_url, timeout_seconds=settings.db_timeout_seconds,
+                       max_idle_in_transaction_seconds=idle)
+
+
 class Controller:
     """The API server and, unless disabled, the reconcile loop (with the leader election it needs), started
     and stopped together."""
@@ -75,10 +86,11 @@ class Controller:
         upgrade(settings.database_url)
         configure_tracing(settings)
         self.settings = settings
-        self.sessions = make_sessions(make_engine(settings.database_url))
+        self.sessions = make_sessions(engine_for(settings))
         self.metrics = ControllerMetrics(CollectorRegistry())
         actuation, self.elector = make_actuation(settings, self.sessions)
-        app = create_app(settings, self.sessions, metrics=self.metrics, actuation=actuation)
+        self.liveness = LoopLiveness.for_settings(settings) if run_loop else None
+        app = create_app(settings, self.sessions, metrics=self.metrics, actuation=actuation, liveness=self.liveness)
         self.server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning"))
         self.stop_loop = threading.Event()
         self.compute = WorkerProcess() if settings.plan_in_worker else None
@@ -88,8 +100,9 @@ class Controller:
                 elector=self.elector, stop=self.stop_loop, retry_seconds=settings.leader_retry_seconds)))
         if run_loop:
             self.threads.append(threading.Thread(target=run_forever, name="reconcile", daemon=True, kwargs=dict(
-                sessions=self.sessions, settings=settings, stop=self.stop_loop, scaler=actuation.scaler,
-                fence=actuation.fence, compute=self.compute or in_process, on_pass=lambda r: self.metrics.observe_pass(
+                sessions=self.sessions, settings=settings, stop=self.stop_loop, liveness=self.liveness,
+                scaler=actuation.scaler, fence=actuation.fence, compute=self.compute or in_process,
+                on_pass=lambda r: self.metrics.observe_pass(
                     r.plans, r.num_errors, r.seconds, is_leading=actuation.fence.is_leading(), reaches=r.reaches))))
 
     @property
@@ -132,12 +145,16 @@ class Controller:
         self.server.should_exit = True
 
 
-def serve(settings: Settings, *, run_loop: bool) -> int:
+def serve(settings: Settings, *, run_loop: bool, generated_tokens: dict[str, str]) -> int:
+    """generated_tokens: setting name -> the token generated for it at start, printed once; a token taken
+    from the environment is never printed (logs outlive secrets), only where it came from."""
     controller = Controller(settings, run_loop=run_loop)
     print(f"controller: {controller.url}", flush=True)
     if controller.elector is not None and run_loop:
         print(f"leader election: {controller.elector.where} as {controller.elector.identity}", flush=True)
-    print(f"api token: {settings.api_token}\nagent token: {settings.agent_token}", flush=True)
+    for name in ("api_token", "agent_token"):
+        shown = generated_tokens.get(name) or f"(MOECTL_{name.upper()})"
+        print(f"{name.replace('_', ' ')}: {shown}", flush=True)
     controller.run()
     return 0
 
@@ -146,7 +163,7 @@ def reconcile_command(settings: Settings, *, once: bool, dry_run: bool) -> int:
     """Reconciles from the command line, as one more candidate of the election: while another replica leads
     (a running controller) it plans nothing."""
     upgrade(settings.database_url)
-    sessions = make_sessions(make_engine(settings.database_url))
+    sessions = make_sessions(engine_for(settings))
     actuation, elector = make_actuation(settings, sessions)
     try:
         while True:

@@ -30,7 +30,8 @@ class ControllerMetrics:
             "moectl_controller_routing_over_limit_ratio",
             "Share of the last measured window's tokens whose top-k reached more groups than the limit in force",
             ["deployment", "role"], registry=registry)
-        self.pass_errors = Counter("moectl_controller_reconcile_errors_total", "Pools whose reconcile failed",
+        self.pass_errors = Counter("moectl_controller_reconcile_errors_total",
+                                   "Failed reconciles: of a pool, or of a whole pass (the database gone)",
                                    registry=registry)
         self.leader = Gauge("moectl_controller_leader", "1 while this replica leads: it reconciles and writes",
                             registry=registry)

@@ -12,7 +12,7 @@ from controlplane.store.db import make_engine, make_sessions, upgrade
 
 def token_command(settings: Settings, *, action: str, name: str | None, role: str) -> int:
     upgrade(settings.database_url)
-    engine = make_engine(settings.database_url)
+    engine = make_engine(settings.database_url, timeout_seconds=settings.db_timeout_seconds)
     try:
         with make_sessions(engine)() as session, session.begin():
             if action == "list":

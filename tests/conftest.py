@@ -60,7 +60,7 @@ def settings(database_url) -> Settings:
 @pytest.fixture
 def sessions(settings):
     upgrade(settings.database_url)
-    engine = make_engine(settings.database_url)
+    engine = make_engine(settings.database_url, timeout_seconds=settings.db_timeout_seconds)
     yield make_sessions(engine)
     engine.dispose()
 

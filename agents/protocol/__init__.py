@@ -21,6 +21,8 @@ from agents.protocol.placement import (
 )
 from agents.protocol.wire import (
     MAX_ARRAY_ELEMENTS,
+    MAX_COUNT,
+    MAX_SECONDS,
     NAME_PATTERN,
     PROTOCOL_VERSION,
     Array,
@@ -35,8 +37,8 @@ from agents.protocol.wire import (
 
 __all__ = [
     "GROUP_PROTOCOL_VERSION", "GroupSnapshot", "RankRow",
-    "MAX_ARRAY_ELEMENTS", "NAME_PATTERN", "PROTOCOL_VERSION", "Array", "DesiredState", "Identity", "LatencySummary",
-    "ModelShape", "PlacementTable", "Role", "RoutingLimits", "Snapshot", "default_slot_to_expert", "effective_share",
-    "even_share", "gpu_load", "imbalance", "layer_imbalance", "replica_counts", "slot_load", "window_index",
-    "window_start",
+    "MAX_ARRAY_ELEMENTS", "MAX_COUNT", "MAX_SECONDS", "NAME_PATTERN", "PROTOCOL_VERSION", "Array", "DesiredState",
+    "Identity", "LatencySummary", "ModelShape", "PlacementTable", "Role", "RoutingLimits", "Snapshot",
+    "default_slot_to_expert", "effective_share", "even_share", "gpu_load", "imbalance", "layer_imbalance",
+    "replica_counts", "slot_load", "window_index", "window_start",
 ]

@@ -20,6 +20,7 @@ import numpy as np
 from pydantic import Field, field_validator, model_validator
 
 from agents.protocol.wire import (
+    MAX_COUNT,
     NAME_PATTERN,
     Array,
     LatencySummary,
@@ -38,6 +39,7 @@ GROUP_PROTOCOL_VERSION = "moectl.v2"
 GROUP_FIELDS = frozenset({"protocol", "identity", "model", "window_start", "window_seconds", "expert_tokens",
                           "slot_tokens", "running_placement"})
 RANK_IDENTITY_FIELDS = ("node", "gpu_uuid")
+_Counts = list[Annotated[int, Field(ge=0, le=MAX_COUNT)]]  # as Snapshot's lists of counts
 
 
 class RankRow(_Frozen):
@@ -57,14 +59,14 @@ class RankRow(_Frozen):
     spec_drafts: int = _Count
     spec_draft_tokens: int = _Count
     spec_accepted_tokens: int = _Count
-    spec_accepted_by_position: list[Annotated[int, Field(ge=0)]] = Field(default=[], max_length=16)
+    spec_accepted_by_position: _Counts = Snapshot.model_fields["spec_accepted_by_position"]
     requests_running: int = _Count
     requests_waiting: int = _Count
     ttft: LatencySummary = LatencySummary()
     itl: LatencySummary = LatencySummary()
     routing_recall: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
-    routing_groups_per_token: list[int] = Snapshot.model_fields["routing_groups_per_token"]
-    routing_nodes_per_token: list[int] = Snapshot.model_fields["routing_nodes_per_token"]
+    routing_groups_per_token: _Counts = Snapshot.model_fields["routing_groups_per_token"]
+    routing_nodes_per_token: _Counts = Snapshot.model_fields["routing_nodes_per_token"]
 
     @model_validator(mode="after")
     def _check(self) -> RankRow:

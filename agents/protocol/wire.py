@@ -7,6 +7,20 @@ Arrays travel as `Array`: dtype, shape and the little-endian bytes, zlib-compres
 encoded. A [58, 256] int64 load matrix is ~120 kB raw and a few kB on the wire, where a JSON list
 of numbers would be ~400 kB and slow to parse. `PROTOCOL_VERSION` changes with any incompatible
 change; the controller rejects versions it does not speak.
+
+Every field is bounded, so what the controller stores and sums always fits (a tighter check of what
+was always meant, hence no new protocol version):
+
+- counts (tokens, steps, requests, drafts; every element of the load arrays and histograms) at most `MAX_COUNT` = 2^40
+  per rank and window: a rank routing 10^6 tokens/s over the longest window (3600 s) counts 3.6e9, 2^32;
+  and the controller's int64 window sums stay exact up to 2^23 reports of one window (a 1,024-GPU
+  fleet sends 2^10), while it still checks each sum (`controlplane/store/windows.py`).
+- seconds (step time sums, latencies) finite and at most `MAX_SECONDS` = 1e9, thirty years: summed over
+  any number of ranks they stay finite (two ranks of 1.7e308 summed to Infinity).
+- names at most as long as the controller's columns (instance 128, node 256, gpu_uuid 128, model name
+  128) and printable: no NUL byte (PostgreSQL's text cannot hold one) nor other control characters.
+- sizes where the controller keeps 32-bit integers: gpus_per_node at most 1024 GPUs on one node,
+  placement versions under 2^31.
 """
 
 from __future__ import annotations
@@ -15,7 +29,7 @@ import base64
 import binascii
 import zlib
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -25,6 +39,10 @@ NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"  # DNS label: also a Kube
 
 _DTYPES = {"int64": np.dtype("<i8"), "float32": np.dtype("<f4"), "float64": np.dtype("<f8")}
 MAX_ARRAY_ELEMENTS = 16_000_000  # 58 layers x 288 slots x 320 GPUs fits with room
+MAX_COUNT = 2**40  # per rank and window; see the module docstring
+MAX_SECONDS = 1e9
+MAX_VERSION = 2**31 - 1  # the controller keeps versions in 32-bit integers
+PRINTABLE = r"^[^\x00-\x1f\x7f]*$"  # no NUL byte, no control characters
 
 
 class _Frozen(BaseModel):
@@ -35,7 +53,7 @@ class Array(_Frozen):
     """A numeric array on the wire: `data` is base64(zlib(little-endian C-order bytes))."""
 
     dtype: Literal["int64", "float32", "float64"]
-    shape: tuple[int, ...]
+    shape: tuple[int, ...] = Field(max_length=8)
     data: str
 
     @classmethod
@@ -49,7 +67,8 @@ class Array(_Frozen):
     def _check_size(self) -> Array:
         if any(d < 0 for d in self.shape):
             raise ValueError(f"array shape {list(self.shape)} has a negative dimension")
-        if int(np.prod(self.shape, dtype=np.int64)) > MAX_ARRAY_ELEMENTS:
+        if any(d > MAX_ARRAY_ELEMENTS for d in self.shape) or \
+                int(np.prod(self.shape, dtype=np.int64)) > MAX_ARRAY_ELEMENTS:
             raise ValueError(f"array shape {list(self.shape)} exceeds {MAX_ARRAY_ELEMENTS} elements")
         return self
 
@@ -78,12 +97,12 @@ class Role(StrEnum):
 class ModelShape(_Frozen):
     """The MoE shape the placement is about: counts per MoE layer, not per model."""
 
-    name: str = Field(min_length=1, max_length=128)
+    name: str = Field(min_length=1, max_length=128, pattern=PRINTABLE)
     num_layers: int = Field(ge=1, le=1024, description="MoE layers")
     num_experts: int = Field(ge=1, le=4096, description="routed logical experts per MoE layer")
-    num_groups: int = Field(ge=1, description="expert groups for group-limited routing")
-    top_k: int = Field(ge=1, description="routed experts per token")
-    topk_group: int | None = Field(default=None, ge=1,
+    num_groups: int = Field(ge=1, le=4096, description="expert groups for group-limited routing")
+    top_k: int = Field(ge=1, le=4096, description="routed experts per token")
+    topk_group: int | None = Field(default=None, ge=1, le=4096,
                                    description="the model's own group limit (groups per token); None: none")
 
     @model_validator(mode="after")
@@ -101,14 +120,14 @@ class Identity(_Frozen):
     """Who reports: one rank of one EP group (an instance) of a deployment's pool (its role)."""
 
     deployment: str = Field(pattern=NAME_PATTERN)
-    instance: str = Field(min_length=1, max_length=128)
+    instance: str = Field(min_length=1, max_length=128, pattern=PRINTABLE)
     role: Role
     rank: int = Field(ge=0)
     ep_size: int = Field(ge=1, le=4096)
     slots_per_rank: int = Field(ge=1, le=4096)
-    gpus_per_node: int = Field(default=8, ge=1)
-    node: str = ""
-    gpu_uuid: str = ""
+    gpus_per_node: int = Field(default=8, ge=1, le=1024)
+    node: str = Field(default="", max_length=256, pattern=PRINTABLE)
+    gpu_uuid: str = Field(default="", max_length=128, pattern=PRINTABLE)
 
     @model_validator(mode="after")
     def _check(self) -> Identity:
@@ -120,15 +139,15 @@ class Identity(_Frozen):
 class LatencySummary(_Frozen):
     """A latency distribution over one window, in seconds."""
 
-    count: int = Field(default=0, ge=0)
-    sum: float = Field(default=0.0, ge=0, allow_inf_nan=False)
-    p50: float | None = Field(default=None, ge=0, allow_inf_nan=False)
-    p90: float | None = Field(default=None, ge=0, allow_inf_nan=False)
-    p99: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    count: int = Field(default=0, ge=0, le=MAX_COUNT)
+    sum: float = Field(default=0.0, ge=0, le=MAX_SECONDS, allow_inf_nan=False)
+    p50: float | None = Field(default=None, ge=0, le=MAX_SECONDS, allow_inf_nan=False)
+    p90: float | None = Field(default=None, ge=0, le=MAX_SECONDS, allow_inf_nan=False)
+    p99: float | None = Field(default=None, ge=0, le=MAX_SECONDS, allow_inf_nan=False)
 
 
-_Count = Field(default=0, ge=0)
-_Seconds = Field(default=0.0, ge=0, allow_inf_nan=False)
+_Count = Field(default=0, ge=0, le=MAX_COUNT)
+_Seconds = Field(default=0.0, ge=0, le=MAX_SECONDS, allow_inf_nan=False)
 MAX_TOP_K = 64  # routed experts per token a per-token histogram has room for (DeepSeek-V3 routes 8)
 
 
@@ -144,7 +163,7 @@ class Snapshot(_Frozen):
     model: ModelShape
     window_start: float = Field(gt=0, allow_inf_nan=False, description="unix seconds")
     window_seconds: float = Field(gt=0, le=3600, allow_inf_nan=False)
-    placement_version: int = Field(ge=0, description="the placement this rank ran during the window")
+    placement_version: int = Field(ge=0, le=MAX_VERSION, description="the placement this rank ran during the window")
     num_steps: int = _Count
     expert_tokens: Array
     slot_tokens: Array
@@ -156,19 +175,19 @@ class Snapshot(_Frozen):
     spec_drafts: int = _Count
     spec_draft_tokens: int = _Count
     spec_accepted_tokens: int = _Count
-    spec_accepted_by_position: list[int] = Field(default=[], max_length=16,
-                                                 description="accepted draft tokens at draft position 0, 1, ...")
+    spec_accepted_by_position: list[Annotated[int, Field(ge=0, le=MAX_COUNT)]] = Field(
+        default=[], max_length=16, description="accepted draft tokens at draft position 0, 1, ...")
     requests_running: int = _Count
     requests_waiting: int = _Count
     ttft: LatencySummary = LatencySummary()
     itl: LatencySummary = LatencySummary()
     routing_recall: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
     # optional (agents before them omit them): what a group limit bounds, measured as the router ran
-    routing_groups_per_token: list[int] = Field(
+    routing_groups_per_token: list[Annotated[int, Field(ge=0, le=MAX_COUNT)]] = Field(
         default=[], max_length=MAX_TOP_K + 1,
         description="tokens (summed over MoE layers) whose top-k experts reached 0, 1, 2, .. top_k distinct "
                     "expert groups; []: not measured")
-    routing_nodes_per_token: list[int] = Field(
+    routing_nodes_per_token: list[Annotated[int, Field(ge=0, le=MAX_COUNT)]] = Field(
         default=[], max_length=MAX_TOP_K + 1,
         description="the same by distinct nodes (EP ranks grouped by gpus_per_node) holding the chosen replicas")
 
@@ -193,8 +212,7 @@ class Snapshot(_Frozen):
             raise ValueError("prefix_hit_tokens exceeds prefix_query_tokens")
         if self.spec_accepted_tokens > self.spec_draft_tokens:
             raise ValueError("spec_accepted_tokens exceeds spec_draft_tokens")
-        if any(n < 0 for n in self.spec_accepted_by_position) or sum(self.spec_accepted_by_position) > \
-                self.spec_accepted_tokens:
+        if sum(self.spec_accepted_by_position) > self.spec_accepted_tokens:
             raise ValueError("spec_accepted_by_position must be counts that sum to at most spec_accepted_tokens")
         _check_per_token(self.routing_groups_per_token, self.routing_nodes_per_token, m.top_k)
         return self
@@ -204,8 +222,6 @@ def _check_per_token(groups: list[int], nodes: list[int], top_k: int, where: str
     """The routing reach histograms of one rank (`where`: which, in a group's message)."""
     histograms = {"routing_groups_per_token": groups, "routing_nodes_per_token": nodes}
     for name, counts in histograms.items():
-        if any(n < 0 for n in counts):
-            raise ValueError(f"{where}{name} holds negative counts")
         if len(counts) > top_k + 1:
             raise ValueError(f"{where}{name} has {len(counts)} bins; a token's top_k={top_k} experts reach at "
                              f"most {top_k}, so at most {top_k + 1} bins (0..top_k)")
@@ -222,11 +238,13 @@ def _check_counts(name: str, array: Array, shape: tuple[int, int]) -> None:
         raise ValueError(f"{name} holds non-finite values")
     if (values < 0).any():
         raise ValueError(f"{name} holds negative counts")
+    if (values > MAX_COUNT).any():
+        raise ValueError(f"{name} holds counts over {MAX_COUNT} (2^40), more than one rank sees in a window")
 
 
 class RoutingLimits(_Frozen):
-    topk_group: int | None = Field(default=None, ge=1, description="max expert groups per token")
-    expert_capacity_factor: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    topk_group: int | None = Field(default=None, ge=1, le=4096, description="max expert groups per token")
+    expert_capacity_factor: float | None = Field(default=None, gt=0, le=1000, allow_inf_nan=False)
 
 
 class DesiredState(_Frozen):
@@ -238,10 +256,12 @@ class DesiredState(_Frozen):
     """
 
     protocol: Literal["moectl.v1"] = PROTOCOL_VERSION
-    placement_version: int = Field(ge=0)
+    placement_version: int = Field(ge=0, le=MAX_VERSION)
     slot_to_expert: Array | None = None
     slot_share: Array | None = None
     routing: RoutingLimits = RoutingLimits()
-    local_prefill_threshold: int | None = Field(default=None, ge=0, description="PD-aware threshold, tokens")
-    window_seconds: float | None = Field(default=None, gt=0, description="the window length the controller wants")
+    local_prefill_threshold: int | None = Field(default=None, ge=0, le=MAX_COUNT,
+                                                description="PD-aware threshold, tokens")
+    window_seconds: float | None = Field(default=None, gt=0, le=3600, allow_inf_nan=False,
+                                         description="the window length the controller wants")
 

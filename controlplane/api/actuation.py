@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from controlplane.actuate.fence import SOLE, Fence, guard
 from controlplane.actuate.scaler import PoolScaler
 from controlplane.config import Settings
-from controlplane.reconcile import PoolResult, reconcile_pool
+from controlplane.reconcile import PoolResult, reconcile_pool, reconcile_requested
 from controlplane.store.tables import Deployment, Pool
 
 FOR_THE_LEADER = "recorded; this replica does not lead: the leader handles it on its next pass"
@@ -29,3 +29,10 @@ class Actuation:
             return None
         guard(session, self.fence)
         return reconcile_pool(session, deployment, pool, settings, now=now, scaler=self.scaler, fence=self.fence)
+
+    def reconcile_requested(self, session: Session, deployment: Deployment, pool: Pool, settings: Settings, *,
+                            now: float) -> None:
+        """`reconcile_requested` on the leader (a storm of triggers costs one plan); nothing elsewhere."""
+        if self.fence.is_leading():
+            guard(session, self.fence)
+            reconcile_requested(session, deployment, pool, settings, now=now, scaler=self.scaler, fence=self.fence)

@@ -6,7 +6,12 @@ import json
 
 
 class BodyLimit:
-    """Pure ASGI middleware: checks Content-Length, and counts chunked bodies as they stream."""
+    """Pure ASGI middleware: checks Content-Length, and counts chunked bodies as they stream.
+
+    A chunked body is refused from inside `receive`: the 413 is sent right there and the app is told the
+    client left, and whatever the app answers to that (FastAPI: a 400 for a body it could not read) is
+    dropped, so the caller sees the 413.
+    """
 
     def __init__(self, app, max_bytes: int):
         self.app, self.max_bytes = app, max_bytes
@@ -18,20 +23,25 @@ class BodyLimit:
         length = headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
             return await self._refuse(send)
-        received = 0
+        received, is_refused = 0, False
 
         async def limited_receive():
-            nonlocal received
+            nonlocal received, is_refused
+            if is_refused:
+                return {"type": "http.disconnect"}
             message = await receive()
             received += len(message.get("body", b""))
             if received > self.max_bytes:
-                raise _TooLarge
+                is_refused = True
+                await self._refuse(send)
+                return {"type": "http.disconnect"}
             return message
 
-        try:
-            await self.app(scope, limited_receive, send)
-        except _TooLarge:
-            await self._refuse(send)
+        async def guarded_send(message):
+            if not is_refused:  # the 413 is the answer
+                await send(message)
+
+        await self.app(scope, limited_receive, guarded_send)
 
     async def _refuse(self, send) -> None:
         body = json.dumps({"detail": f"request body exceeds {self.max_bytes} bytes "
@@ -40,7 +50,3 @@ class BodyLimit:
                     "headers": [(b"content-type", b"application/json"),
                                 (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
-
-
-class _TooLarge(Exception):
-    pass

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Header, HTTPException, Path, Request
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
-from agents.protocol import NAME_PATTERN
+from agents.protocol import NAME_PATTERN, Role
 from controlplane.api.actuation import Actuation
 from controlplane.config import Settings
 from controlplane.store import tokens
@@ -28,6 +28,11 @@ class Caller:
 def get_session(request: Request) -> Iterator[Session]:
     with request.app.state.sessions() as session:
         yield session
+
+
+def get_sessions(request: Request) -> sessionmaker[Session]:
+    """For a request that commits in several transactions of its own (one per alert of a delivery)."""
+    return request.app.state.sessions
 
 
 def get_settings(request: Request) -> Settings:
@@ -51,11 +56,10 @@ def _caller(request: Request, authorization: str | None) -> Caller | None:
     secret = authorization[7:].strip()
     settings: Settings = request.app.state.settings
     # bootstrap tokens from the environment, so a fresh install can create the first real tokens
-    for expected, name, role in ((settings.api_token, "bootstrap-admin", "admin"),
-                                 (settings.agent_token, "bootstrap-agent", "agent"),
-                                 (settings.alerts_token, "bootstrap-alerts", "alerts")):
+    for expected, role in ((settings.api_token, "admin"), (settings.agent_token, "agent"),
+                           (settings.alerts_token, "alerts")):
         if expected and hmac.compare_digest(secret.encode(), expected.encode()):
-            return Caller(name, role)
+            return Caller(tokens.BOOTSTRAP_PREFIX + role, role)
     with request.app.state.sessions() as session:
         token = tokens.lookup(session, secret)
         if token is None:
@@ -72,7 +76,7 @@ def require(*roles: str):
         caller = _caller(request, authorization)
         if caller is None:
             if "anonymous" in roles and request.app.state.settings.anonymous_read:
-                return Caller("anonymous", "viewer")
+                return Caller(tokens.ANONYMOUS, "viewer")
             raise HTTPException(401, "missing bearer token: send 'Authorization: Bearer <token>' (create one "
                                      "with `moectl token create --role ...`, or use the token `moectl up` printed)",
                                 headers={"WWW-Authenticate": "Bearer"})
@@ -86,6 +90,7 @@ def require(*roles: str):
 
 
 SessionDep = Annotated[Session, Depends(get_session)]
+SessionsDep = Annotated[sessionmaker[Session], Depends(get_sessions)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 NowDep = Annotated[float, Depends(get_now)]
 ActuationDep = Annotated[Actuation, Depends(get_actuation)]
@@ -96,5 +101,7 @@ AgentDep = Annotated[Caller, Depends(require("agent"))]
 AlertsDep = Annotated[Caller, Depends(require("alerts", "operator"))]
 DeploymentName = Annotated[str, Path(pattern=NAME_PATTERN, max_length=63,
                                       description="a DNS label: lowercase letters, digits and '-', at most 63")]
+PoolRole = Annotated[str, Path(pattern=f"^({'|'.join(r.value for r in Role)})$",
+                               description="the pool: " + ", ".join(r.value for r in Role))]
 # ids and versions are 32-bit INTEGER columns (PostgreSQL): larger path values are a 422, not a database error
 RowId = Annotated[int, Path(ge=1, le=2**31 - 1)]

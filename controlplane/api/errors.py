@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+RETRY_AFTER = "1"  # seconds, on a 503: agents and Alertmanager back off on their own; earlier is not worth it
+
 
 class ErrorOut(BaseModel):
     detail: str = Field(description="what is wrong, naming the field or the conflict, and what to do")
@@ -22,6 +24,7 @@ ERROR_RESPONSES = {
         (412, "If-Match names an older policy version"),
         (413, "request body over the size limit"),
         (422, "invalid field values"),
-        (503, "this replica lost the leadership during the request and wrote nothing: retry"),
+        (503, "nothing was stored: the database is busy or unreachable, the controller is overloaded, or this "
+              "replica lost the leadership during the request; retry after Retry-After seconds"),
     )
 }

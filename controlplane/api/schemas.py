@@ -168,8 +168,13 @@ class PoolSizeView(BaseModel):
     standing_down: ActionOut | None = Field(description="the conflict that keeps moectl off the pool's size")
 
 
+TOKEN_NAME_PATTERN = r"^[A-Za-z0-9_.@-]+$"
+
+
 class TokenIn(BaseModel):
-    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.@-]+$")
+    name: str = Field(min_length=1, max_length=128, pattern=TOKEN_NAME_PATTERN,
+                      description="recorded as the author of what the token changes; 'loop', 'anonymous' and "
+                                  "'bootstrap-*' are reserved")
     role: str
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from controlplane.store.tables import Action, Deployment, Pool
@@ -38,7 +38,16 @@ def awaiting_verification(session: Session, pool: Pool) -> list[Action]:
 
 
 def get(session: Session, action_id: int) -> Action | None:
-    return session.get(Action, action_id, with_for_update=True)
+    return session.get(Action, action_id)
+
+
+def claim_waiting(session: Session, action: Action, *, now: float) -> bool:
+    """Compare-and-set: True for the one caller that finds the action still awaiting approval (its
+    decision is then written in this transaction); False for everyone who comes after it committed."""
+    claimed = session.execute(update(Action).where(Action.id == action.id, Action.status == AWAITING_APPROVAL)
+                              .values(updated_at=utc(now))).rowcount == 1
+    session.refresh(action)  # as committed by whoever decided first, or as we now hold it
+    return claimed
 
 
 def recent(session: Session, deployment: Deployment, *, limit: int) -> list[Action]:

@@ -32,6 +32,24 @@ def create(session: Session, *, name: str, model: ModelShape, policy: Policy, cr
     return deployment
 
 
+def lock(session: Session, deployment: Deployment) -> None:
+    """Serialises writers of the deployment's policy until this transaction ends (see `lock_pool`)."""
+    _lock_row(session, Deployment, deployment.id)
+
+
+def lock_pool(session: Session, pool: Pool) -> None:
+    """Serialises the pool's writers (reconciles, people's decisions) until this transaction ends, on both
+    databases: a row lock on PostgreSQL (NO KEY UPDATE, so snapshots inserting rows that reference the pool
+    are not blocked), SQLite's write lock. Take it before reading what the write depends on: on SQLite the
+    driver only begins the transaction at its first write, so earlier reads may already be stale."""
+    _lock_row(session, Pool, pool.id)
+
+
+def _lock_row(session: Session, table: type[Deployment] | type[Pool], row_id: int) -> None:
+    # an UPDATE that changes nothing: it takes the lock where SELECT ... FOR UPDATE is a no-op (SQLite)
+    session.execute(update(table).where(table.id == row_id).values(created_at=table.created_at))
+
+
 def model_of(deployment: Deployment) -> ModelShape:
     return ModelShape.model_validate(deployment.model)
 

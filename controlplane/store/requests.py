@@ -15,10 +15,11 @@ from controlplane.store.timestamps import utc
 
 
 def record(session: Session, *, pool: Pool, knob: str, trigger: str, created_by: str, now: float,
-           alerts: list | None = None, value: dict | None = None) -> Request:
-    """value: what the trigger asks for, when it names it (a person's pool size: {"replicas": n})."""
+           alerts: list | None = None, value: dict | None = None, alert_event_id: int | None = None) -> Request:
+    """value: what the trigger asks for, when it names it (a person's pool size: {"replicas": n}).
+    alert_event_id: the alert event that asks (its outcome is read from its requests)."""
     request = Request(pool_id=pool.id, knob=knob, trigger=trigger, created_by=created_by, alerts=alerts or [],
-                      value=value, created_at=utc(now), outcome="")
+                      value=value, created_at=utc(now), outcome="", alert_event_id=alert_event_id)
     session.add(request)
     session.flush()
     return request

@@ -8,7 +8,19 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, LargeBinary, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -186,15 +198,22 @@ class Request(Base):
     handled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     action_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     outcome: Mapped[str] = mapped_column(Text, default="")
+    # the alert that asked (an alert naming no role asks each pool of its deployment: one request each)
+    alert_event_id: Mapped[int | None] = mapped_column(
+        ForeignKey("alert_events.id", ondelete="SET NULL", name="fk_requests_alert_event_id"), nullable=True,
+        index=True)
 
 
 class Token(Base):
     """API tokens: only a SHA-256 of the secret is kept (the secret is 32 random bytes, so no salt
-    or slow hash is needed), with a short prefix to recognise it by."""
+    or slow hash is needed), with a short prefix to recognise it by. A name is unique among tokens not
+    revoked: a revoked token keeps its row (and its name in the audit trail) while a new one takes the name."""
 
     __tablename__ = "tokens"
+    __table_args__ = (Index("ix_tokens_active_name", "name", unique=True, sqlite_where=text("revoked_at IS NULL"),
+                            postgresql_where=text("revoked_at IS NULL")),)
     id: Mapped[int] = mapped_column(primary_key=True)
-    name: Mapped[str] = mapped_column(String(128), unique=True)
+    name: Mapped[str] = mapped_column(String(128))
     role: Mapped[str] = mapped_column(String(16))  # viewer, operator, admin, agent, alerts
     secret_sha256: Mapped[str] = mapped_column(String(64), unique=True)
     prefix: Mapped[str] = mapped_column(String(12))
@@ -204,7 +223,9 @@ class Token(Base):
 
 
 class AlertEvent(Base):
-    """Each Alertmanager notification of an alert, once: delivery is at-least-once."""
+    """Each Alertmanager notification of an alert, once: delivery is at-least-once. What came of an
+    alert that asked for something is its requests' outcome (`store.alerts.outcomes`); `outcome` holds
+    why it asked nothing (or was rejected), and `action_id` was set only before requests named their event."""
 
     __tablename__ = "alert_events"
     __table_args__ = (UniqueConstraint("fingerprint", "starts_at", "status"),)

@@ -13,6 +13,10 @@ from controlplane.store.timestamps import utc
 
 ROLES = ("viewer", "operator", "admin", "agent", "alerts")
 SECRET_PREFIX = "moectl_"
+# authors the controller records itself (the loop's changes, anonymous reads, the tokens from the
+# environment): a token of such a name could sign changes as them
+LOOP, ANONYMOUS, BOOTSTRAP_PREFIX = "loop", "anonymous", "bootstrap-"
+RESERVED_NAMES = (LOOP, ANONYMOUS)
 
 
 def digest(secret: str) -> str:
@@ -20,16 +24,24 @@ def digest(secret: str) -> str:
 
 
 def create(session: Session, *, name: str, role: str, created_by: str, now: float) -> str:
-    """Returns the secret. Raises ValueError for an unknown role or a name already taken."""
+    """Returns the secret. Raises ValueError for an unknown role or a reserved name, NameTaken for the
+    name of a token not revoked (a revoked token's name may be given again)."""
     if role not in ROLES:
         raise ValueError(f"role {role!r} is not one of {', '.join(ROLES)}")
-    if session.scalar(select(Token.id).where(Token.name == name)) is not None:
-        raise ValueError(f"a token named {name!r} exists; revoke it first or pick another name")
+    if name in RESERVED_NAMES or name.startswith(BOOTSTRAP_PREFIX):
+        raise ValueError(f"token name {name!r} is reserved: the controller records {', '.join(RESERVED_NAMES)} "
+                         f"and {BOOTSTRAP_PREFIX}* as the authors of its own changes; pick another name")
+    if session.scalar(select(Token.id).where(Token.name == name, Token.revoked_at.is_(None))) is not None:
+        raise NameTaken(f"a token named {name!r} exists; revoke it first or pick another name")
     secret = SECRET_PREFIX + secrets.token_urlsafe(32)
     session.add(Token(name=name, role=role, secret_sha256=digest(secret), prefix=secret[:12],
                       created_by=created_by, created_at=utc(now)))
     session.flush()
     return secret
+
+
+class NameTaken(ValueError):
+    pass
 
 
 def lookup(session: Session, secret: str) -> Token | None:

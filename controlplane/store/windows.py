@@ -12,10 +12,16 @@ from controlplane.store.arrays import pack, unpack
 from controlplane.store.tables import LoadWindow, Pool
 
 
+class WindowOverflow(ValueError):
+    """A report would carry a window's token sum past what int64 holds: it is refused, never stored wrapped.
+    (The wire bounds each count at 2^40, so this takes 2^23 reports of one window.)"""
+
+
 def add_report(session: Session, *, pool: Pool, report: Report, current_version: int, grid_seconds: float,
                empty: tuple[np.ndarray, np.ndarray]) -> None:
     """Adds one post's report (a rank's, or an EP group's). A rank's slot load counts only when it ran the
-    window's placement, so a window's per-GPU load never mixes two placements."""
+    window's placement, so a window's per-GPU load never mixes two placements. Raises WindowOverflow (nothing
+    is added)."""
     row = session.scalar(select(LoadWindow).where(LoadWindow.pool_id == pool.id,
                                                   LoadWindow.window_index == report.window_index)
                          .with_for_update())
@@ -25,7 +31,8 @@ def add_report(session: Session, *, pool: Pool, report: Report, current_version:
                          placement_version=current_version, num_reports=0, num_slot_reports=0,
                          expert_tokens=pack(empty[0]), slot_tokens=pack(empty[1]), counters={})
         session.add(row)
-    expert_tokens = unpack(row.expert_tokens) + report.expert_tokens
+    expert_tokens = _checked_sum("expert_tokens", report.window_index, unpack(row.expert_tokens),
+                                 report.expert_tokens)
     row.expert_tokens = pack(expert_tokens)
     row.num_reports += len(report.rank_versions)
     row.counters = merge_counters(row.counters, report.counters)
@@ -34,13 +41,21 @@ def add_report(session: Session, *, pool: Pool, report: Report, current_version:
     if counted:
         slot_tokens = unpack(row.slot_tokens).copy()
         for i in counted:
-            start = report.slot_offset + i * width
-            slot_tokens[:, start:start + width] += report.slot_tokens[:, i * width:(i + 1) * width]
+            columns = slice(report.slot_offset + i * width, report.slot_offset + (i + 1) * width)
+            slot_tokens[:, columns] = _checked_sum("slot_tokens", report.window_index, slot_tokens[:, columns],
+                                                   report.slot_tokens[:, i * width:(i + 1) * width])
         row.slot_tokens = pack(slot_tokens)
         row.num_slot_reports += len(counted)
         row.counters = merge_counters(row.counters,
                                       {f"{RANK_REPORTS}{report.first_rank + i}": 1 for i in counted})
     session.flush()
+
+
+def _checked_sum(name: str, window_index: int, total: np.ndarray, part: np.ndarray) -> np.ndarray:
+    if total.dtype.kind == "i" and part.dtype.kind in "iu" and \
+            (part > np.iinfo(np.int64).max - total).any():
+        raise WindowOverflow(f"{name} of window {window_index} would sum past 2^63 tokens: the report is refused")
+    return total + part
 
 
 def recent(session: Session, pool: Pool, *, before_index: int, limit: int) -> list[Window]:

@@ -99,7 +99,8 @@ def test_groups_and_nodes_per_token_are_optional():
 @pytest.mark.parametrize("fields, message", [
     (dict(routing_groups_per_token=[0] * 10), "at most 9 bins"),  # top_k 8: a token reaches 0..8 groups
     (dict(routing_nodes_per_token=[0] * 100), "at most 65 items"),
-    (dict(routing_nodes_per_token=[0, -1]), "negative counts"),
+    (dict(routing_nodes_per_token=[0, -1]), "greater than or equal to 0"),
+    (dict(routing_groups_per_token=[0, 2**40 + 1]), "less than or equal to 1099511627776"),
     (dict(routing_groups_per_token=[0, 5], routing_nodes_per_token=[0, 4]), "both count every token"),
 ])
 def test_groups_and_nodes_per_token_are_bounded(fields, message):

@@ -36,8 +36,8 @@ class ScaledDeployment:
     @classmethod
     def create(cls, database_url: str, scaler: PoolScaler, policy: Policy = POLICY) -> ScaledDeployment:
         upgrade(database_url)
-        sessions = make_sessions(make_engine(database_url))
         settings = Settings(database_url=database_url, window_seconds=1.0, leader_election=False)
+        sessions = make_sessions(make_engine(database_url, timeout_seconds=settings.db_timeout_seconds))
         made = cls(sessions, settings, scaler)
         with sessions() as session, session.begin():
             for role in ROLES:

@@ -35,26 +35,42 @@ def free_port() -> int:
 @contextmanager
 def postgres() -> Iterator[tuple[str, int]]:
     """Starts a PostgreSQL cluster in a temp dir; yields (socket dir, port). Runs as `postgres`
-    when we are root, since the server refuses root."""
+    when we are root, since the server refuses root. `stop_postgres`/`start_postgres` take it down
+    and bring it back (fault tests)."""
     initdb = require_binary("/usr/lib/postgresql/*/bin/initdb", "postgresql")
-    bindir = os.path.dirname(initdb)
     workdir = tempfile.mkdtemp(prefix="moectl-pg-")
-    as_user: list[str] = []
     if os.geteuid() == 0:
         shutil.chown(workdir, "postgres", "postgres")
-        as_user = ["runuser", "-u", "postgres", "--"]
-    data, port = os.path.join(workdir, "data"), free_port()
+    port = free_port()
     try:
-        subprocess.run([*as_user, initdb, "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8"],
-                       check=True, capture_output=True)
-        subprocess.run([*as_user, f"{bindir}/pg_ctl", "-D", data, "-w", "-t", "60", "-l",
-                        os.path.join(workdir, "log"), "-o", f"-p {port} -k {workdir} -c listen_addresses=''"
-                        " -c fsync=off -c synchronous_commit=off -c full_page_writes=off", "start"],
-                       check=True, capture_output=True)
+        subprocess.run([*_as_postgres(), initdb, "-D", os.path.join(workdir, "data"), "-U", "postgres",
+                        "--auth=trust", "-E", "UTF8"], check=True, capture_output=True)
+        start_postgres(workdir, port)
         yield workdir, port
     finally:
-        subprocess.run([*as_user, f"{bindir}/pg_ctl", "-D", data, "-m", "immediate", "stop"], capture_output=True)
+        _pg_ctl(workdir, "-m", "immediate", "stop", check=False)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def start_postgres(workdir: str, port: int) -> None:
+    _pg_ctl(workdir, "-w", "-t", "60", "-l", os.path.join(workdir, "log"), "-o",
+            f"-p {port} -k {workdir} -c listen_addresses='' -c fsync=off -c synchronous_commit=off"
+            " -c full_page_writes=off", "start")
+
+
+def stop_postgres(workdir: str) -> None:
+    """`pg_ctl stop -m fast`: open connections are terminated, as in a failover or a restart."""
+    _pg_ctl(workdir, "-m", "fast", "-w", "stop")
+
+
+def _pg_ctl(workdir: str, *args: str, check: bool = True) -> None:
+    bindir = os.path.dirname(require_binary("/usr/lib/postgresql/*/bin/initdb", "postgresql"))
+    subprocess.run([*_as_postgres(), f"{bindir}/pg_ctl", "-D", os.path.join(workdir, "data"), *args],
+                   check=check, capture_output=True)
+
+
+def _as_postgres() -> list[str]:
+    return ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
 
 
 def postgres_url(socket_dir: str, port: int, database: str = "postgres") -> str:

@@ -1,14 +1,16 @@
-"""A deployment and its pool written straight into the store (no HTTP), and the snapshots its ranks
-post, for direct tests of collect, store and actuate."""
+"""A deployment and its pool written straight into the store (or registered over the API), the snapshots
+its ranks post, and how much of them was stored: for tests of collect, store, actuate and the snapshot API."""
 
 from __future__ import annotations
 
 import numpy as np
+from sqlalchemy import func, select
 
 from agents.protocol import Array, Identity, ModelShape, Snapshot
 from controlplane.desired import Policy
 from controlplane.store import deployments
-from controlplane.store.tables import Deployment, Pool
+from controlplane.store.tables import Agent, Deployment, LoadWindow, Pool
+from support.auth import operator
 
 MODEL = ModelShape(name="tiny", num_layers=2, num_experts=8, num_groups=2, top_k=2)
 EP_SIZE, SLOTS_PER_RANK = 2, 5
@@ -33,3 +35,16 @@ def make_pool(session, *, now: float, policy: Policy | None = None, role: str = 
     deployment = deployments.get(session, "tiny") or deployments.create(
         session, name="tiny", model=MODEL, policy=policy or Policy(), created_by="test", now=now)
     return deployment, deployments.create_pool(session, deployment=deployment, identity=identity(role=role), now=now)
+
+
+def register(client) -> None:
+    """Registers deployment 'tiny' over the API."""
+    response = client.put("/v1/deployments/tiny", json={"model": MODEL.model_dump()}, headers=operator())
+    assert response.status_code == 200, response.text
+
+
+def stored(sessions) -> tuple[int, int]:
+    """(load windows, agents) in the store."""
+    with sessions() as session:
+        return (session.scalar(select(func.count()).select_from(LoadWindow)),
+                session.scalar(select(func.count()).select_from(Agent)))

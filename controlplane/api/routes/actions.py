@@ -24,7 +24,7 @@ from controlplane.api.schemas import ActionOut, RebalanceIn, RebalanceOut
 from controlplane.desired import Decision, Mode
 from controlplane.reconcile import reconcile_pool
 from controlplane.store import actions, deployments, policies, requests
-from controlplane.store.tables import Pool
+from controlplane.store.tables import Action, Pool
 
 router = APIRouter(tags=["actions"])
 
@@ -73,20 +73,25 @@ def rebalance(name: DeploymentName, body: RebalanceIn, session: SessionDep, sett
     return out
 
 
-def _waiting(session, action_id: int):
+def _claim(session, action_id: int, now: float) -> tuple[Action, Pool]:
+    """The waiting action, claimed by this request: 404 if none, 409 if someone decided it first. The pool
+    is locked first, as every writer of the pool does (`deployments.lock_pool`), then the status is
+    compare-and-set, so of people deciding at once exactly one wins, on SQLite as on PostgreSQL."""
     action = actions.get(session, action_id)
     if action is None:
         raise HTTPException(404, f"action {action_id} not found")
-    if action.status != actions.AWAITING_APPROVAL:
+    pool = session.get(Pool, action.pool_id) if action.pool_id is not None else None
+    if pool is not None:
+        deployments.lock_pool(session, pool)
+    if pool is None or not actions.claim_waiting(session, action, now=now):
         raise HTTPException(409, f"action {action_id} is {action.status}, not awaiting approval")
-    return action
+    return action, pool
 
 
 @router.post("/v1/actions/{action_id}/approve", response_model=ActionOut)
 def approve(action_id: RowId, session: SessionDep, now: NowDep, caller: OperatorDep) -> ActionOut:
     with session.begin():
-        action = _waiting(session, action_id)
-        pool = session.get(Pool, action.pool_id)
+        action, pool = _claim(session, action_id, now)
         change.approve(session, KNOBS[action.kind], pool=pool, action=action, approved_by=caller.name, now=now)
         return overview.action_out(action, {pool.id: pool.role})
 
@@ -94,7 +99,6 @@ def approve(action_id: RowId, session: SessionDep, now: NowDep, caller: Operator
 @router.post("/v1/actions/{action_id}/reject", response_model=ActionOut)
 def reject(action_id: RowId, session: SessionDep, now: NowDep, caller: OperatorDep) -> ActionOut:
     with session.begin():
-        action = _waiting(session, action_id)
+        action, pool = _claim(session, action_id, now)
         change.reject(KNOBS[action.kind], action=action, rejected_by=caller.name, now=now)
-        pool = session.get(Pool, action.pool_id)
         return overview.action_out(action, {pool.id: pool.role})

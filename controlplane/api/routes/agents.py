@@ -91,8 +91,11 @@ def _ingest(post: _Post, session, settings, now: float) -> DesiredState:
     # a new rank's first windows start mid-window on cold caches: counted as fresh, not as load (a group's
     # expert load is one sum over its ranks: it counts once all of them are past their first windows)
     if min(num_windows) > settings.warmup_windows:
-        windows.add_report(session, pool=pool, report=report, current_version=latest.version,
-                           grid_seconds=settings.window_seconds, empty=deployments.zeros_for(deployment, pool))
+        try:
+            windows.add_report(session, pool=pool, report=report, current_version=latest.version,
+                               grid_seconds=settings.window_seconds, empty=deployments.zeros_for(deployment, pool))
+        except windows.WindowOverflow as exc:
+            raise HTTPException(422, str(exc)) from None
     _, policy = policies.active(session, deployment)
     versions = {seen.placement_version for seen in post.seen}
     return desired_state(placement_version=latest.version, slot_to_expert=latest.slot_to_expert,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Query
 from pydantic import BaseModel
 
+from agents.protocol import NAME_PATTERN
 from controlplane.api.deps import SessionDep, ViewerDep
 from controlplane.store import alerts
 from controlplane.store.timestamps import seconds
@@ -24,9 +25,11 @@ class AlertEventOut(BaseModel):
 
 
 @router.get("", response_model=list[AlertEventOut])
-def list_alert_events(session: SessionDep, _: ViewerDep, deployment: str | None = None,
+def list_alert_events(session: SessionDep, _: ViewerDep,
+                      deployment: str | None = Query(None, max_length=63, pattern=NAME_PATTERN),
                       limit: int = Query(50, ge=1, le=1000)) -> list[AlertEventOut]:
+    events = alerts.recent(session, deployment=deployment, limit=limit)
     return [AlertEventOut(fingerprint=e.fingerprint, alertname=e.alertname, status=e.status, starts_at=e.starts_at,
-                          deployment=e.deployment, outcome=e.outcome, action_id=e.action_id,
+                          deployment=e.deployment, outcome=o.outcome, action_id=o.action_id,
                           received_at=seconds(e.received_at))
-            for e in alerts.recent(session, deployment=deployment, limit=limit)]
+            for e, o in zip(events, alerts.outcomes(session, events), strict=True)]

@@ -2,24 +2,35 @@
 
 Delivery is at-least-once and alerts come in storms, so: each (fingerprint, startsAt, status) is
 handled once; each alert that asks for a rebalance records a request on its pools, and each pool is
-then reconciled once (`controlplane.reconcile`): its alerts join one action, or the one in flight.
-The policy's mode and cooldowns apply as for the loop.
+then reconciled once (`controlplane.reconcile`, on the replica that leads; elsewhere the leader's next
+pass does): its alerts join one action, or the one in flight. The policy's mode and cooldowns apply as
+for the loop.
+
+Each alert is handled in a transaction of its own (its event and its requests), so one bad alert never
+blocks its group: one that cannot be stored as sent (too long for its column, a NUL byte, a deployment
+label that is no deployment name) is recorded as rejected, with why. An alert is a duplicate only once
+its handling committed; a retry of one whose reconcile failed reconciles its pools again. When the
+database itself fails the delivery is answered 503, and Alertmanager's retry finds what was stored.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 
 from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.orm import Session
 
+from agents.protocol import NAME_PATTERN
 from controlplane.actuate.placement import PLACEMENT
-from controlplane.api.actuation import FOR_THE_LEADER
-from controlplane.api.deps import ActuationDep, AlertsDep, NowDep, SessionDep, SettingsDep
+from controlplane.api.deps import ActuationDep, AlertsDep, NowDep, SessionsDep, SettingsDep
 from controlplane.desired import Mode
 from controlplane.store import alerts, deployments, policies, requests
-from controlplane.store.tables import AlertEvent, Deployment, Pool, Request
+from controlplane.store.db import is_unavailable
+from controlplane.store.tables import AlertEvent, Deployment, Pool
 
 router = APIRouter(prefix="/v1/alerts", tags=["alerts"])
 REBALANCE = "rebalance"
@@ -51,42 +62,78 @@ def _fingerprint(alert: AlertIn) -> str:
 
 
 @router.post("/alertmanager")
-def alertmanager(body: WebhookIn, session: SessionDep, settings: SettingsDep, now: NowDep, actuation: ActuationDep,
+def alertmanager(body: WebhookIn, sessions: SessionsDep, settings: SettingsDep, now: NowDep, actuation: ActuationDep,
                  caller: AlertsDep) -> dict:
     if body.version != "4":
         raise HTTPException(422, f"Alertmanager webhook payload version {body.version!r} is not supported; "
                                  f"this endpoint reads version '4'")
-    asked: list[tuple[AlertEvent, list[Request]]] = []
+    handled: list[int] = []  # events handled by this delivery, in order
+    pool_ids: dict[int, None] = {}  # pools with requests to reconcile, in order
     num_duplicates = 0
-    with session.begin():
-        for alert in body.alerts:
-            fingerprint = _fingerprint(alert)
-            name = alert.labels.get(settings.alert_deployment_label)
-            event = alerts.record_once(session, fingerprint=fingerprint, starts_at=alert.startsAt,
-                                       status=alert.status, alertname=alert.labels.get("alertname", ""),
-                                       deployment=name, labels=alert.labels, now=now)
-            if event is None:
-                num_duplicates += 1
-                continue
-            event.outcome, recorded = _request(session, settings, alert, fingerprint, name, now, caller.name)
-            asked.append((event, recorded))
-        pool_ids = list(dict.fromkeys(r.pool_id for _, recorded in asked for r in recorded))
-        for pool_id in pool_ids:
+    for alert in body.alerts:
+        event_id, is_new, pending = _handle(sessions, settings, alert, now, caller.name)
+        num_duplicates += not is_new
+        if is_new or pending:  # a retry of an alert whose reconcile failed is handled now
+            handled.append(event_id)
+        pool_ids.update(dict.fromkeys(pending))
+    for pool_id in pool_ids:
+        with sessions() as session, session.begin():
             pool = session.get(Pool, pool_id)
-            actuation.reconcile(session, session.get(Deployment, pool.deployment_id), pool, settings, now=now)
-        outcomes = []
-        for event, recorded in asked:
-            if recorded:
-                event.outcome = "; ".join(r.outcome or FOR_THE_LEADER for r in recorded)
-                event.action_id = next((r.action_id for r in recorded if r.action_id), None)
-            outcomes.append({"fingerprint": event.fingerprint, "alertname": event.alertname,
-                             "outcome": event.outcome, "action_id": event.action_id})
+            actuation.reconcile_requested(session, session.get(Deployment, pool.deployment_id), pool, settings,
+                                          now=now)
+    with sessions() as session:
+        events = [session.get(AlertEvent, event_id) for event_id in handled]
+        outcomes = [{"fingerprint": o.fingerprint, "alertname": o.alertname, "outcome": o.outcome,
+                     "action_id": o.action_id} for o in alerts.outcomes(session, events)]
     return {"received": len(body.alerts), "duplicates": num_duplicates,
             "actions": sorted({o["action_id"] for o in outcomes if o["action_id"]}), "outcomes": outcomes}
 
 
-def _request(session, settings, alert: AlertIn, fingerprint: str, name: str | None, now: float,
-             caller: str) -> tuple[str, list[Request]]:
+def _handle(sessions, settings, alert: AlertIn, now: float, caller: str) -> tuple[int, bool, list[int]]:
+    """Stores one alert and its requests in one transaction. Returns (its event's id, whether it is new,
+    the pools with its requests still pending)."""
+    fingerprint, label = _fingerprint(alert), settings.alert_deployment_label
+    name = alert.labels.get(label)
+    problems = alerts.misfits(fingerprint=fingerprint, starts_at=alert.startsAt,
+                              alertname=alert.labels.get("alertname", ""))
+    if name is not None and not re.fullmatch(NAME_PATTERN, name):
+        problems.append(f"label {label!r} is {_quoted(name)}, not a deployment name "
+                        f"(a DNS label: lowercase letters, digits and '-', at most 63)")
+    try:
+        with sessions() as session, session.begin():
+            return _store(session, settings, alert, fingerprint, None if problems else name, now, caller,
+                          rejected="; ".join(problems))
+    except IntegrityError:  # the same alert, delivered concurrently, committed first: a duplicate
+        with sessions() as session:
+            event = alerts.find(session, fingerprint=fingerprint, starts_at=alert.startsAt, status=alert.status)
+            if event is None:
+                raise
+            return event.id, False, alerts.pending_pools(session, event)
+    except DBAPIError as exc:
+        if is_unavailable(exc):  # the database is busy or gone: the delivery is answered 503 and retried
+            raise
+        # refused for a reason the checks above missed: recorded, never blocking the group
+        reason = f"the database refused it ({type(exc.orig).__name__})"
+        with sessions() as session, session.begin():
+            return _store(session, settings, alert, fingerprint, None, now, caller, rejected=reason)
+
+
+def _store(session: Session, settings, alert: AlertIn, fingerprint: str, name: str | None, now: float, caller: str,
+           *, rejected: str) -> tuple[int, bool, list[int]]:
+    existing = alerts.find(session, fingerprint=fingerprint, starts_at=alert.startsAt, status=alert.status)
+    if existing is not None:
+        return existing.id, False, alerts.pending_pools(session, existing)
+    event = alerts.record(session, fingerprint=fingerprint, starts_at=alert.startsAt, status=alert.status,
+                          alertname=alert.labels.get("alertname", ""), deployment=name, labels=alert.labels,
+                          outcome=f"rejected: {rejected}" if rejected else "", now=now)
+    if rejected:
+        return event.id, True, []
+    event.outcome, pool_ids = _request(session, settings, alert, event, name, now, caller)
+    return event.id, True, pool_ids
+
+
+def _request(session: Session, settings, alert: AlertIn, event: AlertEvent, name: str | None, now: float,
+             caller: str) -> tuple[str, list[int]]:
     """Records a rebalance request on each pool the alert names; else says why the alert asks nothing."""
     if name is None:
         return f"no '{settings.alert_deployment_label}' label: not mapped to a deployment", []
@@ -101,10 +148,15 @@ def _request(session, settings, alert: AlertIn, fingerprint: str, name: str | No
     if policy.mode == Mode.off:
         return "policy mode is off", []
     role = alert.labels.get("role")
-    note = {"fingerprint": fingerprint, "alertname": alert.labels.get("alertname", ""), "startsAt": alert.startsAt}
+    note = {"fingerprint": event.fingerprint, "alertname": event.alertname, "startsAt": event.starts_at}
     recorded = [requests.record(session, pool=pool, knob=PLACEMENT.kind, trigger="alert", created_by=caller,
-                                alerts=[note], now=now)
+                                alerts=[note], alert_event_id=event.id, now=now)
                 for pool in deployments.pools_of(session, deployment) if role in (None, pool.role)]
     if not recorded:
         return f"deployment {name!r} has no pool {role!r}", []
-    return "", recorded
+    return "", [r.pool_id for r in recorded]
+
+
+def _quoted(value: str, limit: int = 80) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= limit else shown[:limit - 4] + "...'"

@@ -7,7 +7,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from controlplane.api import overview
-from controlplane.api.deps import AdminDep, DeploymentName, NowDep, SessionDep, SettingsDep, ViewerDep
+from controlplane.api.deps import AdminDep, DeploymentName, NowDep, PoolRole, SessionDep, SettingsDep, ViewerDep
 from controlplane.api.schemas import DeploymentIn, DeploymentSummary, Overview, PoolLoad
 from controlplane.store import deployments, placements, pools
 from controlplane.store.tables import Deployment
@@ -67,7 +67,7 @@ def get_overview(name: DeploymentName, session: SessionDep, settings: SettingsDe
 
 
 @router.get("/{name}/pools/{role}/load", response_model=PoolLoad)
-def get_pool_load(name: DeploymentName, role: str, session: SessionDep, settings: SettingsDep, now: NowDep,
+def get_pool_load(name: DeploymentName, role: PoolRole, session: SessionDep, settings: SettingsDep, now: NowDep,
                   _: ViewerDep) -> PoolLoad:
     deployment = get_or_404(session, name)
     pool = deployments.get_pool(session, deployment, role)

@@ -10,7 +10,7 @@ from controlplane.api.deps import AdminDep, DeploymentName, NowDep, RowId, Sessi
 from controlplane.api.routes.deployments import get_or_404
 from controlplane.api.schemas import PolicyOut, RevertIn
 from controlplane.desired import Policy
-from controlplane.store import policies
+from controlplane.store import deployments, policies
 
 router = APIRouter(prefix="/v1/deployments/{name}/policy", tags=["policies"])
 
@@ -38,6 +38,7 @@ def put_policy(name: DeploymentName, policy: Policy, session: SessionDep, now: N
                response: Response, if_match: Annotated[str | None, Header()] = None) -> PolicyOut:
     with session.begin():
         deployment = get_or_404(session, name)
+        deployments.lock(session, deployment)  # writers of the policy in turn: each If-Match is checked in order
         _check_if_match(if_match, policies.latest_row(session, deployment).version)
         policies.put(session, deployment=deployment, policy=policy, created_by=caller.name, now=now)
         row = policies.latest_row(session, deployment)
@@ -64,6 +65,7 @@ def revert(name: DeploymentName, body: RevertIn, session: SessionDep, now: NowDe
     """Makes a past version current again, as a new version (history is never rewritten)."""
     with session.begin():
         deployment = get_or_404(session, name)
+        deployments.lock(session, deployment)  # writers of the policy in turn: each If-Match is checked in order
         _check_if_match(if_match, policies.latest_row(session, deployment).version)
         old = policies.version_row(session, deployment, body.version)
         if old is None:

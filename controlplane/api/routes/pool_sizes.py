@@ -11,7 +11,16 @@ from controlplane.actuate.pool_size import POOL_SIZE
 from controlplane.actuate.scale import resume, standing_down
 from controlplane.api import overview
 from controlplane.api.actuation import FOR_THE_LEADER
-from controlplane.api.deps import ActuationDep, DeploymentName, NowDep, OperatorDep, SessionDep, SettingsDep, ViewerDep
+from controlplane.api.deps import (
+    ActuationDep,
+    DeploymentName,
+    NowDep,
+    OperatorDep,
+    PoolRole,
+    SessionDep,
+    SettingsDep,
+    ViewerDep,
+)
 from controlplane.api.routes.deployments import get_or_404
 from controlplane.api.schemas import ActionOut, PoolSizeIn, PoolSizeOut, PoolSizeView
 from controlplane.plan import check_pool_size
@@ -30,7 +39,7 @@ def _pool(session: Session, name: str, role: str) -> tuple[Deployment, Pool]:
 
 
 @router.get("", response_model=PoolSizeView)
-def get_pool_size(name: DeploymentName, role: str, session: SessionDep, _: ViewerDep) -> PoolSizeView:
+def get_pool_size(name: DeploymentName, role: PoolRole, session: SessionDep, _: ViewerDep) -> PoolSizeView:
     _, pool = _pool(session, name, role)
     latest, conflict = pool_sizes.latest(session, pool), standing_down(session, pool)
     return PoolSizeView(role=role, replicas=latest.replicas, version=latest.version, action_id=latest.action_id,
@@ -38,8 +47,8 @@ def get_pool_size(name: DeploymentName, role: str, session: SessionDep, _: Viewe
 
 
 @router.post("", response_model=PoolSizeOut)
-def request_pool_size(name: DeploymentName, role: str, body: PoolSizeIn, session: SessionDep, settings: SettingsDep,
-                      now: NowDep, actuation: ActuationDep, caller: OperatorDep) -> PoolSizeOut:
+def request_pool_size(name: DeploymentName, role: PoolRole, body: PoolSizeIn, session: SessionDep,
+                      settings: SettingsDep, now: NowDep, actuation: ActuationDep, caller: OperatorDep) -> PoolSizeOut:
     """Asks the pool to run `replicas` instances. Outside the policy's bounds or GPU budget: 409, nothing
     recorded. Otherwise a request is recorded and the pool reconciled at once, as for a rebalance: the
     policy's mode decides whether the change is recorded (observe), waits for approval (approve) or is applied
@@ -73,7 +82,7 @@ def request_pool_size(name: DeploymentName, role: str, body: PoolSizeIn, session
 
 
 @router.post("/resume", response_model=ActionOut)
-def resume_pool_size(name: DeploymentName, role: str, session: SessionDep, now: NowDep,
+def resume_pool_size(name: DeploymentName, role: PoolRole, session: SessionDep, now: NowDep,
                      caller: OperatorDep) -> ActionOut:
     """After moectl stood down from the pool (a `conflict` action): manage its size again. The leader's next
     pass applies moectl's latest size, whatever the other writer set; a writer still present (an HPA) makes

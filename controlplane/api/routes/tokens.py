@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Path
 
 from controlplane.api.deps import AdminDep, NowDep, SessionDep
-from controlplane.api.schemas import TokenIn, TokenOut
+from controlplane.api.schemas import TOKEN_NAME_PATTERN, TokenIn, TokenOut
 from controlplane.store import tokens
 from controlplane.store.timestamps import seconds
 
 router = APIRouter(prefix="/v1/tokens", tags=["tokens"])
+TokenName = Annotated[str, Path(max_length=128, pattern=TOKEN_NAME_PATTERN)]
 
 
 @router.post("", status_code=201)
@@ -17,8 +20,10 @@ def create_token(body: TokenIn, session: SessionDep, now: NowDep, caller: AdminD
     with session.begin():
         try:
             secret = tokens.create(session, name=body.name, role=body.role, created_by=caller.name, now=now)
+        except tokens.NameTaken as exc:
+            raise HTTPException(409, str(exc)) from None
         except ValueError as exc:
-            raise HTTPException(409 if "exists" in str(exc) else 422, str(exc)) from None
+            raise HTTPException(422, str(exc)) from None
     return {"name": body.name, "role": body.role, "token": secret}
 
 
@@ -30,7 +35,7 @@ def list_tokens(session: SessionDep, _: AdminDep) -> list[TokenOut]:
 
 
 @router.delete("/{name}", status_code=204)
-def revoke_token(name: str, session: SessionDep, now: NowDep, _: AdminDep) -> None:
+def revoke_token(name: TokenName, session: SessionDep, now: NowDep, _: AdminDep) -> None:
     with session.begin():
         if not tokens.revoke(session, name, now=now):
             raise HTTPException(404, f"no active token named {name!r}")

@@ -8,11 +8,11 @@ import zlib
 
 import numpy as np
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import select
 from support.auth import agent, operator
-from support.store import MODEL, snapshot
+from support.store import MODEL, register, snapshot, stored
 
-from controlplane.store.tables import Agent, LoadWindow
+from controlplane.store.tables import LoadWindow
 
 
 def good(clock, **overrides) -> dict:
@@ -25,16 +25,9 @@ def encode(array: np.ndarray) -> dict:
     return {"dtype": kind, "shape": list(array.shape), "data": base64.b64encode(zlib.compress(raw)).decode()}
 
 
-def stored(sessions) -> tuple[int, int]:
-    with sessions() as session:
-        return (session.scalar(select(func.count()).select_from(LoadWindow)),
-                session.scalar(select(func.count()).select_from(Agent)))
-
-
 @pytest.fixture
 def registered(client):
-    response = client.put("/v1/deployments/tiny", json={"model": MODEL.model_dump()}, headers=operator())
-    assert response.status_code == 200, response.text
+    register(client)
 
 
 def post(client, body, headers=None):

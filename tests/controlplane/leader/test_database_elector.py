@@ -15,6 +15,7 @@ from support.store import make_pool
 
 from controlplane.actuate.fence import NotLeader, guard
 from controlplane.actuate.pool_size import POOL_SIZE
+from controlplane.config import Settings
 from controlplane.desired import Policy
 from controlplane.leader.database import DatabaseRecords
 from controlplane.leader.elector import Elector, LeaderRecord
@@ -154,7 +155,7 @@ def test_a_leader_paused_inside_a_fenced_transaction_holds_a_takeover_off_for_on
     after one lease, so the takeover goes through and the paused transaction commits nothing."""
     url = create_database(*postgres_server, f"t{uuid.uuid4().hex[:12]}")
     upgrade(url)
-    engine = make_engine(url)
+    engine = make_engine(url, timeout_seconds=Settings(database_url=url).db_timeout_seconds)
     sessions = make_sessions(engine)
     ca, cb = Clock(), Clock()
     a, b = (Elector(DatabaseRecords(sessions, lease_seconds=1.0), identity=name, lease_seconds=1.0,

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, select, text
+from sqlalchemy.exc import IntegrityError
 
 from controlplane.store.db import downgrade, upgrade
 from controlplane.store.tables import Base, RoutingLimit
@@ -82,6 +84,33 @@ def test_routing_limit_columns_become_versions_and_come_back(database_url):
     engine.dispose()
     assert [tuple(p) for p in pools] == [(1, 3, changed_at), (2, None, None)]
     assert actions == {1: None, 2: None, 3: 1}
+
+
+def test_token_names_are_unique_among_active_tokens_and_a_downgrade_keeps_every_token(database_url):
+    """Upgraded, a revoked token's name can be taken again (two active tokens still cannot share one);
+    downgraded, names are unique again: revoked tokens sharing a name are renamed, none dropped."""
+    upgrade(database_url)
+    engine = create_engine(database_url)
+    insert = text("INSERT INTO tokens (id, name, role, secret_sha256, prefix, created_by, created_at, revoked_at) "
+                  "VALUES (:id, :name, 'viewer', :secret, 'p', 'test', :t, :revoked)")
+    created = datetime(2026, 12, 1, tzinfo=UTC)
+    with engine.begin() as conn:
+        for token_id, name, revoked in [(1, "alice", created), (2, "alice", None), (3, "bob", created),
+                                        (4, "bob", created)]:
+            conn.execute(insert, {"id": token_id, "name": name, "secret": f"s{token_id}", "t": created,
+                                  "revoked": revoked})
+    with pytest.raises(IntegrityError), engine.begin() as conn:
+        conn.execute(insert, {"id": 5, "name": "alice", "secret": "s5", "t": created, "revoked": None})
+    downgrade(database_url, "2026_11_30_pool_sizes")
+    with engine.connect() as conn:
+        names = dict(conn.execute(text("SELECT id, name FROM tokens")).all())
+        columns = {c["name"] for c in inspect(conn).get_columns("requests")}
+    assert names == {1: "alice~revoked-1", 2: "alice", 3: "bob~revoked-3", 4: "bob"}
+    assert "alert_event_id" not in columns
+    with pytest.raises(IntegrityError), engine.begin() as conn:  # unique again, as before
+        conn.execute(insert, {"id": 5, "name": "bob", "secret": "s5", "t": created, "revoked": created})
+    upgrade(database_url)
+    engine.dispose()
 
 
 def test_pools_get_pool_size_version_0_and_a_downgrade_supersedes_waiting_size_proposals(database_url):
