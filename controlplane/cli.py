@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 
+from controlplane.config import DEFAULT_DATABASE_URL
+
 # agent-side commands run as their own processes: the controller never imports agent code
 AGENT_COMMANDS = {"train": "agents.runtime.train", "worker": "agents.worker", "router": "agents.router",
                   "loadgen": "agents.loadgen", "sim": "agents.sim"}
@@ -41,17 +43,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_up(args: argparse.Namespace) -> int:
     from controlplane.up import up, up_sim
 
-    os.makedirs(".moectl", exist_ok=True)
-    if args.database_url is None:
-        path = ".moectl/up.db"
-        for suffix in ("", "-wal", "-shm"):
-            if os.path.exists(path + suffix):
-                os.remove(path + suffix)
-        args.database_url = f"sqlite:///{path}"
+    settings = _settings(args)
     if args.sim:
-        return up_sim(_settings(args), num_deployments=args.deployments, ep_size=args.ep_size or 8)
-    return up(_settings(args), ep_size=args.ep_size or 2, router_port=args.router_port, rate=args.rate,
-              is_loadgen=not args.no_loadgen)
+        return up_sim(settings, num_deployments=args.deployments, ep_size=args.ep_size or 8, is_fresh=args.fresh)
+    return up(settings, ep_size=args.ep_size or 2, router_port=args.router_port, rate=args.rate,
+              is_loadgen=not args.no_loadgen, is_fresh=args.fresh)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -64,6 +60,12 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     from controlplane.serve import reconcile_command
 
     return reconcile_command(_settings(args), once=args.once, dry_run=args.dry_run)
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    from controlplane.serve import prune_command
+
+    return prune_command(_settings(args))
 
 
 def cmd_token(args: argparse.Namespace) -> int:
@@ -87,7 +89,9 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def db_args(q: argparse.ArgumentParser) -> None:
-        q.add_argument("--database-url", help="SQLAlchemy URL (default: MOECTL_DATABASE_URL or sqlite:///moectl.db)")
+        q.add_argument("--database-url", help="SQLAlchemy URL (default: MOECTL_DATABASE_URL, else "
+                                              f"{DEFAULT_DATABASE_URL} in the working directory: every command "
+                                              "reaches the same database)")
 
     q = sub.add_parser("serve", help="run the controller (API + reconcile loop)")
     db_args(q)
@@ -109,6 +113,8 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--no-loadgen", action="store_true", help="no workload generator: bring your own clients")
     q.add_argument("--sim", action="store_true", help="a simulated fleet instead of real workers")
     q.add_argument("--deployments", type=int, default=2, help="simulated deployments (with --sim)")
+    q.add_argument("--fresh", action="store_true", help="clear the database first (policies, tokens, the audit "
+                                                         "trail); without it `up` carries on from what it holds")
     q.set_defaults(func=cmd_up)
 
     q = sub.add_parser("status", help="print each deployment's numbers")
@@ -121,6 +127,11 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--once", action="store_true", help="one pass, then exit")
     q.add_argument("--dry-run", action="store_true", help="plan and log, write nothing")
     q.set_defaults(func=cmd_reconcile)
+
+    q = sub.add_parser("prune", help="delete what is past its retention (MOECTL_RETAIN_*), as the loop does "
+                                     "every MOECTL_PRUNE_SECONDS; never what is in force")
+    db_args(q)
+    q.set_defaults(func=cmd_prune)
 
     q = sub.add_parser("token", help="create, list or revoke API tokens (writes the database directly)")
     db_args(q)

@@ -5,6 +5,10 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+DAY = 86400.0
+# every command (`up`, `serve`, `token`, `reconcile`, `migrate`, `prune`) reaches this one database by default
+DEFAULT_DATABASE_URL = "sqlite:///.moectl/moectl.db"
+
 BUILTIN_RESOURCES = {"Deployment": "deployments", "StatefulSet": "statefulsets"}
 
 
@@ -47,8 +51,9 @@ class KubeScaleTarget(BaseModel):
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="MOECTL_", frozen=True)
 
-    database_url: str = Field(default="sqlite:///moectl.db",
-                              description="SQLAlchemy URL: sqlite:///path.db or postgresql+psycopg://...")
+    database_url: str = Field(default=DEFAULT_DATABASE_URL,
+                              description="SQLAlchemy URL: sqlite:///path.db or postgresql+psycopg://...; the "
+                                          "default is relative to the working directory")
     host: str = "127.0.0.1"
     port: int = 8600
     api_token: str = Field(default="", description="bootstrap admin token; empty: generated at start")
@@ -67,11 +72,26 @@ class Settings(BaseSettings):
                                               "then is answered 503 + Retry-After (keep under the agents' 5 s)")
     warmup_windows: int = Field(default=1, ge=0, description="a new agent's first windows are not aggregated")
     stale_after_windows: float = Field(default=3.0, gt=0, description="an agent silent this long is stale")
+    agent_gone_seconds: float = Field(default=300.0, gt=0,
+                                      description="an agent silent this long is gone: it leaves the quorum and "
+                                                  "the counts (a replaced pod, a renamed instance)")
     max_snapshot_age_seconds: float = Field(default=300.0, gt=0, description="older windows are refused")
     max_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
     history_windows: int = Field(default=120, ge=1, description="windows kept per pool for planning and views")
     plan_in_worker: bool = Field(default=True, description="solve placements in a worker process, so a large "
                                                            "solve never holds up the API's ingest")
+    # retention: what `controlplane/prune.py` deletes, never what is in force (see there)
+    retain_actions_seconds: float = Field(default=30 * DAY, gt=0,
+                                          description="settled actions (the audit trail) older than this")
+    retain_versions_seconds: float = Field(default=DAY, gt=0,
+                                           description="placement and routing versions replaced this long ago")
+    retain_requests_seconds: float = Field(default=DAY, gt=0, description="handled requests older than this")
+    retain_alert_events_seconds: float = Field(default=7 * DAY, gt=0,
+                                               description="alert notifications received this long ago")
+    retain_agents_seconds: float = Field(default=DAY, gt=0, description="gone agents silent this long")
+    retain_audit_seconds: float = Field(default=365 * DAY, gt=0, description="admin audit events older than this")
+    prune_seconds: float = Field(default=60.0, gt=0, description="the loop prunes at most this often")
+    max_prune_rows: int = Field(default=5000, ge=1, description="rows of each kind one loop prune deletes at most")
     otlp_endpoint: str = Field(default="", description="OTLP/HTTP traces endpoint; empty: no export")
     # leader election (controlplane/leader/) and the Kubernetes pool actuator (controlplane/actuate/kube.py)
     leader_election: bool = Field(default=True, description="elect one writer among the replicas sharing the "
@@ -93,6 +113,10 @@ class Settings(BaseSettings):
                                                       description="JSON: the pools moectl sizes on Kubernetes")
     kube_field_manager: str = Field(default="moectl", description="who moectl is in managedFields")
 
+    @property
+    def stale_after_seconds(self) -> float:
+        return self.stale_after_windows * self.window_seconds
+
     @model_validator(mode="after")
     def _check(self) -> Settings:
         if not self.leader_retry_seconds < self.leader_renew_seconds < self.leader_lease_seconds:
@@ -102,4 +126,11 @@ class Settings(BaseSettings):
         twice = {f"{d}/{r}" for d, r in pools if pools.count((d, r)) > 1}
         if twice:
             raise ValueError(f"kube_scale_targets: pool(s) {sorted(twice)} have more than one target")
+        if self.agent_gone_seconds < self.stale_after_seconds:
+            raise ValueError(f"agent_gone_seconds {self.agent_gone_seconds:g} is shorter than the stale limit "
+                             f"(stale_after_windows x window_seconds = {self.stale_after_seconds:g}s)")
+        if self.retain_agents_seconds < self.agent_gone_seconds:
+            raise ValueError(f"retain_agents_seconds {self.retain_agents_seconds:g} is shorter than "
+                             f"agent_gone_seconds {self.agent_gone_seconds:g}: agents would vanish before they are "
+                             f"counted gone")
         return self

@@ -91,7 +91,7 @@ class PoolState:
     ep_size: int
     slots_per_rank: int
     gpus_per_node: int
-    num_agents: int
+    num_agents: int  # fresh and stale: the quorum's whole (gone agents left it)
     num_fresh_agents: int
     placement_version: int
     slot_to_expert: np.ndarray
@@ -104,6 +104,7 @@ class PoolState:
     routing_changed_at: float | None = None
     top_k: int = 1
     model_topk_group: int | None = None  # the limit the model routes with when the controller sets none
+    num_gone_agents: int = 0  # silent past the gone limit: counted nowhere but in the overview
 
     @property
     def num_slots(self) -> int:

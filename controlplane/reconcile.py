@@ -9,9 +9,11 @@ safety rails kept); an action already in flight on the knob is joined, never dou
 unless the database itself failed (gone, locked, timed out): then the pass ends there, as every other pool
 would wait as long. `dry_run` plans and writes nothing. Every writer of a pool holds its lock
 (`store.deployments.lock_pool`) from the start of its transaction: the loop, an alert, a person.
+The loop also runs the pruning job (controlplane/prune.py) at its bounded rate.
 
-With leader election only the leader reconciles: a pass checks the `fence` before each pool, each commit
-that wrote is fenced (`actuate.fence.guard`), and a replica that lost the leadership mid-pass stops there.
+With leader election only the leader reconciles (and prunes): a pass checks the `fence` before each pool,
+each commit that wrote is fenced (`actuate.fence.guard`), and a replica that lost the leadership mid-pass
+stops there.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from controlplane.desired import Decision, Plan, Policy
 from controlplane.liveness import LoopLiveness
 from controlplane.observed import PoolState
 from controlplane.plan import check_pool_size, diagnose_prefix_hits, plan_pool, plan_routing
+from controlplane.prune import Pruning
 from controlplane.routing_reach import RoutingReach, check_routing_limit
 from controlplane.store import actions, deployments, policies, pool_sizes, pools, requests, tokens, windows
 from controlplane.store.db import is_unavailable
@@ -144,8 +147,7 @@ def reconcile_pool(session: Session, deployment: Deployment, pool: Pool, setting
         log.info("%s/%s: %s (%s)", deployment.name, pool.role, plan.decision.value, plan.reason)
         if dry_run:
             return PoolResult(plan)
-        if state.windows:
-            windows.prune(session, pool, keep_from_index=state.windows[-1].index - settings.history_windows)
+        windows.prune(session, pool, history_windows=settings.history_windows, limit=settings.max_prune_rows)
         with tracer.start_as_current_span("actuate"):
             action, is_new = _actuate_placement(session, deployment, pool, policy, plan, pending, settings, now)
             if plan.decision != Decision.rebalance:  # one change per pass: routing moves when the placement does not
@@ -294,6 +296,7 @@ def run_forever(sessions: sessionmaker[Session], settings: Settings, *, stop: th
                 fence: Fence = SOLE, compute: Compute = in_process) -> None:
     """Passes until `stop`. No exception ends the loop: a pass that fails (the database gone, a bug) is
     logged, handed to on_pass as one error, and retried after the backoff `liveness` decides."""
+    pruning = Pruning(settings, fence=fence)  # after a pass, at most once per prune_seconds
     try:
         while not stop.is_set():
             started = time.perf_counter()
@@ -302,6 +305,7 @@ def run_forever(sessions: sessionmaker[Session], settings: Settings, *, stop: th
             except Exception:
                 log.exception("reconcile pass failed; retrying after a backoff")
                 result = PassResult([], 1, time.perf_counter() - started)
+            pruning.run_if_due(sessions, now=clock())  # never raises: a failed run is tried again when next due
             wait = liveness.passed(is_ok=not result.is_failed)
             if on_pass is not None:
                 try:

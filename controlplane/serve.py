@@ -25,6 +25,7 @@ from controlplane.leader.elector import Elector, LeaderElector
 from controlplane.leader.lease import LeaseRecords
 from controlplane.liveness import LoopLiveness
 from controlplane.plan import plan_pool
+from controlplane.prune import prune_all
 from controlplane.reconcile import reconcile_once, run_forever
 from controlplane.store.db import make_engine, make_sessions, upgrade
 from controlplane.telemetry import ControllerMetrics
@@ -181,3 +182,16 @@ def reconcile_command(settings: Settings, *, once: bool, dry_run: bool) -> int:
     finally:
         if elector is not None:
             elector.release()
+
+
+def prune_command(settings: Settings) -> int:
+    """`moectl prune`: the loop's pruning job run until nothing is past its retention. It needs no leadership:
+    it deletes only what no writer reads any more, so it may run beside a running controller."""
+    upgrade(settings.database_url)
+    engine = make_engine(settings.database_url, timeout_seconds=settings.db_timeout_seconds)
+    try:
+        pruned = prune_all(make_sessions(engine), settings, now=time.time())
+    finally:
+        engine.dispose()
+    print(", ".join(f"{count} {kind}" for kind, count in pruned.items()) + " deleted", flush=True)
+    return 0

@@ -5,7 +5,8 @@ runtime (EP groups of local processes, agents embedded) + the router + a workloa
 agent-side processes are started as `python -m agents.<module>`: the controller imports no agent
 code. `--sim` runs the simulated fleet (`python -m agents.sim`) instead of workers, router and workload.
 Prints one `name: URL` line per service; Ctrl-C (or SIGTERM) stops everything, children first, and
-leaves no process behind.
+leaves no process behind. The database (MOECTL_DATABASE_URL, else the default every command shares) is
+kept across runs: policies, tokens and the audit trail survive a restart; `--fresh` clears it first.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ import threading
 import time
 
 import httpx
+from sqlalchemy.engine import make_url
 
 from controlplane.config import Settings
 from controlplane.serve import Controller
+from controlplane.store.db import reset
 
 STOP_SECONDS = 20.0
 
@@ -88,8 +91,13 @@ def wait_ready(urls: list[str], processes: Processes, timeout: float, stop: thre
         time.sleep(0.2)
 
 
-def start_controller(settings: Settings) -> tuple[Controller, threading.Thread]:
-    """The controller in this process, its loop paced to the window; prints where to find it."""
+def start_controller(settings: Settings, *, is_fresh: bool) -> tuple[Controller, threading.Thread]:
+    """The controller in this process, its loop paced to the window, on the database cleared first if
+    `is_fresh`; prints where to find it and where its state is kept."""
+    shown = make_url(settings.database_url).render_as_string(hide_password=True)
+    if is_fresh:
+        reset(settings.database_url)
+    print(f"database: {shown} ({'cleared' if is_fresh else 'kept across runs; --fresh clears it'})", flush=True)
     controller = Controller(settings.model_copy(update={"reconcile_seconds": settings.window_seconds}))
     thread = controller.start()
     print(f"controller: {controller.url}", flush=True)
@@ -116,9 +124,9 @@ def serve_until_stopped(processes: Processes, controller_thread: threading.Threa
 
 
 def up(settings: Settings, *, ep_size: int, router_port: int | None = None, rate: float = 4.0,
-       is_loadgen: bool = True) -> int:
+       is_loadgen: bool = True, is_fresh: bool = False) -> int:
     started = time.monotonic()
-    controller, thread = start_controller(settings)
+    controller, thread = start_controller(settings, is_fresh=is_fresh)
     url = controller.url
     env = os.environ | {"MOECTL_AGENT_TOKEN": settings.agent_token, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     processes = Processes(env)
@@ -157,9 +165,9 @@ def up(settings: Settings, *, ep_size: int, router_port: int | None = None, rate
     return code
 
 
-def up_sim(settings: Settings, *, num_deployments: int, ep_size: int) -> int:
+def up_sim(settings: Settings, *, num_deployments: int, ep_size: int, is_fresh: bool = False) -> int:
     """The simulated fleet as one child process: hundreds of GPUs' worth of snapshots, no model."""
-    controller, thread = start_controller(settings)
+    controller, thread = start_controller(settings, is_fresh=is_fresh)
     processes = Processes(os.environ | {"MOECTL_API_TOKEN": settings.api_token,
                                         "MOECTL_AGENT_TOKEN": settings.agent_token, "PYTHONUNBUFFERED": "1"})
     stop = stop_on_signals()

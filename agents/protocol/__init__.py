@@ -24,6 +24,7 @@ from agents.protocol.wire import (
     MAX_COUNT,
     MAX_SECONDS,
     NAME_PATTERN,
+    PLACEMENT_UNKNOWN,
     PROTOCOL_VERSION,
     Array,
     DesiredState,
@@ -32,13 +33,15 @@ from agents.protocol.wire import (
     ModelShape,
     Role,
     RoutingLimits,
+    RunningPlacement,
     Snapshot,
+    error_code,
 )
 
 __all__ = [
     "GROUP_PROTOCOL_VERSION", "GroupSnapshot", "RankRow",
-    "MAX_ARRAY_ELEMENTS", "MAX_COUNT", "MAX_SECONDS", "NAME_PATTERN", "PROTOCOL_VERSION", "Array", "DesiredState",
-    "Identity", "LatencySummary", "ModelShape", "PlacementTable", "Role", "RoutingLimits", "Snapshot",
-    "default_slot_to_expert", "effective_share", "even_share", "gpu_load", "imbalance", "layer_imbalance",
-    "replica_counts", "slot_load", "window_index", "window_start",
+    "MAX_ARRAY_ELEMENTS", "MAX_COUNT", "MAX_SECONDS", "NAME_PATTERN", "PLACEMENT_UNKNOWN", "PROTOCOL_VERSION",
+    "Array", "DesiredState", "Identity", "LatencySummary", "ModelShape", "PlacementTable", "Role", "RoutingLimits",
+    "RunningPlacement", "Snapshot", "default_slot_to_expert", "error_code", "effective_share", "even_share",
+    "gpu_load", "imbalance", "layer_imbalance", "replica_counts", "slot_load", "window_index", "window_start",
 ]

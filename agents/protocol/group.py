@@ -9,7 +9,10 @@ only ever summed them. Everything else is per rank, in `ranks`, with the meaning
 
 The answer is the `DesiredState` a v1 snapshot gets (its format is unchanged), for every rank of the group:
 rank 0 hands it to the others over the same collective. v1 snapshots are still accepted at
-`POST /v1/agents/snapshot`; each endpoint refuses the other's body with a 422 naming the right one.
+`POST /v1/agents/snapshot`; each endpoint refuses the other's body with a 422 naming the right one. A
+controller that never issued the newest placement version a rank ran (its database was restored or replaced)
+refuses it as it refuses a v1 snapshot's (409, code PLACEMENT_UNKNOWN); rank 0 then posts the window again with
+`running_placement`, the whole group's table for that version, and the controller adopts it.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_serializer, model_validator
 
 from agents.protocol.wire import (
     MAX_COUNT,
@@ -26,6 +29,7 @@ from agents.protocol.wire import (
     LatencySummary,
     ModelShape,
     Role,
+    RunningPlacement,
     Snapshot,
     _check_counts,
     _check_per_token,
@@ -107,6 +111,22 @@ class GroupSnapshot(_Frozen):
     expert_tokens: Array
     slot_tokens: Array
     ranks: list[RankRow] = Field(min_length=1, max_length=4096)
+    running_placement: RunningPlacement | None = Field(
+        default=None, description="the table the group's placement_version (its ranks' newest) names; sent only "
+                                  "after a PLACEMENT_UNKNOWN refusal")
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_table(self, handler):  # noqa: ANN001
+        # as Snapshot's: without a table the body reads exactly as before
+        data = handler(self)
+        if self.running_placement is None and isinstance(data, dict):
+            data.pop("running_placement", None)
+        return data
+
+    @property
+    def placement_version(self) -> int:
+        """The newest placement any rank of the group ran in the window: the one a controller must know."""
+        return max(r.placement_version for r in self.ranks)
 
     @field_validator("protocol", mode="before")
     @classmethod
@@ -129,6 +149,8 @@ class GroupSnapshot(_Frozen):
                              f"{len(self.ranks)} rows")
         for r in self.ranks:
             _check_per_token(r.routing_groups_per_token, r.routing_nodes_per_token, m.top_k, f"rank {r.rank}: ")
+        if self.running_placement is not None:
+            self.running_placement.check(m.num_layers, m.num_experts, self.ep_size * self.slots_per_rank)
         return self
 
     @classmethod

@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import zlib
 from enum import StrEnum
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
 PROTOCOL_VERSION = "moectl.v1"
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"  # DNS label: also a Kubernetes object name
@@ -146,6 +147,51 @@ class LatencySummary(_Frozen):
     p99: float | None = Field(default=None, ge=0, le=MAX_SECONDS, allow_inf_nan=False)
 
 
+class RunningPlacement(_Frozen):
+    """The placement table a rank runs, sent only to a controller that refused the snapshot's
+    placement_version as never issued (a 409 with code `PLACEMENT_UNKNOWN`: its database was restored or
+    replaced). The controller adopts it as that version and the loop goes on from what the fleet runs.
+
+    slot_to_expert: [num_layers, ep_size * slots_per_rank] int64, the whole EP group's table.
+    slot_share: same shape, non-negative weights of an expert's tokens over its replicas; None: even split.
+    """
+
+    slot_to_expert: Array
+    slot_share: Array | None = None
+
+    def check(self, num_layers: int, num_experts: int, num_slots: int) -> None:
+        """Raises ValueError naming what makes the table one no rank can run."""
+        table = self.slot_to_expert.to_numpy()
+        if table.shape != (num_layers, num_slots) or self.slot_to_expert.dtype != "int64":
+            raise ValueError(f"running_placement.slot_to_expert is {self.slot_to_expert.dtype} "
+                             f"{list(table.shape)}, the pool needs int64 {[num_layers, num_slots]}")
+        if table.min() < 0 or table.max() >= num_experts:
+            raise ValueError(f"running_placement.slot_to_expert holds expert ids outside 0..{num_experts - 1}")
+        held = np.zeros((num_layers, num_experts), bool)
+        held[np.arange(num_layers)[:, None], table] = True
+        if not held.all():
+            layer = int(np.flatnonzero(~held.all(axis=1))[0])
+            raise ValueError(f"running_placement.slot_to_expert: layer {layer} gives no slot to experts "
+                             f"{np.flatnonzero(~held[layer]).tolist()[:8]}")
+        if self.slot_share is not None:
+            share = self.slot_share.to_numpy()
+            if share.shape != table.shape or not np.isfinite(share).all() or (share < 0).any():
+                raise ValueError("running_placement.slot_share must be finite, non-negative and shaped like "
+                                 "slot_to_expert")
+
+
+# the `code` beside `detail` in the body of a 409 that refuses a snapshot's placement_version as never issued
+PLACEMENT_UNKNOWN = "placement_version_unknown"
+
+
+def error_code(body: bytes) -> str | None:
+    """The `code` of a controller's error body (e.g. PLACEMENT_UNKNOWN); None when it has none."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    return data.get("code") if isinstance(data, dict) else None
+
 _Count = Field(default=0, ge=0, le=MAX_COUNT)
 _Seconds = Field(default=0.0, ge=0, le=MAX_SECONDS, allow_inf_nan=False)
 MAX_TOP_K = 64  # routed experts per token a per-token histogram has room for (DeepSeek-V3 routes 8)
@@ -182,6 +228,16 @@ class Snapshot(_Frozen):
     ttft: LatencySummary = LatencySummary()
     itl: LatencySummary = LatencySummary()
     routing_recall: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
+    running_placement: RunningPlacement | None = Field(
+        default=None, description="the table placement_version names; sent only after a PLACEMENT_UNKNOWN refusal")
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_table(self, handler):  # noqa: ANN001
+        # without a table the snapshot reads exactly as before: controllers that predate the field forbid it
+        data = handler(self)
+        if self.running_placement is None and isinstance(data, dict):
+            data.pop("running_placement", None)
+        return data
     # optional (agents before them omit them): what a group limit bounds, measured as the router ran
     routing_groups_per_token: list[Annotated[int, Field(ge=0, le=MAX_COUNT)]] = Field(
         default=[], max_length=MAX_TOP_K + 1,
@@ -214,6 +270,8 @@ class Snapshot(_Frozen):
             raise ValueError("spec_accepted_tokens exceeds spec_draft_tokens")
         if sum(self.spec_accepted_by_position) > self.spec_accepted_tokens:
             raise ValueError("spec_accepted_by_position must be counts that sum to at most spec_accepted_tokens")
+        if self.running_placement is not None:
+            self.running_placement.check(m.num_layers, m.num_experts, ident.ep_size * ident.slots_per_rank)
         _check_per_token(self.routing_groups_per_token, self.routing_nodes_per_token, m.top_k)
         return self
 

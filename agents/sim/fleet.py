@@ -3,8 +3,10 @@
 Each instance routes tokens with a `LoadModel` (agents/sim/load.py), spreads every expert's tokens over the slots that
 hold it (per the placement it runs), and posts its window over HTTP: one `Snapshot` per rank (`moectl.v1`) or
 one `GroupSnapshot` for the whole instance (`moectl.v2`, agents/protocol/group.py). All ranks of an instance
-switch placement together, at the next window, as real EP groups must. Fleets come in the shapes of
-agents/sim/models.py (`deepseek-v3`: prefill EP32 and decode EP320 instances).
+switch placement together, at the next window, as real EP groups must. Like the real agent, the fleet
+registers its deployments again when the controller no longer knows them, and sends the table it runs when
+the controller no longer knows its placement version (agents/telemetry/poster.py). Fleets come in the shapes
+of agents/sim/models.py (`deepseek-v3`: prefill EP32 and decode EP320 instances).
 """
 
 from __future__ import annotations
@@ -17,13 +19,16 @@ import numpy as np
 import torch
 
 from agents.protocol import (
+    PLACEMENT_UNKNOWN,
     Array,
     DesiredState,
     Identity,
     LatencySummary,
     ModelShape,
     Role,
+    RunningPlacement,
     Snapshot,
+    error_code,
 )
 from agents.protocol.group import GroupSnapshot, RankRow
 from agents.protocol.placement import default_slot_to_expert, effective_share, gpu_load, slot_load
@@ -153,6 +158,11 @@ class SimInstance:
         self.load.drift()
         return _Drawn(rng, expert_tokens, slot_tokens, rows)
 
+    def running_placement(self) -> RunningPlacement:
+        """The table every rank of the instance runs (placement_version names it)."""
+        share = None if self.slot_share is None else Array.from_numpy(self.slot_share)
+        return RunningPlacement(slot_to_expert=Array.from_numpy(self.slot_to_expert), slot_share=share)
+
     def _routing(self, topk_group: int) -> Routing:
         if self._tables is None or self._tables[0] != self.placement_version:
             share = None if self.slot_share is None else torch.tensor(self.slot_share)  # a copy: answers are read-only
@@ -213,6 +223,7 @@ class FleetClient:
         if protocol not in ("v1", "v2"):
             raise ValueError(f"protocol {protocol!r}: v1 (a snapshot per rank) or v2 (one per EP group)")
         self.client, self.api_token, self.agent_token, self.protocol = client, api_token, agent_token, protocol
+        self.policies: dict[str, dict | None] = {}  # deployment -> the policy this client registered it with
 
     def register(self, fleet: list[SimInstance], policy: dict | None = None) -> None:
         for deployment, model in {(i.deployment, i.model) for i in fleet}:
@@ -220,6 +231,7 @@ class FleetClient:
             response = self.client.put(f"/v1/deployments/{deployment}", json=body,
                                        headers={"Authorization": f"Bearer {self.api_token}"})
             response.raise_for_status()
+            self.policies[deployment] = policy
 
     def post_window(self, fleet: list[SimInstance], window_start: float, window_seconds: float,
                     num_tokens: int | None = None) -> None:
@@ -227,20 +239,31 @@ class FleetClient:
         ranks agree on it). num_tokens: per instance (default: its layout's rate)."""
         for instance in fleet:
             if self.protocol == "v2":
-                group = instance.group_window(window_start, window_seconds, num_tokens)
-                answer = self._post("/v2/agents/snapshot", group.model_dump_json(), instance.instance, "group")
+                answer = self._post(instance, instance.group_window(window_start, window_seconds, num_tokens))
                 answers = [] if answer is None else [answer]
             else:
                 answers = [a for s in instance.window(window_start, window_seconds, num_tokens)
-                           if (a := self._post("/v1/agents/snapshot", s.model_dump_json(), instance.instance,
-                                               f"rank {s.identity.rank}")) is not None]
+                           if (a := self._post(instance, s)) is not None]
             if answers and len({a.placement_version for a in answers}) == 1:
                 instance.apply(answers[0])
 
-    def _post(self, path: str, body: str, instance: str, who: str) -> DesiredState | None:
-        response = self.client.post(path, content=body, headers={"Authorization": f"Bearer {self.agent_token}",
-                                                                 "Content-Type": "application/json"})
+    def _post(self, instance: SimInstance, snapshot: Snapshot | GroupSnapshot) -> DesiredState | None:
+        response = self._send(snapshot)
+        if response.status_code == 404 and instance.deployment in self.policies:  # the controller forgot it
+            self.register([instance], self.policies[instance.deployment])
+            response = self._send(snapshot)
+        if response.status_code == 409 and error_code(response.content) == PLACEMENT_UNKNOWN:
+            log.warning("%s: the controller never issued placement v%d; sending the table the instance runs",
+                        instance.instance, instance.placement_version)
+            response = self._send(snapshot.model_copy(update={"running_placement": instance.running_placement()}))
         if response.status_code != 200:
-            log.warning("%s %s: %d %s", instance, who, response.status_code, response.text[:200])
+            who = "group" if isinstance(snapshot, GroupSnapshot) else f"rank {snapshot.identity.rank}"
+            log.warning("%s %s: %d %s", instance.instance, who, response.status_code, response.text[:200])
             return None
         return DesiredState.model_validate_json(response.content)
+
+    def _send(self, snapshot: Snapshot | GroupSnapshot) -> httpx.Response:
+        path = "/v2/agents/snapshot" if isinstance(snapshot, GroupSnapshot) else "/v1/agents/snapshot"
+        return self.client.post(path, content=snapshot.model_dump_json(),
+                                headers={"Authorization": f"Bearer {self.agent_token}",
+                                         "Content-Type": "application/json"})

@@ -74,8 +74,8 @@ class Agent:
         is_poster = self.group is None or self.group.is_poster
         self.poster = SnapshotPoster(controller_url, agent_token, on_answer=self._on_answer,
                                      on_failure=self.exporter.report_failure, api_token=api_token, model=model,
-                                     policy=policy, **(poster_kwargs or {})).start() \
-            if controller_url and is_poster else None
+                                     policy=policy, running_placement=self._running_placement,
+                                     **(poster_kwargs or {})).start() if controller_url and is_poster else None
         self._set_info()
 
     def on_step(self, stats: StepStats) -> None:
@@ -131,6 +131,15 @@ class Agent:
         snapshot = closed.snapshot if self.group is None else self.group.gather(closed)
         if self.poster is not None and snapshot is not None:
             self.poster.submit(snapshot)
+
+    def _running_placement(self, version: int) -> protocol.RunningPlacement | None:  # poster thread
+        """The table the engine runs, if it still runs `version` (a controller that lost it adopts it)."""
+        placement = self.engine.placement  # one read: the engine swaps the whole object when it switches
+        if placement.version != version:
+            return None
+        share = placement.slot_share
+        return protocol.RunningPlacement(slot_to_expert=protocol.Array.from_numpy(placement.slot_to_expert.numpy()),
+                                         slot_share=None if share is None else protocol.Array.from_numpy(share.numpy()))
 
     def _on_answer(self, answer: DesiredState) -> None:  # poster thread
         self.exporter.snapshots.inc()

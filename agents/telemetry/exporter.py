@@ -22,7 +22,7 @@ CONSTANT_LABELS = ("deployment", "role", "ep_rank")
 REQUEST_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
                    240.0, 480.0, 960.0, 1920.0, 7680.0)
 REPORT_FAILURE_REASONS = ("connect", "timeout", "http_4xx", "http_retry", "http_5xx", "queue_full", "invalid_answer",
-                          "apply")
+                          "apply", "placement_unknown")
 
 # attribute, type, exposed name, help, extra labels, histogram buckets
 METRICS = (

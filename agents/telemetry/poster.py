@@ -6,6 +6,11 @@ fleet of agents does not hammer a controller that comes back. Every accepted pos
 `DesiredState`, handed to `on_answer` (called on this thread; the agent applies it on its own).
 A rank's `Snapshot` goes to `/v1/agents/snapshot`, an EP group's `GroupSnapshot` (moectl.v2, posted by the
 group's rank 0) to `/v2/agents/snapshot`.
+
+A controller whose database was restored or replaced does not know the placement version the rank (a group:
+its newest rank) runs and refuses it (409, code PLACEMENT_UNKNOWN); the poster then sends the same window
+again with the table it runs (`running_placement`), which the controller adopts, so nobody restarts ranks
+by hand.
 """
 
 from __future__ import annotations
@@ -19,7 +24,15 @@ from collections.abc import Callable
 import httpx
 from pydantic import ValidationError
 
-from agents.protocol import DesiredState, GroupSnapshot, ModelShape, Snapshot
+from agents.protocol import (
+    PLACEMENT_UNKNOWN,
+    DesiredState,
+    GroupSnapshot,
+    ModelShape,
+    RunningPlacement,
+    Snapshot,
+    error_code,
+)
 
 log = logging.getLogger("moectl.agent")
 
@@ -30,8 +43,11 @@ class SnapshotPoster:
     def __init__(self, url: str, agent_token: str, *, on_answer: Callable[[DesiredState], None],
                  on_failure: Callable[[str], None], api_token: str = "", model: ModelShape | None = None,
                  policy: dict | None = None, max_queue: int = 8, timeout: float = 5.0, min_backoff: float = 0.5,
-                 max_backoff: float = 30.0, transport: httpx.BaseTransport | None = None):
+                 max_backoff: float = 30.0, transport: httpx.BaseTransport | None = None,
+                 running_placement: Callable[[int], RunningPlacement | None] | None = None):
+        """running_placement(version): the table the rank runs if it runs `version`, else None."""
         self.on_answer, self.on_failure = on_answer, on_failure
+        self.running_placement = running_placement
         self.api_token, self.model, self.policy = api_token, model, policy
         self.min_backoff, self.max_backoff = min_backoff, max_backoff
         self.queue: queue.Queue[Snapshot | GroupSnapshot] = queue.Queue(maxsize=max_queue)
@@ -97,6 +113,14 @@ class SnapshotPoster:
             return "connect"
         if response.status_code == 404 and self.api_token and self.model is not None:
             self._register(snapshot.deployment if is_group else snapshot.identity.deployment)
+        is_unknown = response.status_code == 409 and error_code(response.content) == PLACEMENT_UNKNOWN
+        if is_unknown and self.running_placement is not None and snapshot.running_placement is None:
+            table = self.running_placement(snapshot.placement_version)
+            if table is not None:
+                log.warning("the controller never issued placement v%d (database restored or replaced?): "
+                            "sending the table this rank runs for it to adopt", snapshot.placement_version)
+                self.on_failure("placement_unknown")
+                return self._post(snapshot.model_copy(update={"running_placement": table}))
         if response.status_code != 200:
             level = logging.WARNING if response.status_code not in RETRY_STATUSES else logging.INFO
             log.log(level, "snapshot refused: %d %s", response.status_code, response.text[:300])

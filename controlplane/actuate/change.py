@@ -6,7 +6,9 @@ version row of that knob naming the action. Whoever asked (the loop, a person, a
 - approve/reject: a person decides a waiting proposal; one planned against a version that is no longer
   in force is superseded instead of applied;
 - settle: the verdict on an applied change; one measured worse is rolled back by issuing the version
-  before it again, as a new version made by the same action.
+  before it again, as a new version made by the same action;
+- adopt: what the fleet already runs, under a version this store never issued (its database was restored
+  or replaced while the fleet ran on), becomes that version, made by an `adopted` action; nothing is sent.
 """
 
 from __future__ import annotations
@@ -73,6 +75,25 @@ def settle(session: Session, knob: Knob[V], *, pool: Pool, action: Action, outco
         else:
             status = actions.FAILED
     actions.settle(action, status=status, measured=measured, now=now)
+
+
+def adopt(session: Session, knob: Knob[V], *, deployment: Deployment, pool: Pool, version: int, value: V,
+          policy: Policy, reported_by: str, created_by: str, now: float) -> Action:
+    """Records `value`, which the fleet runs as `version`, as that version. Versions stay increasing: one at
+    or below the latest is refused (ValueError); the highest a fleet reports wins, so ranks left on
+    different versions converge on it."""
+    latest = knob.latest_version(session, pool)
+    if version <= latest:
+        raise ValueError(f"{knob.kind} v{version} is not newer than v{latest}: nothing to adopt")
+    action = actions.record(session, deployment=deployment, pool=pool, kind=knob.kind, trigger="fleet",
+                            mode=policy.mode.value, status=actions.ADOPTED, created_by=created_by, now=now,
+                            reason=f"adopted from the fleet: {reported_by} runs {knob.kind} v{version}, which this "
+                                   f"database never issued (its latest was v{latest}): restored or replaced",
+                            inputs={"reported_by": reported_by, "latest_before": latest}, predicted={},
+                            based_on_version=latest)
+    knob.add(session, pool, version=version, value=value, action_id=action.id, now=now)
+    action.version = version
+    return action
 
 
 def _apply(session: Session, knob: Knob[V], pool: Pool, action: Action, value: V, now: float) -> None:

@@ -37,3 +37,8 @@ class Knob(Protocol[V]):
         """The value kept by `keep_proposal`, released from the action."""
         ...
 
+    def prune(self, session: Session, pool: Pool, *, before: float, keep: set[int], limit: int) -> int:
+        """Deletes versions made before `before` but the newest of them and those in `keep` (at most
+        `limit`); returns how many went (controlplane/prune.py)."""
+        ...
+

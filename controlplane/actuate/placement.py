@@ -5,9 +5,9 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from agents.protocol.placement import PlacementTable
-from controlplane.store import placements
+from controlplane.store import placements, versions
 from controlplane.store.arrays import pack, unpack
-from controlplane.store.tables import Action, Pool
+from controlplane.store.tables import Action, Placement, Pool
 
 
 class PlacementKnob:
@@ -39,6 +39,9 @@ class PlacementKnob:
         value = PlacementTable(unpack(action.proposal), share)
         action.proposal = action.proposal_share = None
         return value
+
+    def prune(self, session: Session, pool: Pool, *, before: float, keep: set[int], limit: int) -> int:
+        return versions.prune(session, Placement, pool, before=before, keep=keep, limit=limit)
 
 
 PLACEMENT = PlacementKnob()

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from controlplane.store import pool_sizes
-from controlplane.store.tables import Action, Pool
+from controlplane.store import pool_sizes, versions
+from controlplane.store.tables import Action, Pool, PoolSize
 
 
 class PoolSizeKnob:
@@ -32,6 +32,9 @@ class PoolSizeKnob:
 
     def take_proposal(self, action: Action) -> int | None:
         return action.predicted["replicas_after"]
+
+    def prune(self, session: Session, pool: Pool, *, before: float, keep: set[int], limit: int) -> int:
+        return versions.prune(session, PoolSize, pool, before=before, keep=keep, limit=limit)
 
 
 POOL_SIZE = PoolSizeKnob()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from controlplane.store import routing_limits
-from controlplane.store.tables import Action, Pool
+from controlplane.store import routing_limits, versions
+from controlplane.store.tables import Action, Pool, RoutingLimit
 
 
 class RoutingKnob:
@@ -29,6 +29,9 @@ class RoutingKnob:
 
     def take_proposal(self, action: Action) -> int | None:
         return action.predicted["topk_group_after"]
+
+    def prune(self, session: Session, pool: Pool, *, before: float, keep: set[int], limit: int) -> int:
+        return versions.prune(session, RoutingLimit, pool, before=before, keep=keep, limit=limit)
 
 
 ROUTING = RoutingKnob()

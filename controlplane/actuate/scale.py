@@ -53,7 +53,7 @@ def sync_pool_size(session: Session, deployment: Deployment, pool: Pool, scaler:
     desired = pool_sizes.latest(session, pool)
     if desired.replicas is None:
         return  # not sized by moectl: whatever runs stays
-    newest, applied = _last_applied(session, pool)
+    newest, applied = last_applied(session, pool)
     if applied is not None and state.replicas != applied and not state.is_ours:
         _stand_down(session, deployment, pool, scaler, policy, state, now, writer=state.writer or "another writer",
                     why=f"{state.writer or 'another writer'} set {state.target} to {state.replicas} replicas "
@@ -108,9 +108,10 @@ def _stand_down(session: Session, deployment: Deployment, pool: Pool, scaler: Po
     log.warning("%s: %s", ref, reason)
 
 
-def _last_applied(session: Session, pool: Pool) -> tuple[Action | None, int | None]:
+def last_applied(session: Session, pool: Pool) -> tuple[Action | None, int | None]:
     """The newest pool-size action that applied replicas or resumed moectl, and the replicas it applied: None
-    when none did, or when a person resumed moectl since (then nothing is held against the replicas found)."""
+    when none did, or when a person resumed moectl since (then nothing is held against the replicas found).
+    The pruning job keeps that action (controlplane/prune.py)."""
     recent = session.scalars(select(Action).where(Action.pool_id == pool.id, Action.kind == POOL_SIZE.kind,
                                                   Action.status != actions.CONFLICT)
                              .order_by(Action.updated_at.desc(), Action.id.desc()).limit(100))

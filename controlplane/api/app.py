@@ -29,6 +29,7 @@ from controlplane.api.routes import (
     health,
     policies,
     pool_sizes,
+    removals,
     tokens,
     whoami,
 )
@@ -91,7 +92,8 @@ def create_app(settings: Settings, sessions: sessionmaker[Session], *, clock: Ca
             metrics.snapshots.labels(str(response.status_code)).inc()
         return response
 
-    for module in (health, agents, deployments, policies, actions, pool_sizes, alerts, alert_events, tokens, whoami):
+    for module in (health, agents, deployments, removals, policies, actions, pool_sizes, alerts, alert_events, tokens,
+                   whoami):
         app.include_router(module.router, responses=ERROR_RESPONSES)
     app.add_middleware(StampArrival, arrivals=arrivals)  # outermost: the wait for a worker thread counts
     return app

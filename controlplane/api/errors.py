@@ -10,6 +10,8 @@ RETRY_AFTER = "1"  # seconds, on a 503: agents and Alertmanager back off on thei
 class ErrorOut(BaseModel):
     detail: str = Field(description="what is wrong, naming the field or the conflict, and what to do")
     errors: list[dict] | None = Field(default=None, description="422: one entry per invalid field (loc, msg, type)")
+    code: str | None = Field(default=None, description="for programs: what to do about it (agents.protocol's "
+                                                       "PLACEMENT_UNKNOWN: post again with running_placement)")
 
 
 ERROR_RESPONSES = {

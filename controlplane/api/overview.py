@@ -50,11 +50,15 @@ def _routing_reach(policy: Policy, state: PoolState) -> RoutingReachOut:
     return RoutingReachOut(topk_group=reach.limit, is_violated=reach.is_violated, reason=reach.reason, **measured)
 
 
-def _agents(session: Session, pool: Pool, state: PoolState) -> tuple[AgentsHealth, int | None]:
-    versions = {a.placement_version for a in deployments.gpu_agents(session, pool)}
+def _agents(session: Session, pool: Pool, state: PoolState, *, now: float,
+            settings: Settings) -> tuple[AgentsHealth, int | None]:
+    """The pool's agent counts, and the placement version every fresh agent runs (None: mixed or none)."""
+    versions = {a.placement_version for a in deployments.find_agents(session, pool)
+                if deployments.agent_state(a, now=now, stale_after_seconds=settings.stale_after_seconds,
+                                           gone_after_seconds=settings.agent_gone_seconds) == "fresh"}
     applied = versions.pop() if len(versions) == 1 else None
     return AgentsHealth(total=state.num_agents, fresh=state.num_fresh_agents,
-                        stale=state.num_agents - state.num_fresh_agents), applied
+                        stale=state.num_agents - state.num_fresh_agents, gone=state.num_gone_agents), applied
 
 
 def action_out(action: Action, role_of: dict[int, str]) -> ActionOut:
@@ -74,7 +78,7 @@ def build(session: Session, deployment: Deployment, settings: Settings, now: flo
     for pool in deployments.pools_of(session, deployment):
         role_of[pool.id] = pool.role
         state = pools.read_state(session, deployment, pool, now=now, settings=settings, num_windows=MAX_HISTORY)
-        health, applied = _agents(session, pool, state)
+        health, applied = _agents(session, pool, state, now=now, settings=settings)
         history = [_point(w, pool.ep_size) for w in state.windows]
         pool_views.append(PoolOverview(role=pool.role, ep_size=pool.ep_size, slots_per_rank=pool.slots_per_rank,
                                        placement_version=state.placement_version,
@@ -104,7 +108,8 @@ def build(session: Session, deployment: Deployment, settings: Settings, now: flo
         placement_version={p.role: p.applied_placement_version for p in pool_views},
         agents=AgentsHealth(total=sum(p.agents.total for p in pool_views),
                             fresh=sum(p.agents.fresh for p in pool_views),
-                            stale=sum(p.agents.stale for p in pool_views)),
+                            stale=sum(p.agents.stale for p in pool_views),
+                            gone=sum(p.agents.gone for p in pool_views)),
         pools=pool_views,
         last_actions=[action_out(a, role_of) for a in actions.recent(session, deployment, limit=num_actions)],
         updated_at=now)

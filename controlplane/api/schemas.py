@@ -14,9 +14,11 @@ class DeploymentIn(BaseModel):
 
 
 class AgentsHealth(BaseModel):
-    total: int
-    fresh: int
-    stale: int
+    total: int = Field(description="agents in the quorum: fresh + stale")
+    fresh: int = Field(description="reported within the stale limit (stale_after_windows windows)")
+    stale: int = Field(description="silent past the stale limit, not yet gone: counted against the quorum")
+    gone: int = Field(default=0, description="silent past agent_gone_seconds: out of the quorum and the total; "
+                                             "deleted by the pruning job after retain_agents_seconds")
 
 
 class Queue(BaseModel):

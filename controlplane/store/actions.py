@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
+from controlplane.store.batches import delete_some
 from controlplane.store.tables import Action, Deployment, Pool
 from controlplane.store.timestamps import utc
 
@@ -14,6 +15,8 @@ SUPERSEDED = "superseded"  # what it changes had moved on (a newer version) when
 RECORDED = "recorded"  # a finding for people: nothing to apply
 CONFLICT = "conflict"  # another writer sets what the knob changes: moectl stands down until a person resumes
 RESUMED = "resumed"  # a person resumed moectl after a conflict
+ADOPTED = "adopted"  # what the fleet ran under a version the store had lost, recorded as that version
+OPEN = (AWAITING_APPROVAL, APPLIED, CONFLICT)  # a person or the verifier still has to settle these
 
 
 def record(session: Session, *, deployment: Deployment, pool: Pool | None, kind: str, trigger: str, mode: str,
@@ -65,3 +68,25 @@ def open_for(session: Session, pool: Pool, *, since: float, kind: str, statuses:
     return session.scalar(select(Action).where(Action.pool_id == pool.id, Action.kind == kind,
                                                Action.status.in_(statuses), Action.created_at >= utc(since))
                           .order_by(Action.id.desc()).limit(1))
+
+
+def versions_in_use(session: Session, pool: Pool, kind: str) -> set[int]:
+    """Versions of a knob open actions still need: an applied change's version and the one before it (a
+    rollback issues it again), and the version a waiting proposal was planned against."""
+    rows = session.execute(select(Action.status, Action.version, Action.based_on_version)
+                           .where(Action.pool_id == pool.id, Action.kind == kind, Action.status.in_(OPEN)))
+    in_use: set[int] = set()
+    for status, version, based_on in rows:
+        if status == APPLIED and version is not None:
+            in_use |= {version, version - 1}
+        elif status == AWAITING_APPROVAL and based_on is not None:
+            in_use.add(based_on)
+    return in_use
+
+
+def prune(session: Session, *, before: float, keep: set[int], limit: int) -> int:
+    """Deletes settled actions last updated before `before`, except open ones, the newest of each pool and
+    kind (what `in_flight` and the views read) and those in `keep`. Returns how many went."""
+    newest = select(func.max(Action.id)).group_by(Action.pool_id, Action.kind)
+    return delete_some(session, Action, Action.status.not_in(OPEN), Action.updated_at < utc(before),
+                       Action.id.not_in(newest), Action.id.not_in(keep), limit=limit)

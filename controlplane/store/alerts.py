@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from controlplane.store.batches import delete_some
 from controlplane.store.tables import AlertEvent, Request
 from controlplane.store.timestamps import utc
 
@@ -92,6 +93,11 @@ def recent(session: Session, *, deployment: str | None, limit: int) -> list[Aler
     if deployment is not None:
         query = query.where(AlertEvent.deployment == deployment)
     return list(session.scalars(query))
+
+
+def prune(session: Session, *, before: float, limit: int) -> int:
+    """Deletes events received before `before`: a redelivery of one of them is then handled as new."""
+    return delete_some(session, AlertEvent, AlertEvent.received_at < utc(before), limit=limit)
 
 
 def _key(value: str, limit: int) -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
@@ -17,6 +18,32 @@ API_WORKER_THREADS = 40  # anyio's default thread limiter, where the API's handl
 # a connection for each worker thread and the loop, so a request waits for a lock, never for a connection;
 # 10 stay open when idle
 POOL = {"pool_size": 10, "max_overflow": API_WORKER_THREADS + 5 - 10}
+
+
+def _sqlite_path(url: str) -> Path | None:
+    """The file of a SQLite URL (None for another database or an in-memory one)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database)
+
+
+def _ensure_directory(url: str) -> None:
+    """SQLite creates the file but not its directory (the default, .moectl/moectl.db, is in one)."""
+    path = _sqlite_path(url)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+
+def reset(url: str) -> None:
+    """Clears the database (`moectl up --fresh`): a SQLite file is removed, with its WAL; any other
+    database is migrated down to nothing (every migration is revertable)."""
+    path = _sqlite_path(url)
+    if path is None:
+        downgrade(url, "base")
+        return
+    for suffix in ("", "-wal", "-shm"):
+        path.with_name(path.name + suffix).unlink(missing_ok=True)
 
 
 def make_engine(url: str, *, timeout_seconds: float, max_idle_in_transaction_seconds: float | None = None) -> Engine:
@@ -29,6 +56,7 @@ def make_engine(url: str, *, timeout_seconds: float, max_idle_in_transaction_sec
     transaction without a statement, releasing its locks, and nothing it had not committed is kept. A
     replica paused (or hung) while it holds a pool's lock would otherwise block every other writer of that
     pool, its successor as leader too, for as long as it is paused."""
+    _ensure_directory(url)
     if url.startswith("sqlite"):
         engine = create_engine(url, pool_timeout=timeout_seconds, **POOL,
                                connect_args={"check_same_thread": False, "timeout": timeout_seconds})
@@ -89,6 +117,7 @@ def make_sessions(engine: Engine) -> sessionmaker[Session]:
 
 
 def alembic_config(url: str) -> Config:
+    _ensure_directory(url)
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
     config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))

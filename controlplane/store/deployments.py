@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from agents.protocol import Identity, ModelShape, default_slot_to_expert
 from controlplane.desired import Policy
 from controlplane.store import placements, policies, pool_sizes, routing_limits
-from controlplane.store.tables import Agent, Deployment, Pool
+from controlplane.store.batches import delete_some
+from controlplane.store.tables import Action, Agent, Deployment, LoadWindow, Placement, Pool
 from controlplane.store.timestamps import utc
 
 
@@ -131,17 +132,36 @@ def record_agents(session: Session, *, pool: Pool, instance: str, seen: list[Age
     return counts
 
 
-def agent_counts(session: Session, pool: Pool, *, now: float, stale_after_seconds: float) -> tuple[int, int]:
-    """(number of agents, number seen within stale_after_seconds)."""
-    total = session.scalar(select(func.count()).where(Agent.pool_id == pool.id)) or 0
-    fresh = session.scalar(select(func.count()).where(Agent.pool_id == pool.id,
-                                                      Agent.last_seen >= now - stale_after_seconds)) or 0
-    return total, fresh
+@dataclass(frozen=True)
+class AgentCounts:
+    """A pool's agents by how long they have been silent: fresh (within the stale limit), stale (up to the
+    gone limit: still in the quorum, counted against it) and gone (past it: out of the quorum and the
+    totals; a replaced pod never comes back under its old name)."""
+
+    fresh: int
+    stale: int
+    gone: int
+
+    @property
+    def total(self) -> int:
+        """The agents the quorum counts: fresh and stale."""
+        return self.fresh + self.stale
 
 
-def gpu_agents(session: Session, pool: Pool) -> list[Agent]:
-    return list(session.scalars(select(Agent).where(Agent.pool_id == pool.id)
-                                .order_by(Agent.instance, Agent.rank)))
+def agent_state(agent: Agent, *, now: float, stale_after_seconds: float, gone_after_seconds: float) -> str:
+    """fresh, stale or gone (AgentCounts)."""
+    silent = now - agent.last_seen
+    return "fresh" if silent <= stale_after_seconds else "stale" if silent <= gone_after_seconds else "gone"
+
+
+def agent_counts(session: Session, pool: Pool, *, now: float, stale_after_seconds: float,
+                 gone_after_seconds: float) -> AgentCounts:
+    def count(*where) -> int:
+        return session.scalar(select(func.count()).where(Agent.pool_id == pool.id, *where)) or 0
+
+    fresh = count(Agent.last_seen >= now - stale_after_seconds)
+    gone = count(Agent.last_seen < now - gone_after_seconds)
+    return AgentCounts(fresh=fresh, stale=count() - fresh - gone, gone=gone)
 
 
 def zeros_for(deployment: Deployment, pool: Pool) -> tuple[np.ndarray, np.ndarray]:
@@ -149,3 +169,37 @@ def zeros_for(deployment: Deployment, pool: Pool) -> tuple[np.ndarray, np.ndarra
     model = model_of(deployment)
     return (np.zeros((model.num_layers, model.num_experts), np.int64),
             np.zeros((model.num_layers, pool.ep_size * pool.slots_per_rank), np.int64))
+
+
+def find_agents(session: Session, pool: Pool, *, instance: str | None = None, rank: int | None = None) -> list[Agent]:
+    """The pool's agents, or those of one instance, or one rank of it."""
+    query = select(Agent).where(Agent.pool_id == pool.id).order_by(Agent.instance, Agent.rank)
+    if instance is not None:
+        query = query.where(Agent.instance == instance)
+    if rank is not None:
+        query = query.where(Agent.rank == rank)
+    return list(session.scalars(query))
+
+
+def remove_agents(session: Session, agents: list[Agent]) -> None:
+    """Forgets agents: they leave the counts now; one that reports again is a new agent (warm-up included)."""
+    if agents:
+        session.execute(delete(Agent).where(Agent.id.in_([a.id for a in agents])))
+
+
+def remove(session: Session, deployment: Deployment) -> dict[str, int]:
+    """Deletes a deployment and everything of it (pools, agents, windows, versions, policies, actions,
+    requests: the foreign keys cascade). Returns how many rows of each went."""
+    pool_ids = select(Pool.id).where(Pool.deployment_id == deployment.id).scalar_subquery()
+    removed = {table.__tablename__: session.scalar(select(func.count()).where(column.in_(pool_ids))) or 0
+               for table, column in ((Agent, Agent.pool_id), (LoadWindow, LoadWindow.pool_id),
+                                     (Placement, Placement.pool_id))}
+    removed["pools"] = session.scalar(select(func.count()).where(Pool.deployment_id == deployment.id)) or 0
+    removed["actions"] = session.scalar(select(func.count()).where(Action.deployment_id == deployment.id)) or 0
+    session.execute(delete(Deployment).where(Deployment.id == deployment.id))
+    return removed
+
+
+def prune_agents(session: Session, *, silent_since: float, limit: int) -> int:
+    """Deletes agents that have not reported since `silent_since` (gone long ago)."""
+    return delete_some(session, Agent, Agent.last_seen < silent_since, limit=limit)

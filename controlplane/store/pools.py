@@ -18,8 +18,8 @@ HOUR = 3600.0
 def read_state(session: Session, deployment: Deployment, pool: Pool, *, now: float, settings: Settings,
                num_windows: int | None = None) -> PoolState:
     model = deployments.model_of(deployment)
-    num_agents, num_fresh = deployments.agent_counts(
-        session, pool, now=now, stale_after_seconds=settings.stale_after_windows * settings.window_seconds)
+    agents = deployments.agent_counts(session, pool, now=now, stale_after_seconds=settings.stale_after_seconds,
+                                      gone_after_seconds=settings.agent_gone_seconds)
     applied = placements.latest(session, pool)
     routing = routing_limits.latest(session, pool)
     last_hour = placements.recent(session, pool, since=now - HOUR)
@@ -36,7 +36,8 @@ def read_state(session: Session, deployment: Deployment, pool: Pool, *, now: flo
     return PoolState(
         deployment=deployment.name, role=pool.role, num_layers=model.num_layers, num_experts=model.num_experts,
         num_groups=model.num_groups, ep_size=pool.ep_size, slots_per_rank=pool.slots_per_rank,
-        gpus_per_node=pool.gpus_per_node, num_agents=num_agents, num_fresh_agents=num_fresh,
+        gpus_per_node=pool.gpus_per_node, num_agents=agents.total, num_fresh_agents=agents.fresh,
+        num_gone_agents=agents.gone,
         placement_version=applied.version, slot_to_expert=applied.slot_to_expert, windows=tuple(recent),
         slot_share=applied.slot_share,
         last_change_at=applied.created_at if applied.version > 0 else None, moved_slots_last_hour=moved,

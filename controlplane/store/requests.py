@@ -10,6 +10,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from controlplane.store.batches import delete_some
 from controlplane.store.tables import Pool, Request
 from controlplane.store.timestamps import utc
 
@@ -33,3 +34,9 @@ def pending(session: Session, pool: Pool, *, knob: str) -> list[Request]:
 
 def settle(request: Request, *, outcome: str, action_id: int | None, now: float) -> None:
     request.outcome, request.action_id, request.handled_at = outcome, action_id, utc(now)
+
+
+def prune(session: Session, *, before: float, limit: int) -> int:
+    """Deletes requests handled before `before` (pending ones stay, whatever their age)."""
+    return delete_some(session, Request, Request.handled_at.is_not(None), Request.handled_at < utc(before),
+                       limit=limit)

@@ -239,3 +239,16 @@ class AlertEvent(Base):
     action_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     outcome: Mapped[str] = mapped_column(Text)
     received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class AuditEvent(Base):
+    """Admin removals (a deployment with its audit trail, agents): who removed what, kept apart from what
+    it removed so the record outlives it."""
+
+    __tablename__ = "audit_events"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    verb: Mapped[str] = mapped_column(String(32))  # delete_deployment, delete_agents
+    deployment: Mapped[str] = mapped_column(String(63))
+    detail: Mapped[dict] = mapped_column(JSON)  # what was removed: names, counts, last seen
+    created_by: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

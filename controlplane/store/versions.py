@@ -9,7 +9,9 @@ from typing import TypeVar
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from controlplane.store.batches import delete_some
 from controlplane.store.tables import Placement, Pool, PoolSize, RoutingLimit
+from controlplane.store.timestamps import utc
 
 Row = TypeVar("Row", Placement, RoutingLimit, PoolSize)
 
@@ -24,3 +26,14 @@ def latest(session: Session, row_type: type[Row], pool: Pool) -> Row:
 
 def get(session: Session, row_type: type[Row], pool: Pool, version: int) -> Row | None:
     return session.scalar(select(row_type).where(row_type.pool_id == pool.id, row_type.version == version))
+
+
+def prune(session: Session, row_type: type[Row], pool: Pool, *, before: float, keep: set[int], limit: int) -> int:
+    """Deletes the pool's versions made before `before`, except the newest of those (in force, or the one
+    the newer versions replaced) and those in `keep`. Returns how many went."""
+    old = (row_type.pool_id == pool.id, row_type.created_at < utc(before))
+    newest_old = session.scalar(select(row_type.version).where(*old).order_by(row_type.version.desc()).limit(1))
+    if newest_old is None:
+        return 0
+    return delete_some(session, row_type, *old, row_type.version < newest_old, row_type.version.not_in(keep),
+                       limit=limit)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
-from sqlalchemy import delete, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from controlplane.collect.aggregate import Report, merge_counters
 from controlplane.observed import RANK_REPORTS, Window
 from controlplane.store.arrays import pack, unpack
+from controlplane.store.batches import delete_some
 from controlplane.store.tables import LoadWindow, Pool
 
 
@@ -69,6 +70,12 @@ def recent(session: Session, pool: Pool, *, before_index: int, limit: int) -> li
                    slot_tokens=unpack(r.slot_tokens), counters=dict(r.counters)) for r in reversed(rows)]
 
 
-def prune(session: Session, pool: Pool, *, keep_from_index: int) -> None:
-    session.execute(delete(LoadWindow).where(LoadWindow.pool_id == pool.id,
-                                             LoadWindow.window_index < keep_from_index))
+def prune(session: Session, pool: Pool, *, history_windows: int, limit: int) -> int:
+    """Deletes (at most `limit` of) the pool's windows older than the newest `history_windows` complete ones
+    the planner and the views read, and the two still filling (the current one, and the one that ended less
+    than half a window ago). Returns how many went."""
+    newest = session.scalar(select(func.max(LoadWindow.window_index)).where(LoadWindow.pool_id == pool.id))
+    if newest is None:
+        return 0
+    return delete_some(session, LoadWindow, LoadWindow.pool_id == pool.id,
+                       LoadWindow.window_index <= newest - (history_windows + 2), limit=limit)

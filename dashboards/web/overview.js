@@ -8,7 +8,8 @@ import { fmt, pct } from "./colours.js";
 const PLOT_HEIGHT = 150;
 const POOL_COLOURS = ["#2f5fd0", "#d8763b", "#3ba86a", "#8a3ffc"];
 const STATUS_COLOURS = { awaiting_approval: "#e0a800", applied: "#1e88e5", verified: "#2e7d32", planned: "#90a4ae",
-  rolled_back: "#c62828", failed: "#c62828", rejected: "#9e9e9e", superseded: "#9e9e9e", recorded: "#6d4c41" };
+  rolled_back: "#c62828", failed: "#c62828", rejected: "#9e9e9e", superseded: "#9e9e9e", recorded: "#6d4c41",
+  adopted: "#00897b" };
 
 function tile(label, value, { cls = "", sub = "", field = "" } = {}) {
   const div = document.createElement("div");
@@ -65,7 +66,7 @@ export function renderTiles(root, o, policy) {
     tile("ITL mean / p99", `${seconds(o.itl_seconds.mean)} / ${seconds(o.itl_seconds.p99)}`, { field: "itl" }),
     tile("pools (GPUs × slots)", pools, { field: "pools" }),
     tile("placement running", versions, { field: "placement" }),
-    tile("agents fresh / total", `${o.agents.fresh} / ${o.agents.total}`, { cls: o.agents.stale ? "bad" : o.agents.total ? "good" : "", sub: o.agents.stale ? `${o.agents.stale} stale` : "", field: "agents" }),
+    tile("agents fresh / total", `${o.agents.fresh} / ${o.agents.total}`, { cls: o.agents.stale ? "bad" : o.agents.total ? "good" : "", sub: [o.agents.stale ? `${o.agents.stale} stale` : "", o.agents.gone ? `${o.agents.gone} gone` : ""].filter(Boolean).join(", "), field: "agents" }),
     reachTile(o.pools),
   );
 }

@@ -9,7 +9,17 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from agents.protocol import GROUP_PROTOCOL_VERSION, Array, GroupSnapshot, Identity, ModelShape, RankRow, Snapshot
+from agents.protocol import (
+    GROUP_PROTOCOL_VERSION,
+    Array,
+    GroupSnapshot,
+    Identity,
+    ModelShape,
+    RankRow,
+    RunningPlacement,
+    Snapshot,
+    default_slot_to_expert,
+)
 from agents.protocol.group import GROUP_FIELDS
 
 MODEL = ModelShape(name="dsv3", num_layers=58, num_experts=256, num_groups=8, top_k=8)
@@ -55,6 +65,22 @@ def test_the_wire_format_is_pinned(ranks):
     assert set(body["ranks"][0]) >= {"rank", "node", "gpu_uuid", "placement_version", "num_steps", "forward_seconds",
                                      "ttft", "itl", "routing_recall", "spec_accepted_by_position",
                                      "routing_groups_per_token", "routing_nodes_per_token"}
+
+
+def test_the_running_table_is_the_newest_versions_and_one_the_group_can_run(ranks):
+    """The table is sent only after a PLACEMENT_UNKNOWN refusal (the body above has none) and names the newest
+    version any rank ran."""
+    behind = [r.model_copy(update={"placement_version": 5 if r.identity.rank == 7 else 3}) for r in ranks]
+    group = GroupSnapshot.gather(behind)
+    assert group.placement_version == 5
+    table = default_slot_to_expert(58, 256, EP_SIZE * SLOTS)
+    sent = group.model_copy(update={"running_placement": RunningPlacement(slot_to_expert=Array.from_numpy(table))})
+    received = GroupSnapshot.model_validate_json(sent.model_dump_json())
+    np.testing.assert_array_equal(received.running_placement.slot_to_expert.to_numpy(), table)
+    body = json.loads(sent.model_dump_json()) | {"running_placement": {"slot_to_expert": json.loads(
+        Array.from_numpy(table[:, :-SLOTS]).model_dump_json())}}
+    with pytest.raises(ValidationError, match=r"needs int64 \[58, 288\]"):
+        GroupSnapshot.model_validate(body)
 
 
 def test_a_rank_row_carries_every_per_rank_field_of_a_v1_snapshot():

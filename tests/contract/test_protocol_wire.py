@@ -10,7 +10,19 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from agents.protocol import PROTOCOL_VERSION, Array, DesiredState, Identity, ModelShape, RoutingLimits, Snapshot
+from agents.protocol import (
+    PLACEMENT_UNKNOWN,
+    PROTOCOL_VERSION,
+    Array,
+    DesiredState,
+    Identity,
+    ModelShape,
+    RoutingLimits,
+    RunningPlacement,
+    Snapshot,
+    default_slot_to_expert,
+    error_code,
+)
 
 MODEL = ModelShape(name="dsv3", num_layers=58, num_experts=256, num_groups=8, top_k=8)
 
@@ -85,6 +97,30 @@ def test_desired_state_round_trips_and_omits_unchanged_tables():
     assert "slot_to_expert" not in small.model_dump_json(exclude_none=True)
 
 
+def test_a_snapshot_without_a_running_table_reads_as_before():
+    """Older controllers forbid unknown fields: the optional table is left out of the JSON unless sent."""
+    assert "running_placement" not in json.loads(snapshot().model_dump_json())
+
+
+def test_the_running_table_round_trips_and_must_be_one_the_pool_can_run():
+    table = default_slot_to_expert(58, 256, 32 * 9)
+    share = np.random.default_rng(0).random(table.shape)
+    sent = snapshot(running_placement=RunningPlacement(slot_to_expert=Array.from_numpy(table),
+                                                       slot_share=Array.from_numpy(share)))
+    received = Snapshot.model_validate_json(sent.model_dump_json())
+    np.testing.assert_array_equal(received.running_placement.slot_to_expert.to_numpy(), table)
+    np.testing.assert_array_equal(received.running_placement.slot_share.to_numpy(), share)
+    missing = table.copy()
+    missing[3] = 0
+    for bad, message in ((table[:, :-9], r"needs int64 \[58, 288\]"), (missing, "layer 3 gives no slot"),
+                         (table + 256, "outside 0..255")):
+        with pytest.raises(ValidationError, match=message):
+            snapshot(running_placement=RunningPlacement(slot_to_expert=Array.from_numpy(bad)))
+
+
+def test_error_codes_are_read_from_error_bodies():
+    assert error_code(json.dumps({"detail": "x", "code": PLACEMENT_UNKNOWN}).encode()) == PLACEMENT_UNKNOWN
+    assert error_code(b'{"detail": "x"}') is None and error_code(b"<html>") is None and error_code(b"[1]") is None
 
 def test_groups_and_nodes_per_token_are_optional():
     old = json.loads(snapshot().model_dump_json())

@@ -13,10 +13,12 @@ def start_fleet(client, policy: dict, *, seed: int = 3, model=DEFAULT_MODEL):
     return fleet
 
 
-def run_windows(client, sessions, settings, clock, fleet, num_windows: int, *, reconcile: bool = True) -> list[dict]:
+def run_windows(client, sessions, settings, clock, fleet, num_windows: int, *, reconcile: bool = True,
+                fleet_client: FleetClient | None = None) -> list[dict]:
     """Posts num_windows windows; after each, the clock passes the window's end (it is complete) and,
-    if asked, the loop runs once. Returns the overview after each window."""
-    fleet_client = FleetClient(client, api_token=API_TOKEN, agent_token=AGENT_TOKEN)
+    if asked, the loop runs once. Returns the overview after each window. fleet_client: one that
+    registered the fleet, so it registers it again where the controller forgot it."""
+    fleet_client = fleet_client or FleetClient(client, api_token=API_TOKEN, agent_token=AGENT_TOKEN)
     overviews = []
     for _ in range(num_windows):
         start = clock.now

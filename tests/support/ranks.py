@@ -1,11 +1,17 @@
-"""Helpers for agent tests: an EP group of threads (no torch.distributed) and a sim model shape."""
+"""Helpers for agent tests: an EP group of threads (no torch.distributed), a sim model shape, and a group
+of simulated engines with real agents posting to a controller."""
 
 from __future__ import annotations
 
 import threading
+import time
+
+from prometheus_client import CollectorRegistry
 
 from agents.protocol import Identity, ModelShape, Role
-from agents.sim.engine import SimConfig
+from agents.sim.engine import SimConfig, SimEngine
+from agents.telemetry.agent import Agent
+from support.auth import AGENT_TOKEN, API_TOKEN
 
 SIM_MODEL = ModelShape(name="sim-tiny", num_layers=4, num_experts=32, num_groups=4, top_k=4, topk_group=2)
 
@@ -46,3 +52,45 @@ def sim_config(rank: int, ep_size: int, **overrides) -> SimConfig:
 def identity(rank: int, ep_size: int, deployment: str = "tiny", role: Role = Role.decode) -> Identity:
     return Identity(deployment=deployment, instance=f"{deployment}-{role.value}-0", role=role, rank=rank,
                     ep_size=ep_size, slots_per_rank=slots_per_rank(ep_size), node="test-node", gpu_uuid=f"GPU-{rank}")
+
+
+EP_SIZE = 2
+
+
+def run_group(agents: list[Agent], engines: list[SimEngine], seconds: float, switched: list) -> None:
+    """Every rank steps in its own thread, in lockstep through the group's agreement."""
+    stop = time.monotonic() + seconds
+
+    def loop(rank: int) -> None:
+        engine, agent = engines[rank], agents[rank]
+        while True:
+            is_last = time.monotonic() > stop
+            before = engine.placement.version
+            _, stats = engine.step()
+            agent.on_step(stats)
+            if stats.placement_version != before:
+                switched.append((rank, engine.num_steps, stats.placement_version))
+            agent.tick()
+            time.sleep(0.01)
+            # ranks leave together: rank 0 decides, the others follow through the agreement
+            if engine.group.agree_max([int(is_last and rank == 0)])[0]:
+                return
+
+    threads = [threading.Thread(target=loop, args=(r,)) for r in range(len(engines))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=seconds + 30)
+
+
+def make_group(url: str, *, api_token: str = API_TOKEN, poster_kwargs=None, clock=time.time):
+    group = ThreadGroup(EP_SIZE)
+    engines = [SimEngine(sim_config(r, EP_SIZE, seed=7), group=group.rank(r)) for r in range(EP_SIZE)]
+    agents = [Agent(engines[r], identity=identity(r, EP_SIZE), model=SIM_MODEL, registry=CollectorRegistry(),
+                    controller_url=url, agent_token=AGENT_TOKEN, api_token=api_token if r == 0 else "",
+                    window_seconds=1.0,
+                    num_speculative_tokens=2, runtime="sim",
+                    policy={"mode": "auto", "cooldown_seconds": 0, "sustained_windows": 1},
+                    poster_kwargs=poster_kwargs, clock=clock)
+              for r in range(EP_SIZE)]
+    return engines, agents

@@ -4,21 +4,14 @@ being away."""
 
 from __future__ import annotations
 
-import threading
 import time
 
 import httpx
 import pytest
-from prometheus_client import CollectorRegistry
-from support.auth import AGENT_TOKEN, API_TOKEN
-from support.ranks import SIM_MODEL, ThreadGroup, identity, sim_config
+from support.ranks import EP_SIZE, ThreadGroup, make_group, run_group
 from support.servers import free_port
 
-from agents.sim.engine import SimEngine
-from agents.telemetry.agent import Agent
 from controlplane.serve import Controller
-
-EP_SIZE = 2
 
 
 @pytest.fixture
@@ -29,45 +22,6 @@ def controller(settings):
     yield ctl
     ctl.stop()
     thread.join(timeout=10)
-
-
-def run_group(agents: list[Agent], engines: list[SimEngine], seconds: float, switched: list) -> None:
-    """Every rank steps in its own thread, in lockstep through the group's agreement."""
-    stop = time.monotonic() + seconds
-
-    def loop(rank: int) -> None:
-        engine, agent = engines[rank], agents[rank]
-        while True:
-            is_last = time.monotonic() > stop
-            before = engine.placement.version
-            _, stats = engine.step()
-            agent.on_step(stats)
-            if stats.placement_version != before:
-                switched.append((rank, engine.num_steps, stats.placement_version))
-            agent.tick()
-            time.sleep(0.01)
-            # ranks leave together: rank 0 decides, the others follow through the agreement
-            if engine.group.agree_max([int(is_last and rank == 0)])[0]:
-                return
-
-    threads = [threading.Thread(target=loop, args=(r,)) for r in range(len(engines))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=seconds + 30)
-
-
-def make_group(url: str, *, api_token: str = API_TOKEN, poster_kwargs=None, clock=time.time):
-    group = ThreadGroup(EP_SIZE)
-    engines = [SimEngine(sim_config(r, EP_SIZE, seed=7), group=group.rank(r)) for r in range(EP_SIZE)]
-    agents = [Agent(engines[r], identity=identity(r, EP_SIZE), model=SIM_MODEL, registry=CollectorRegistry(),
-                    controller_url=url, agent_token=AGENT_TOKEN, api_token=api_token if r == 0 else "",
-                    window_seconds=1.0,
-                    num_speculative_tokens=2, runtime="sim",
-                    policy={"mode": "auto", "cooldown_seconds": 0, "sustained_windows": 1},
-                    poster_kwargs=poster_kwargs, clock=clock)
-              for r in range(EP_SIZE)]
-    return engines, agents
 
 
 @pytest.mark.slow
@@ -142,7 +96,7 @@ def test_serving_survives_a_controller_restart_and_the_agents_reconnect(settings
         run_group(agents, engines, 3.0, [])
         assert agents[0].poster.num_posted > posted
         overview = httpx.get(f"{second.url}/v1/deployments/tiny/overview").json()
-        assert overview["agents"] == {"total": EP_SIZE, "fresh": EP_SIZE, "stale": 0}
+        assert overview["agents"] == {"total": EP_SIZE, "fresh": EP_SIZE, "stale": 0, "gone": 0}
         second.stop()
         thread.join(timeout=10)
     finally:

@@ -59,7 +59,7 @@ def test_a_gloo_group_posts_one_body_per_window_and_switches_together(settings):
         deployment = deployments.get(session, "tiny")
         pool = deployments.get_pool(session, deployment, "decode")
         stored = windows.recent(session, pool, before_index=2**31 - 1, limit=100)
-        agents = deployments.gpu_agents(session, pool)
+        agents = deployments.find_agents(session, pool)
     engine.dispose()
     assert stored and all(w.num_reports == EP_SIZE for w in stored)  # every rank in every window filed
     assert all(w.is_slot_load_complete(EP_SIZE) for w in stored if w.num_slot_reports == w.num_reports)

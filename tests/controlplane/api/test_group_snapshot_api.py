@@ -144,6 +144,6 @@ def test_each_endpoint_refuses_the_other_protocol_and_unissued_versions(client, 
     ahead = group.model_copy(update={"ranks": [r.model_copy(update={"placement_version": 4 if r.rank == 6 else 0})
                                                for r in group.ranks]})
     refused = post(client, ahead)
-    assert refused.status_code == 409 and "rank 6 ran placement_version 4, never issued" in refused.json()["detail"]
+    assert refused.status_code == 409 and "rank 6 ran placement_version 4 was never issued" in refused.json()["detail"]
     with sessions() as session:
         assert session.scalar(select(func.count()).select_from(LoadWindow)) == 0

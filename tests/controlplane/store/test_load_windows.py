@@ -52,6 +52,7 @@ def test_recent_returns_complete_windows_oldest_first_and_prune_drops_old_ones(s
         first = int(NOW // 10)
         assert [w.index for w in windows.recent(session, pool, before_index=first + 4, limit=3)] == [
             first + 1, first + 2, first + 3]
-        windows.prune(session, pool, keep_from_index=first + 3)
+        # one complete window of history, and the two still filling
+        assert windows.prune(session, pool, history_windows=1, limit=100) == 2
         assert [w.index for w in windows.recent(session, pool, before_index=first + 9, limit=9)] == [
-            first + 3, first + 4]
+            first + 2, first + 3, first + 4]

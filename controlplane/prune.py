@@ -1,0 +1,123 @@
+"""The pruning job: deletes what is past its retention (`Settings.retain_*`), never what is in force.
+
+What goes, by kind:
+- load windows: all but each pool's newest `history_windows` complete ones (what the planner and the
+  views read) and those still filling (each pool's pass also prunes its own, `reconcile.reconcile_pool`);
+- actions: settled ones last updated over `retain_actions_seconds` ago; never one awaiting approval,
+  applied and not yet verified, or a conflict moectl stands down for, nor the newest of its pool and knob
+  (what `actuate.in_flight` reads), nor the one that last applied a pool's size (`actuate.scale`
+  measures other writers against it);
+- placement and routing versions: made over `retain_versions_seconds` ago, but never the newest of those
+  (in force, or the one the newer versions replaced) nor one an open action needs
+  (`store.actions.versions_in_use`);
+- requests: handled over `retain_requests_seconds` ago (pending ones stay);
+- alert events: received over `retain_alert_events_seconds` ago;
+- agents: silent for `retain_agents_seconds` (gone long before, `agent_gone_seconds`);
+- audit events: over `retain_audit_seconds` old.
+
+Nothing younger than an hour is deleted whatever the settings say: the rails read the last hour (actions
+and moved slots per hour, findings once an hour). The loop runs the job at most once per `prune_seconds`
+(`Pruning`; with leader election only the leader, its commits fenced), each kind in its own transaction
+and at most `max_prune_rows` rows of each per run, so a run never holds a long write lock; `moectl prune`
+runs it until nothing is left to delete.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from controlplane.actuate.fence import SOLE, Fence, guard
+from controlplane.actuate.knobs import KNOBS
+from controlplane.actuate.scale import last_applied
+from controlplane.config import Settings
+from controlplane.store import actions, alerts, audit, deployments, requests, windows
+from controlplane.store.tables import Pool
+
+log = logging.getLogger("moectl.prune")
+
+MIN_AGE_SECONDS = 3600.0
+
+
+def prune(sessions: sessionmaker[Session], settings: Settings, *, now: float, max_rows: int,
+          fence: Fence = SOLE) -> dict[str, int]:
+    """One run over every kind, at most `max_rows` rows of each (per pool for windows and versions), each
+    commit fenced. Returns how many rows of each kind went."""
+
+    def before(retain_seconds: float) -> float:
+        return now - max(retain_seconds, MIN_AGE_SECONDS)
+
+    pruned: dict[str, int] = {}
+
+    def add(kind: str, count: int) -> None:
+        pruned[kind] = pruned.get(kind, 0) + count
+
+    with sessions() as session:
+        pool_ids = list(session.scalars(select(Pool.id).order_by(Pool.id)))
+    kept_actions: set[int] = set()
+    for pool_id in pool_ids:
+        with sessions() as session, session.begin():
+            guard(session, fence)
+            pool = session.get(Pool, pool_id)
+            if pool is None:  # its deployment was deleted since
+                continue
+            holder, _ = last_applied(session, pool)
+            kept_actions |= {holder.id} if holder is not None else set()
+            add("load_windows", windows.prune(session, pool, history_windows=settings.history_windows,
+                                              limit=max_rows))
+            for kind, knob in KNOBS.items():
+                add(f"{kind}_versions", knob.prune(session, pool, before=before(settings.retain_versions_seconds),
+                                                   keep=actions.versions_in_use(session, pool, kind),
+                                                   limit=max_rows))
+    for kind, delete in (
+        ("actions", lambda s: actions.prune(s, before=before(settings.retain_actions_seconds), keep=kept_actions,
+                                            limit=max_rows)),
+        ("requests", lambda s: requests.prune(s, before=before(settings.retain_requests_seconds), limit=max_rows)),
+        ("alert_events", lambda s: alerts.prune(s, before=before(settings.retain_alert_events_seconds),
+                                                limit=max_rows)),
+        ("agents", lambda s: deployments.prune_agents(s, silent_since=before(settings.retain_agents_seconds),
+                                                      limit=max_rows)),
+        ("audit_events", lambda s: audit.prune(s, before=before(settings.retain_audit_seconds), limit=max_rows)),
+    ):
+        with sessions() as session, session.begin():
+            guard(session, fence)
+            add(kind, delete(session))
+    return pruned
+
+
+def prune_all(sessions: sessionmaker[Session], settings: Settings, *, now: float) -> dict[str, int]:
+    """Runs until nothing is left to delete (`moectl prune`)."""
+    total: dict[str, int] = {}
+    while True:
+        pruned = prune(sessions, settings, now=now, max_rows=settings.max_prune_rows)
+        for kind, count in pruned.items():
+            total[kind] = total.get(kind, 0) + count
+        if all(count < settings.max_prune_rows for count in pruned.values()):
+            return total
+
+
+class Pruning:
+    """The loop's schedule: `run_if_due` prunes at most once per `prune_seconds`, on the leader only. A failed
+    run is logged and tried again when next due; it never stops the loop."""
+
+    def __init__(self, settings: Settings, *, fence: Fence = SOLE):
+        self.settings, self.fence = settings, fence
+        self.next_at = 0.0
+
+    def run_if_due(self, sessions: sessionmaker[Session], *, now: float) -> dict[str, int] | None:
+        if now < self.next_at or not self.fence.is_leading():
+            return None
+        self.next_at = now + self.settings.prune_seconds
+        started = time.perf_counter()
+        try:
+            pruned = prune(sessions, self.settings, now=now, max_rows=self.settings.max_prune_rows, fence=self.fence)
+        except Exception:
+            log.exception("pruning failed; trying again in %.0fs", self.settings.prune_seconds)
+            return None
+        if any(pruned.values()):
+            log.info("pruned %s in %.2fs", ", ".join(f"{n} {kind}" for kind, n in pruned.items() if n),
+                     time.perf_counter() - started)
+        return pruned
