@@ -9,9 +9,14 @@ simulated engines against a real controller restarted on another database, on SQ
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -19,7 +24,7 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
-from support.auth import AGENT_TOKEN, API_TOKEN
+from support.auth import AGENT_TOKEN, API_TOKEN, operator
 from support.databases import sibling
 from support.fleet import run_windows
 from support.ranks import make_group, run_group
@@ -35,6 +40,7 @@ from controlplane.store.db import make_engine, make_sessions, upgrade
 from controlplane.store.tables import LoadWindow, Pool
 from controlplane.telemetry import ControllerMetrics
 
+REPO = Path(__file__).resolve().parents[2]
 POLICY = {"mode": "auto", "cooldown_seconds": 0}
 EP_SIZE = 8
 # the fleet's posts per instance and window: one per rank (moectl.v1), or one for the EP group (moectl.v2)
@@ -205,3 +211,54 @@ def test_real_agents_keep_running_through_a_database_swap(settings):
                for s in family.samples if s.name == "moectl_controller_snapshots_total"}
     assert answers.get("409", 0) <= 2 and answers["200"] >= 4, answers  # at most one refusal per rank
     assert len(measured) >= 2, overview["pools"][0]["history"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_gloo_group_keeps_running_through_a_database_swap(settings):
+    """The same swap under an EP group reporting as one (moectl.v2, real agents over a real gloo group,
+    tests/support/group_rank.py): rank 0 registers again, sends the group's table after the 409, the new
+    controller adopts it and no rank ever switches back."""
+    settings = settings.model_copy(update={"port": free_port(), "window_seconds": 1.0, "reconcile_seconds": 0.5})
+    controller = Controller(settings)
+    thread = controller.start()
+    num_ranks, ranks = 2, []
+    agents_url = f"{controller.url}/v1/deployments/tiny/pools/decode/agents"
+    try:
+        env = os.environ | {"PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}", "OMP_NUM_THREADS": "1"}
+        dist_port = free_port()
+        ranks = [subprocess.Popen([sys.executable, "-m", "support.group_rank", str(r), str(num_ranks),
+                                   str(dist_port), controller.url, "60"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                  text=True) for r in range(num_ranks)]
+        running, deadline = 0, time.monotonic() + 45
+        while running < 1 and time.monotonic() < deadline:  # every rank runs a placement the loop issued
+            time.sleep(0.5)
+            seen = httpx.get(agents_url, headers=operator())
+            reported = [a["placement_version"] for a in seen.json()] if seen.status_code == 200 else []
+            running = min(reported) if len(reported) == num_ranks else 0
+        assert running >= 1, "the first controller never issued a placement the group ran"
+        controller.stop()
+        thread.join(timeout=10)
+
+        controller = Controller(settings.model_copy(update={"database_url": sibling(settings.database_url)}))
+        thread = controller.start()
+        outputs = [json.loads(p.communicate(timeout=120)[0].strip().splitlines()[-1]) for p in ranks]
+        overview = httpx.get(f"{controller.url}/v1/deployments/tiny/overview", headers=operator()).json()
+        answers = {s.labels["status"]: s.value for family in
+                   text_string_to_metric_families(httpx.get(f"{controller.url}/metrics").text)
+                   for s in family.samples if s.name == "moectl_controller_snapshots_total"}
+    finally:
+        for rank in ranks:
+            if rank.poll() is None:
+                rank.kill()
+        controller.stop()
+        thread.join(timeout=10)
+    assert all(p.returncode == 0 for p in ranks)
+    for output in outputs:  # never back to v0 or any version before the one running at the swap
+        versions_run = [version for _, version in output["switches"]]
+        assert versions_run == sorted(versions_run) and output["version"] >= running, output
+    assert len({o["version"] for o in outputs}) == 1  # the ranks agree on what they run
+    adopted = [a for a in overview["last_actions"] if a["status"] == "adopted"]
+    assert len(adopted) == 1 and adopted[0]["placement_version"] >= running, overview["last_actions"]
+    assert overview["agents"]["total"] == num_ranks
+    assert answers.get("409", 0) == 1 and answers["200"] >= 3, answers  # one refusal for the whole group
