@@ -54,7 +54,7 @@ def test_a_gloo_group_posts_one_body_per_window_and_switches_together(settings):
     # the loop's placement reached every rank through rank 0, and they switched at the same step
     assert by_rank[0]["switches"], "the loop never changed the placement"
     assert all(o["switches"] == by_rank[0]["switches"] for o in by_rank)
-    engine = make_engine(settings.database_url)
+    engine = make_engine(settings.database_url, timeout_seconds=settings.db_timeout_seconds)
     with make_sessions(engine)() as session:
         deployment = deployments.get(session, "tiny")
         pool = deployments.get_pool(session, deployment, "decode")
