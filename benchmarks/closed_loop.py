@@ -37,10 +37,14 @@ import time
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+import torch
 
 from agents.protocol.placement import PlacementTable, gpu_load, imbalance
-from agents.sim.cost import remote_share, step_times
+from agents.runtime.placement import Placement
+from agents.sim.cost import GPU_NODES, Traffic, step_times
+from agents.sim.fleet import MAX_REACH_RANKS, MAX_REACH_TOKENS
 from agents.sim.load import LoadModel
+from agents.sim.reach import Routing, sample_reach
 from benchmarks.baselines.eplb import Eplb
 from controlplane.desired import Decision, Policy
 from controlplane.observed import RANK_REPORTS, PoolState, Window
@@ -48,6 +52,7 @@ from controlplane.plan import plan_pool
 from controlplane.solve.placement import Topology
 
 WINDOW_SECONDS = 5.0
+STEPS_PER_WINDOW = int(WINDOW_SECONDS * 20)  # as the simulated fleet's windows
 HOUR = 3600.0
 MAX_WINDOWS_KEPT = 24  # what the planner reads: sustained windows and its forecast's history
 
@@ -189,6 +194,21 @@ def initial_table(shape: Shape, load: LoadModel) -> PlacementTable:
     return PlacementTable(plan.slot_to_expert, plan.slot_share)
 
 
+def sampled_traffic(shape: Shape, table: PlacementTable, popularity: np.ndarray,
+                    rng: np.random.Generator) -> Traffic:
+    """What the all-to-all carries under the shape's group limit, sampled once from the starting placement as
+    the simulated fleet samples it (agents/sim/fleet.py): every strategy pays the same per row."""
+    share = None if table.slot_share is None else torch.tensor(table.slot_share)
+    tables = Placement(torch.tensor(table.slot_to_expert), share).routing_tables(shape.num_experts)
+    num_gpus = shape.topology.num_gpus
+    routing = Routing(shape.num_groups, shape.top_k, shape.topk_group, *tables, shape.slots_per_gpu,
+                      shape.gpus_per_node, num_gpus, shape.topk_group)
+    num_homes = min(num_gpus, MAX_REACH_RANKS)
+    samples = [sample_reach(popularity, MAX_REACH_TOKENS, rng, routing, home_rank=h * num_gpus // num_homes)
+               for h in range(num_homes)]
+    return sum(samples[1:], samples[0]).traffic(shape.top_k)
+
+
 def simulate(shape: Shape, workload: Workload, strategy, hours: float, seed: int = 0) -> Outcome:  # noqa: ANN001
     """Runs one strategy on one workload; every strategy sees the same windows of the same seed."""
     topology = shape.topology
@@ -196,7 +216,7 @@ def simulate(shape: Shape, workload: Workload, strategy, hours: float, seed: int
                      swing_period_seconds=workload.swing_period_seconds)
     rng = np.random.default_rng([seed, 1])
     table = initial_table(shape, load)
-    share_remote = remote_share(topology.num_gpus, shape.topk_group, shape.num_groups, shape.top_k)
+    traffic = sampled_traffic(shape, table, load.popularity(0.0), np.random.default_rng([seed, 2]))
     outcome = Outcome(strategy.name)
     complete = {f"{RANK_REPORTS}{rank}": 1 for rank in range(topology.num_gpus)}
     for index in range(int(hours * HOUR / WINDOW_SECONDS)):
@@ -204,7 +224,7 @@ def simulate(shape: Shape, workload: Workload, strategy, hours: float, seed: int
         expert_tokens = load.route(load.popularity(start), shape.tokens_per_window, rng)
         slots = table.slot_load(expert_tokens)
         rows = gpu_load(slots, topology.num_gpus)
-        times = step_times(rows, shape.tokens_per_window / topology.num_gpus, share_remote)
+        times = step_times(rows, shape.tokens_per_window / topology.num_gpus, traffic, GPU_NODES, STEPS_PER_WINDOW)
         outcome.imbalances.append(imbalance(rows))
         outcome.tokens += shape.tokens_per_window
         outcome.seconds += times.forward_seconds

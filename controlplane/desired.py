@@ -8,6 +8,8 @@ from enum import StrEnum
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from controlplane.effect import Effect
+
 MAX_REPLICAS = 100_000  # instances of one pool
 
 
@@ -73,10 +75,15 @@ class Policy(BaseModel):
     all2all_share_target: float | None = Field(default=0.3, gt=0, le=1,
                                                description="all-to-all share of step time to stay under")
     mtp_acceptance_floor: float | None = Field(default=None, gt=0, le=1,
-                                               description="below it for the sustained windows: rebalance")
+                                               description="below it for the sustained windows: diagnose why "
+                                                           "(load skew: rebalance; routing recall; a recent "
+                                                           "change: roll it back; else recorded as not load "
+                                                           "related); no change may push acceptance under it")
     prefix_hit_floor: float | None = Field(default=None, gt=0, le=1, description="prefix hit ratio floor")
     routing_recall_floor: float = Field(default=0.9, gt=0, le=1,
-                                        description="never limit routing below this share of the free top-k")
+                                        description="never limit routing below this share of the experts the "
+                                                    "model's own routing (its topk_group) picks; before "
+                                                    "2026-12 it was a share of the unconstrained top-k")
     min_gain: float = Field(default=0.05, ge=0, le=100, description="minimum predicted drop in max/mean load")
     # bounds
     group_locality: bool = Field(default=False, description="keep each expert group's replicas on one node "
@@ -104,13 +111,17 @@ class Policy(BaseModel):
                                                                 "(a breached target is acted on every window)")
     # timing and safety
     cooldown_seconds: float = Field(default=30.0, ge=0, le=365 * 86400,
-                                    description="minimum time between placement changes (at most a year)")
+                                    description="minimum time between changes of a knob (at most a year)")
+    flap_window_seconds: float = Field(default=600.0, ge=0, le=365 * 86400,
+                                       description="a knob's direction (tighter/looser routing) is never reversed "
+                                                   "within this long of the change it would reverse")
     max_actions_per_hour: int = Field(default=60, ge=1, le=3600)
     min_fresh_agents_fraction: float = Field(default=0.5, gt=0, le=1,
                                              description="act only when this share of agents is fresh")
     verify_windows: int = Field(default=2, ge=1, le=100, description="windows measured before verifying")
     rollback_tolerance: float = Field(default=0.05, ge=0, le=100,
-                                      description="roll back when measured imbalance exceeds the prior by this")
+                                      description="noise in the measured imbalance: a placement is rolled back "
+                                                  "unless the imbalance fell by half the predicted gain less this")
 
     @model_validator(mode="after")
     def _check(self) -> Policy:
@@ -143,11 +154,13 @@ class PlacementChange:
     current_imbalance: float
     predicted_imbalance: float
     num_moved_slots: int
+    effect: Effect | None = None
 
     def predicted(self) -> dict:
         """The effect recorded on the action and shown to people."""
         return {"imbalance_before": round(self.current_imbalance, 4),
-                "imbalance_after": round(self.predicted_imbalance, 4), "moved_slots": self.num_moved_slots}
+                "imbalance_after": round(self.predicted_imbalance, 4), "moved_slots": self.num_moved_slots,
+                **({"effect": self.effect.to_json()} if self.effect else {})}
 
 
 @dataclass(frozen=True)
@@ -158,6 +171,7 @@ class Plan:
     reason: str
     inputs: dict = field(default_factory=dict)
     change: PlacementChange | None = None
+    unparked: str | None = None  # the placement was parked and its inputs changed materially: why
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from agents.protocol.placement import PlacementTable, gpu_load, imbalance
+from agents.protocol.placement import PlacementTable, gpu_load, imbalance, layer_imbalance
+from controlplane.effect import Effect
+from controlplane.parking import LOAD_SPAN_SECONDS, KnobInputs, Parked
 
 RANK_REPORTS = "slot_reports_rank_"  # + EP rank: window counter, reports whose slot load the window counted
+ACCEPTED_AT = "spec_accepted_at_"  # + draft position: window counter, accepted draft tokens there
 GROUPS_AT, NODES_AT = "routing_groups_at_", "routing_nodes_at_"  # + n: tokens whose top-k reached n groups / nodes
 
 
@@ -63,6 +66,14 @@ class Window:
         den = self.counters.get(denominator, 0.0)
         return self.counters.get(numerator, 0.0) / den if den > 0 else None
 
+    def layer_imbalance(self, ep_size: int) -> np.ndarray | None:
+        """[loaded layers] max/mean GPU load of each MoE layer that carried load (a per-layer straggler the
+        mean over layers can hide); None under the same conditions as `imbalance`."""
+        if not self.is_slot_load_complete(ep_size):
+            return None
+        ratio = layer_imbalance(self.gpu_load(ep_size))
+        return ratio[~np.isnan(ratio)] if (~np.isnan(ratio)).any() else None
+
     def per_token(self, prefix: str) -> np.ndarray | None:
         """[max n + 1] tokens (over ranks and MoE layers) whose top-k reached n groups (prefix GROUPS_AT) or
         nodes (NODES_AT); None when no report measured it (agents before the measure)."""
@@ -73,6 +84,29 @@ class Window:
         for n, v in counts.items():
             histogram[n] = v
         return histogram
+
+
+def acceptance_by_position(windows) -> list[float]:
+    """MTP acceptance at each draft position over `windows` (or counter dicts): a draft reaches position i only
+    if 0..i-1 were accepted, so the ratio is per draft, not per token proposed there."""
+    counters = [w.counters if isinstance(w, Window) else w for w in windows]
+    drafts = sum(c.get("spec_drafts", 0.0) for c in counters)
+    positions = sorted({int(k[len(ACCEPTED_AT):]) for c in counters for k in c if k.startswith(ACCEPTED_AT)})
+    return [round(sum(c.get(f"{ACCEPTED_AT}{i}", 0.0) for c in counters) / drafts, 4)
+            for i in positions] if drafts > 0 else []
+
+
+@dataclass(frozen=True)
+class KnobChange:
+    """An applied change of one of the pool's knobs, whoever asked for it. direction: +1 the knob's value
+    went up (a looser routing limit), -1 down, 0 the knob has no order (a placement)."""
+
+    action_id: int
+    knob: str
+    at: float
+    status: str
+    direction: int
+    effect: Effect | None = None
 
 
 @dataclass(frozen=True)
@@ -100,11 +134,19 @@ class PoolState:
     last_change_at: float | None = None
     moved_slots_last_hour: int = 0
     num_actions_last_hour: int = 0
-    topk_group: int | None = None  # the routing limit the controller issued; None: unlimited
+    topk_group: int | None = None  # the routing limit the controller issued; None: the model's own
+    routing_version: int = 0
     routing_changed_at: float | None = None
     top_k: int = 1
     model_topk_group: int | None = None  # the limit the model routes with when the controller sets none
     num_gone_agents: int = 0  # silent past the gone limit: counted nowhere but in the overview
+    model_key: str = ""  # fingerprint of the model shape (parking.model_key)
+    policy_version: int = 0
+    parked: dict[str, Parked] = field(default_factory=dict)  # knob -> its park, while one stands
+    changes: tuple[KnobChange, ...] = ()  # recent applied changes of every knob, oldest first
+    # routing recall (against the unconstrained top-k) measured under the model's own limit, as recorded by
+    # the action that set the limit in force; None: not recorded (or the model's own limit is in force)
+    recall_reference: float | None = None
 
     @property
     def num_slots(self) -> int:
@@ -114,6 +156,58 @@ class PoolState:
     def placement(self) -> PlacementTable:
         """The placement the controller last issued."""
         return PlacementTable(self.slot_to_expert, self.slot_share, self.placement_version)
+
+    @property
+    def effective_topk_group(self) -> int:
+        """The groups per token the agents route with: the issued limit, else the model's own, else all."""
+        return self.topk_group or self.model_topk_group or self.num_groups
+
+    def routing_recall(self, window: Window) -> float | None:
+        """Routing recall against the model's own routing (its topk_group), under the limit in force. Agents
+        measure recall against the unconstrained top-k; a limit no looser than the model's own keeps a subset
+        of the unconstrained top-k experts the model's own limit keeps (its groups are a subset of those
+        groups), so the ratio of the two recalls is the share of those the tighter limit still keeps: exact
+        per token, a ratio of means over a window. 1.0 at the model's own limit."""
+        raw = window.ratio("routing_recall_sum", "routing_recall_count")
+        if raw is None or self.model_topk_group is None:
+            return raw  # the model routes over every group: its own routing is the unconstrained top-k
+        if self.effective_topk_group >= self.model_topk_group:
+            return 1.0
+        return min(1.0, raw / self.recall_reference) if self.recall_reference else None
+
+    def signals(self, windows: tuple[Window, ...] | list[Window]) -> dict[str, float | None]:
+        """The signals changes aim at (controlplane/effect.py), over `windows`: ratios of sums for the
+        counters, means over windows for the imbalance and the recall."""
+
+        def mean(values) -> float | None:
+            values = [v for v in values if v is not None]
+            return float(np.mean(values)) if values else None
+
+        def pooled(numerators: tuple[str, ...], denominator: str) -> float | None:
+            den = sum(w.counters.get(denominator, 0.0) for w in windows)
+            return sum(w.counters.get(n, 0.0) for w in windows for n in numerators) / den if den > 0 else None
+
+        return {"imbalance": mean(w.imbalance(self.ep_size) for w in windows),
+                "all2all_share": pooled(("dispatch_seconds", "combine_seconds"), "forward_seconds"),
+                "routing_recall": mean(self.routing_recall(w) for w in windows),
+                "mtp_acceptance": pooled(("spec_accepted_tokens",), "spec_draft_tokens")}
+
+    def knob_inputs(self, *, with_expert_share: bool) -> KnobInputs:
+        """What a knob's change is decided from now (controlplane/parking.py): the load over the most recent
+        windows covering `LOAD_SPAN_SECONDS` (all there are, when fewer)."""
+        windows, seconds = [], 0.0
+        for window in reversed(self.windows):
+            if seconds >= LOAD_SPAN_SECONDS:
+                break
+            windows.append(window)
+            seconds += window.seconds
+        # layer 0's row counts every routed token top_k times
+        tokens = sum(float(w.expert_tokens[0].sum()) for w in windows if len(w.expert_tokens)) / max(self.top_k, 1)
+        share = None
+        if with_expert_share and windows:
+            total = np.sum([w.expert_tokens for w in windows], axis=0).astype(np.float64)  # [L, E]
+            share = total / np.maximum(total.sum(axis=1, keepdims=True), 1.0)
+        return KnobInputs(self.model_key, self.policy_version, tokens / seconds if seconds > 0 else None, share)
 
     def current_windows(self) -> tuple[Window, ...]:
         """Complete windows measured entirely under the issued placement, oldest first."""

@@ -1,32 +1,33 @@
-"""The planner: pure. (policy, observed pool, now) -> Plan, and the verdict on an applied change.
+"""The planner: pure. (policy, observed pool, now) -> Plan for the placement and a step for the routing limit.
 
-Hysteresis lives here: a change needs a sustained imbalance, fresh data from a quorum of agents,
-a cooldown since the last change, room in the moves budget, and a predicted gain worth the moves.
+Hysteresis lives here: a change needs a sustained signal, fresh data from a quorum of agents, a cooldown
+since the last change, room in the moves budget, and a predicted effect worth the change (which the change
+carries, to be verified against: controlplane/effect.py). A knob parked after a reverted change stays
+put until its inputs change materially (controlplane/parking.py); a knob's direction is not reversed within
+the policy's flap window.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
-from controlplane.desired import (
-    Decision,
-    Mode,
-    PlacementChange,
-    Plan,
-    Policy,
-    PoolSizeStep,
-    ReplicaBounds,
-    VerifyOutcome,
-)
+from agents.protocol.placement import PlacementTable
+from controlplane.desired import Decision, Mode, PlacementChange, Plan, Policy, PoolSizeStep, ReplicaBounds
+from controlplane.diagnose import Cause, MtpDiagnosis
+from controlplane.effect import Effect
 from controlplane.learn.forecast import forecast_load
 from controlplane.observed import PoolState
+from controlplane.parking import LOAD_SPAN_SECONDS, material_change
 from controlplane.solve.algorithm import MigrationAware, PlacementAlgorithm
 from controlplane.solve.placement import Topology
-from controlplane.solve.routing import RoutingStep, plan_topk_group
+from controlplane.solve.routing import RECALL_TOLERANCE, RoutingStep, limit_range, plan_topk_group
 
 HOUR = 3600.0
 MAX_FORECAST_WINDOWS = 16
 MIGRATION_AWARE = MigrationAware()
+PLACEMENT, ROUTING = "placement", "routing"  # the knobs' kinds (controlplane/actuate/)
 
 
 def pool_topology(pool: PoolState) -> Topology:
@@ -36,14 +37,41 @@ def pool_topology(pool: PoolState) -> Topology:
                     slots_per_gpu=pool.slots_per_rank, num_groups=pool.num_groups)
 
 
-def plan_pool(policy: Policy, pool: PoolState, now: float, *, is_forced: bool = False,
-              algorithm: PlacementAlgorithm = MIGRATION_AWARE) -> Plan:
+def parked_reason(pool: PoolState, knob: str, *, with_expert_share: bool) -> tuple[str | None, str | None]:
+    """(why the knob stays parked, why it no longer is): both None when it is not parked."""
+    parked = pool.parked.get(knob)
+    if parked is None:
+        return None, None
+    why = material_change(parked.inputs, pool.knob_inputs(with_expert_share=with_expert_share))
+    if why is not None:
+        return None, why
+    return f"{knob} parked since action {parked.action_id}: {parked.reason} (until the model, the policy or the " \
+           f"load changes)", None
+
+
+def _context(policy: Policy, pool: PoolState, windows) -> tuple[dict[str, float], dict[str, float]]:
+    """The floors a change must keep (those not already broken) and the signals before it, as evidence."""
+    signals = pool.signals(windows)
+    context = {k: v for k, v in signals.items() if v is not None}
+    acceptance = signals["mtp_acceptance"]
+    floors = {}
+    if policy.mtp_acceptance_floor is not None and acceptance is not None and acceptance >= policy.mtp_acceptance_floor:
+        floors["mtp_acceptance"] = policy.mtp_acceptance_floor
+    return floors, context
+
+
+def plan_pool(policy: Policy, pool: PoolState, now: float, *, is_forced: bool = False, is_asked: bool = False,
+              mtp: MtpDiagnosis | None = None, algorithm: PlacementAlgorithm = MIGRATION_AWARE) -> Plan:
     """is_forced: a person or an alert asked for a rebalance; the trigger thresholds are skipped,
-    the data hygiene, cooldown, budgets and the minimum gain still hold. algorithm: what solves the
-    placement (solve/algorithm.py)."""
+    the data hygiene, cooldown, budgets and the minimum gain still hold. is_asked: a person asked, which also
+    lifts a park (they see its evidence). mtp: the MTP diagnosis; only load skew leads to a rebalance.
+    algorithm: what solves the placement (solve/algorithm.py)."""
+    unparked = None
 
     def plan(decision: Decision, reason: str, change: PlacementChange | None = None, **inputs) -> Plan:
-        return Plan(pool.deployment, pool.role, decision, reason, inputs, change)
+        if unparked is not None and decision == Decision.rebalance:
+            reason = f"{reason} (unparked: {unparked})"
+        return Plan(pool.deployment, pool.role, decision, reason, inputs, change, unparked)
 
     if policy.mode == Mode.off:
         return plan(Decision.keep, "policy mode is off")
@@ -57,17 +85,20 @@ def plan_pool(policy: Policy, pool: PoolState, now: float, *, is_forced: bool = 
     measured = [w.imbalance(pool.ep_size) for w in windows]
     if any(m is None for m in measured):
         return plan(Decision.hold, "a recent window misses some rank's expert load (or carries none)")
-    acceptance = [w.ratio("spec_accepted_tokens", "spec_draft_tokens") for w in windows]
     inputs = {"measured_imbalance": [round(m, 4) for m in measured], "windows": [w.index for w in windows],
               "placement_version": pool.placement_version}
-    # the seeds' loop: acceptance persistently under its floor is read as a symptom of load skew
-    is_acceptance_low = (policy.mtp_acceptance_floor is not None and len(windows) >= policy.sustained_windows
-                         and all(a is not None and a < policy.mtp_acceptance_floor for a in acceptance))
+    # the seeds' loop: acceptance persistently under its floor, diagnosed as load skew, asks for a rebalance
+    is_acceptance_low = mtp is not None and mtp.cause == Cause.skew
     if is_acceptance_low:
-        inputs["mtp_acceptance"] = [round(a, 4) for a in acceptance]
+        inputs["mtp_acceptance"] = mtp.evidence["mtp_acceptance"]
     if not is_forced and not is_acceptance_low and min(measured) <= policy.imbalance_threshold:
         return plan(Decision.keep, f"imbalance {measured[-1]:.3f} within threshold "
                                    f"{policy.imbalance_threshold}", **inputs)
+    still_parked, unparked = parked_reason(pool, PLACEMENT, with_expert_share=True)
+    if is_asked and still_parked:
+        still_parked, unparked = None, "a person asked"
+    if still_parked:
+        return plan(Decision.hold, still_parked, **inputs)
     if pool.num_actions_last_hour >= policy.max_actions_per_hour:
         return plan(Decision.hold, f"{pool.num_actions_last_hour} actions in the last hour, the policy allows "
                                    f"{policy.max_actions_per_hour}", **inputs)
@@ -97,73 +128,79 @@ def plan_pool(policy: Policy, pool: PoolState, now: float, *, is_forced: bool = 
                "mean_nodes_per_group": round(float(solved.mean_nodes_per_group), 3)}
     if gain < policy.min_gain or solved.num_moved_slots == 0:
         return plan(Decision.keep, f"best plan gains {gain:.3f} < min_gain {policy.min_gain}", **inputs)
+    floors, context = _context(policy, pool, windows)
+    # predicted in the units it will be measured in: the windows just measured, had they run the new table
+    # (their sampling noise included: a few hundred tokens per GPU never measure 1.00, whatever the table)
+    table = PlacementTable(solved.slot_to_expert, solved.slot_share)
+    predicted = float(np.mean([table.imbalance(w.expert_tokens, topology.num_gpus) for w in windows]))
+    effect = Effect("imbalance", -1, float(np.mean(measured)), predicted, policy.rollback_tolerance, floors, context)
     change = PlacementChange(solved.slot_to_expert, solved.slot_share, current,
-                             solved.imbalance, solved.num_moved_slots)
+                             solved.imbalance, solved.num_moved_slots, effect)
     if is_forced:
         why = f"requested at imbalance {measured[-1]:.3f}"
     elif is_acceptance_low:
-        why = f"MTP acceptance under {policy.mtp_acceptance_floor} for {len(windows)} windows"
+        why = mtp.reason
     else:
         why = f"imbalance {measured[-1]:.3f} > {policy.imbalance_threshold} for {len(measured)} windows"
     return plan(Decision.rebalance, f"{why}; plan moves {solved.num_moved_slots} slots to reach "
                                     f"{solved.imbalance:.3f}", change, **inputs)
 
 
-def verify_change(policy: Policy, pool: PoolState, version: int, prior_imbalance: float
-                  ) -> tuple[VerifyOutcome, float | None]:
-    """Judges an applied placement once `verify_windows` complete windows ran under it.
-
-    Returns the outcome and the measured imbalance (mean over those windows).
-    """
-    windows = [w for w in pool.windows if w.placement_version == version and w.num_slot_reports == w.num_reports]
-    if len(windows) < policy.verify_windows:
-        return VerifyOutcome.wait, None
-    values = [w.imbalance(pool.ep_size) for w in windows[: policy.verify_windows]]
-    values = [v for v in values if v is not None]
-    if not values:
-        return VerifyOutcome.wait, None
-    measured = float(np.mean(values))
-    if measured > prior_imbalance + policy.rollback_tolerance:
-        return VerifyOutcome.rolled_back, measured
-    return VerifyOutcome.verified, measured
-
-
-def plan_routing(policy: Policy, pool: PoolState, now: float) -> RoutingStep:
-    """The routing limit for the pool: bounded steps on sustained all-to-all share and recall."""
+def plan_routing(policy: Policy, pool: PoolState, now: float, mtp: MtpDiagnosis | None = None) -> RoutingStep:
+    """The routing limit for the pool: bounded steps on sustained all-to-all share and recall, each carrying
+    its effect; no step while the last one awaits its verdict, while the knob is parked, or that would reverse
+    a change within the flap window. mtp: a routing diagnosis asks to loosen toward the model's own limit."""
     current = pool.topk_group
     if policy.mode == Mode.off or policy.all2all_share_target is None:
         return RoutingStep(current, "routing limits are not managed by this policy")
     if pool.num_agents == 0 or pool.num_fresh_agents < policy.min_fresh_agents_fraction * pool.num_agents:
         return RoutingStep(current, f"only {pool.num_fresh_agents}/{pool.num_agents} agents are fresh")
+    last = next((c for c in reversed(pool.changes) if c.knob == ROUTING), None)
+    if last is not None and last.status == "applied":
+        return RoutingStep(current, f"action {last.action_id} awaits its verdict")
     # judge the limit in force on windows that ran under it only
     since = pool.routing_changed_at or 0.0
     windows = [w for w in pool.windows if w.start >= since][-policy.sustained_windows:]
     shares = [w.all2all_share for w in windows]
-    recall = [w.ratio("routing_recall_sum", "routing_recall_count") for w in windows]
+    recall = [pool.routing_recall(w) for w in windows]
     if len(windows) < policy.sustained_windows or any(s is None for s in shares):
         return RoutingStep(current, "not enough windows with all-to-all time")
     if pool.routing_changed_at is not None and now - pool.routing_changed_at < policy.cooldown_seconds:
         return RoutingStep(current, "cooling down")
-    return plan_topk_group(current=current, default=pool.model_topk_group, num_groups=pool.num_groups,
-                           num_experts=pool.num_experts, top_k=pool.top_k, all2all_share=shares,
-                           recall=[r for r in recall if r is not None], target=policy.all2all_share_target,
-                           recall_floor=policy.routing_recall_floor, min_groups=policy.topk_group_min,
-                           max_groups=policy.topk_group_max)
-
-
-def diagnose_prefix_hits(policy: Policy, pool: PoolState) -> tuple[str, list[float]] | None:
-    """A finding when the prefix-cache hit ratio stays under the policy's floor. Nothing in the
-    placement fixes it (requests miss the instances holding their prefixes, or the cache thrashes),
-    so the loop records it for people instead of acting. Returns the finding and the ratios it read."""
-    if policy.mode == Mode.off or policy.prefix_hit_floor is None:
-        return None
-    windows = pool.windows[-policy.sustained_windows:]
-    ratios = [w.ratio("prefix_hit_tokens", "prefix_query_tokens") for w in windows]
-    if len(windows) < policy.sustained_windows or any(r is None or r >= policy.prefix_hit_floor for r in ratios):
-        return None
-    finding = (f"prefix hit ratio {ratios[-1]:.2f} under floor {policy.prefix_hit_floor} for {len(ratios)} windows: "
-               f"check the router's prefix affinity and the KV cache's size (no placement change helps)")
-    return finding, ratios
+    if sum(w.seconds for w in pool.windows) < LOAD_SPAN_SECONDS:  # a start-up's load is no baseline for a park
+        return RoutingStep(current, f"under {LOAD_SPAN_SECONDS:.0f}s of windows: the load is not known yet")
+    still_parked, unparked = parked_reason(pool, ROUTING, with_expert_share=False)
+    if still_parked:
+        return RoutingStep(current, still_parked)
+    if mtp is not None and mtp.cause == Cause.routing:
+        _, highest = limit_range(num_groups=pool.num_groups, num_experts=pool.num_experts, top_k=pool.top_k,
+                                 model_limit=pool.model_topk_group, min_groups=policy.topk_group_min,
+                                 max_groups=policy.topk_group_max)
+        groups = pool.effective_topk_group
+        before = pool.signals(windows)["mtp_acceptance"] or 0.0
+        step = RoutingStep(groups + 1, mtp.reason, Effect("mtp_acceptance", +1, before, policy.mtp_acceptance_floor,
+                                                          RECALL_TOLERANCE)) if groups < highest else None
+    else:
+        step = plan_topk_group(current=current, default=pool.model_topk_group, num_groups=pool.num_groups,
+                               num_experts=pool.num_experts, top_k=pool.top_k, all2all_share=shares,
+                               recall=[r for r in recall if r is not None], target=policy.all2all_share_target,
+                               recall_floor=policy.routing_recall_floor, min_groups=policy.topk_group_min,
+                               max_groups=policy.topk_group_max)
+    step = step or RoutingStep(current, "routing limits hold")
+    if not step.is_change_from(current):
+        return replace(step, unparked=unparked)
+    direction = 1 if (step.topk_group or pool.model_topk_group or pool.num_groups) > pool.effective_topk_group else -1
+    reversed_ = next((c for c in reversed(pool.changes) if c.knob == ROUTING and c.direction == -direction
+                      and now - c.at < policy.flap_window_seconds), None)
+    if reversed_ is not None and step.effect is not None:  # a bound enforced is never held back
+        return RoutingStep(current, f"{step.reason}; held: it would reverse action {reversed_.action_id} of "
+                                    f"{now - reversed_.at:.0f}s ago within the flap window "
+                                    f"({policy.flap_window_seconds:.0f}s)", unparked=unparked)
+    if step.effect is not None:
+        floors, context = _context(policy, pool, windows)
+        step = replace(step, effect=replace(step.effect, floors=step.effect.floors | floors, context=context))
+    return replace(step, unparked=unparked, reason=step.reason if unparked is None
+                   else f"{step.reason} (unparked: {unparked})")
 
 
 def check_pool_size(policy: Policy, *, role: str, replicas: int, current: int | None, gpus_per_instance: int,

@@ -34,7 +34,7 @@ from controlplane.actuate.fence import SOLE, Fence, guard
 from controlplane.actuate.knobs import KNOBS
 from controlplane.actuate.scale import last_applied
 from controlplane.config import Settings
-from controlplane.store import actions, alerts, audit, deployments, requests, windows
+from controlplane.store import actions, alerts, audit, deployments, parks, requests, windows
 from controlplane.store.tables import Pool
 
 log = logging.getLogger("moectl.prune")
@@ -81,6 +81,7 @@ def prune(sessions: sessionmaker[Session], settings: Settings, *, now: float, ma
         ("agents", lambda s: deployments.prune_agents(s, silent_since=before(settings.retain_agents_seconds),
                                                       limit=max_rows)),
         ("audit_events", lambda s: audit.prune(s, before=before(settings.retain_audit_seconds), limit=max_rows)),
+        ("knob_parks", lambda s: parks.prune(s, before=before(settings.retain_actions_seconds), limit=max_rows)),
     ):
         with sessions() as session, session.begin():
             guard(session, fence)

@@ -31,6 +31,7 @@ from agents.protocol.placement import PlacementTable
 from controlplane.actuate import change
 from controlplane.actuate.fence import SOLE, Fence, NotLeader, guard
 from controlplane.actuate.in_flight import in_flight, join
+from controlplane.actuate.knobs import KNOBS
 from controlplane.actuate.placement import PLACEMENT
 from controlplane.actuate.pool_size import POOL_SIZE
 from controlplane.actuate.routing import ROUTING
@@ -39,15 +40,16 @@ from controlplane.actuate.scaler import PoolScaler
 from controlplane.compute import Compute, in_process
 from controlplane.config import Settings
 from controlplane.desired import Decision, Plan, Policy
+from controlplane.diagnose import Cause, MtpDiagnosis, diagnose_mtp, diagnose_prefix_hits
 from controlplane.liveness import LoopLiveness
 from controlplane.observed import PoolState
-from controlplane.plan import check_pool_size, diagnose_prefix_hits, plan_pool, plan_routing
+from controlplane.plan import check_pool_size, plan_pool, plan_routing
 from controlplane.prune import Pruning
 from controlplane.routing_reach import RoutingReach, check_routing_limit
-from controlplane.store import actions, deployments, policies, pool_sizes, pools, requests, tokens, windows
+from controlplane.store import actions, deployments, parks, policies, pool_sizes, pools, requests, tokens, windows
 from controlplane.store.db import is_unavailable
 from controlplane.store.tables import Action, Deployment, Pool, Request
-from controlplane.verify import verify_pool
+from controlplane.verify import roll_back, verify_pool
 
 log = logging.getLogger("moectl.reconcile")
 ROUTING_LIMIT_VIOLATION = "routing_limit_violation"  # the action kind of a group limit found not in effect
@@ -58,6 +60,8 @@ class PoolResult:
     plan: Plan
     action: Action | None = None  # the placement action this reconcile made, or the one in flight it joined
     is_new: bool = False  # the action was made now
+    parked: tuple[str, ...] = ()  # the pool's knobs parked after this reconcile
+    mtp: MtpDiagnosis | None = None  # why MTP acceptance is under its floor, if it is
     reach: RoutingReach | None = None  # whether the group limit in force is honoured (None: dry run)
 
     @property
@@ -75,7 +79,11 @@ class PassResult:
     plans: list[Plan]
     num_errors: int
     seconds: float
-    reaches: list[RoutingReach] = field(default_factory=list)
+    pools: list[PoolResult] = field(default_factory=list)
+
+    @property
+    def reaches(self) -> list[RoutingReach]:
+        return [r.reach for r in self.pools if r.reach is not None]
 
     @property
     def is_failed(self) -> bool:
@@ -92,7 +100,7 @@ def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: 
     where the planner runs (controlplane/compute.py)."""
     tracer = tracer or trace.get_tracer("moectl.reconcile")
     started = time.perf_counter()
-    plans, reaches, num_errors = [], [], 0
+    plans, results, num_errors = [], [], 0
     with tracer.start_as_current_span("reconcile.pass", attributes={"moectl.dry_run": dry_run}) as span:
         with sessions() as session:
             targets = [(d.id, p.id) for d in deployments.list_all(session) for p in deployments.pools_of(session, d)]
@@ -106,8 +114,7 @@ def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: 
                     result = reconcile_pool(session, deployment, pool, settings, now=now, dry_run=dry_run,
                                             tracer=tracer, scaler=scaler, fence=fence, compute=compute)
                     plans.append(result.plan)
-                    if result.reach is not None:
-                        reaches.append(result.reach)
+                    results.append(result)
             except NotLeader as lost:
                 log.warning("lost the leadership mid-pass, nothing of pool %s written: %s", pool_id, lost)
                 break
@@ -119,7 +126,7 @@ def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: 
                     break
         span.set_attribute("moectl.pools", len(targets))
         span.set_attribute("moectl.errors", num_errors)
-    return PassResult(plans, num_errors, time.perf_counter() - started, reaches)
+    return PassResult(plans, num_errors, time.perf_counter() - started, results)
 
 
 def reconcile_pool(session: Session, deployment: Deployment, pool: Pool, settings: Settings, *, now: float,
@@ -141,23 +148,29 @@ def reconcile_pool(session: Session, deployment: Deployment, pool: Pool, setting
             with tracer.start_as_current_span("verify"):
                 verify_pool(session, pool, state, policy, now)
                 state = pools.read_state(session, deployment, pool, now=now, settings=settings)
+        mtp = diagnose_mtp(policy, state, now)
+        if not dry_run and mtp is not None and mtp.cause == Cause.regression:
+            state = _roll_back_regression(session, deployment, pool, state, mtp, settings, now)
         with tracer.start_as_current_span("plan"):
-            plan = compute(plan_pool, policy, state, now, is_forced=is_forced or bool(pending))
+            plan = compute(plan_pool, policy, state, now, is_forced=is_forced or bool(pending), mtp=mtp,
+                           is_asked=any(r.trigger == "manual" for r in pending))
         span.set_attribute("moectl.decision", plan.decision.value)
         log.info("%s/%s: %s (%s)", deployment.name, pool.role, plan.decision.value, plan.reason)
         if dry_run:
             return PoolResult(plan)
         windows.prune(session, pool, history_windows=settings.history_windows, limit=settings.max_prune_rows)
         with tracer.start_as_current_span("actuate"):
+            if plan.unparked is not None:
+                parks.release(session, pool=pool, knob=PLACEMENT.kind, reason=plan.unparked, now=now)
             action, is_new = _actuate_placement(session, deployment, pool, policy, plan, pending, settings, now)
             if plan.decision != Decision.rebalance:  # one change per pass: routing moves when the placement does not
-                _actuate_routing(session, deployment, pool, state, policy, settings, now)
-            _record_findings(session, deployment, pool, state, policy, now)
+                _actuate_routing(session, deployment, pool, state, policy, settings, now, mtp)
+            _record_findings(session, deployment, pool, state, policy, now, mtp)
             reach = _record_routing_reach(session, deployment, pool, state, policy, now)
             _actuate_pool_size(session, deployment, pool, policy, settings, now)
             if scaler is not None:
                 _sync_pool_size(session, deployment, pool, scaler, fence, policy, now)
-        result = PoolResult(plan, action, is_new, reach)
+        result = PoolResult(plan, action, is_new, tuple(sorted(parks.active(session, pool))), mtp, reach)
         for i, request in enumerate(pending):  # the first request made a new action, the others joined it
             outcome = result.outcome if i == 0 else replace(result, is_new=False).outcome
             requests.settle(request, outcome=outcome, action_id=action.id if action else None, now=now)
@@ -199,21 +212,46 @@ def _actuate_placement(session: Session, deployment: Deployment, pool: Pool, pol
 
 
 def _actuate_routing(session: Session, deployment: Deployment, pool: Pool, state: PoolState, policy: Policy,
-                     settings: Settings, now: float) -> None:
-    step = plan_routing(policy, state, now)
+                     settings: Settings, now: float, mtp: MtpDiagnosis | None) -> None:
+    step = plan_routing(policy, state, now, mtp)
+    if step.unparked is not None:
+        parks.release(session, pool=pool, knob=ROUTING.kind, reason=step.unparked, now=now)
     if not step.is_change_from(state.topk_group):
         return
     if in_flight(session, pool, ROUTING.kind, policy=policy, window_seconds=settings.window_seconds,
                  now=now) is not None:
         return
-    windows_used = state.windows[-policy.sustained_windows:]
+    windows_used = [w for w in state.windows if w.start >= (state.routing_changed_at or 0.0)]
+    windows_used = windows_used[-policy.sustained_windows:]
+    recall = [w.ratio("routing_recall_sum", "routing_recall_count") for w in windows_used]
+    measured_recall = [r for r in recall if r is not None]
+    at_model_limit = state.model_topk_group is None or state.effective_topk_group >= state.model_topk_group
+    # recall (against the unconstrained top-k) under the model's own limit: what later recall is judged against
+    reference = (sum(measured_recall) / len(measured_recall) if measured_recall else None) if at_model_limit \
+        else state.recall_reference
     inputs = {"all2all_share": [round(w.all2all_share or 0.0, 4) for w in windows_used],
+              "routing_recall": [round(r, 4) for r in measured_recall], "recall_reference": reference,
               "windows": [w.index for w in windows_used], "topk_group": state.topk_group}
+    predicted = {"topk_group_before": state.topk_group, "topk_group_after": step.topk_group}
+    if step.effect is not None:
+        predicted["effect"] = step.effect.to_json()
     change.propose(session, ROUTING, deployment=deployment, pool=pool, value=step.topk_group, policy=policy,
                    reason=step.reason, inputs=inputs, trigger="loop", created_by=tokens.LOOP, now=now,
-                   predicted={"topk_group_before": state.topk_group, "topk_group_after": step.topk_group})
+                   predicted=predicted)
     log.info("%s/%s: routing %s -> %s (%s)", deployment.name, pool.role, state.topk_group, step.topk_group,
              step.reason)
+
+
+def _roll_back_regression(session: Session, deployment: Deployment, pool: Pool, state: PoolState,
+                          mtp: MtpDiagnosis, settings: Settings, now: float) -> PoolState:
+    """MTP acceptance fell under its floor right after a change: that change is reverted and its knob parked."""
+    action = session.get(Action, mtp.action_id)
+    if action is None or action.status not in (actions.APPLIED, actions.VERIFIED):
+        return state
+    roll_back(session, KNOBS[action.kind], pool=pool, action=action, state=state, reason=mtp.reason,
+              measured=action.measured | {"verdict": mtp.reason}, now=now)
+    log.info("%s/%s: rolled back action %d (%s)", deployment.name, pool.role, action.id, mtp.reason)
+    return pools.read_state(session, deployment, pool, now=now, settings=settings)
 
 
 def _actuate_pool_size(session: Session, deployment: Deployment, pool: Pool, policy: Policy, settings: Settings,
@@ -263,17 +301,24 @@ def _sync_pool_size(session: Session, deployment: Deployment, pool: Pool, scaler
 
 
 def _record_findings(session: Session, deployment: Deployment, pool: Pool, state: PoolState, policy: Policy,
-                     now: float) -> None:
-    """Findings go to the audit trail at most once an hour each, where the dashboard's timeline shows them."""
+                     now: float, mtp: MtpDiagnosis | None) -> None:
+    """Findings go to the audit trail, where the dashboard's timeline shows them: each at most once an hour,
+    an MTP diagnosis also whenever its cause changes."""
+    recent = [a for a in actions.of_pool(session, pool, since=now - 3600.0, statuses=(actions.RECORDED,))
+              if a.kind == "diagnosis"]  # newest first
+    last_mtp = next((a for a in recent if a.inputs.get("cause") in set(Cause)), None)
+    if mtp is not None and (last_mtp is None or last_mtp.inputs["cause"] != mtp.cause.value):
+        actions.record(session, deployment=deployment, pool=pool, kind="diagnosis", trigger="loop",
+                       mode=policy.mode.value, status=actions.RECORDED, reason=mtp.reason,
+                       inputs=mtp.evidence | {"cause": mtp.cause.value}, predicted={}, created_by=tokens.LOOP, now=now)
     diagnosis = diagnose_prefix_hits(policy, state)
-    if diagnosis is None or actions.open_for(session, pool, since=now - 3600.0, kind="diagnosis",
-                                             statuses=(actions.RECORDED,)) is not None:
+    if diagnosis is None or any(a.inputs.get("cause") == "prefix_hits" for a in recent):
         return
     finding, ratios = diagnosis
     actions.record(session, deployment=deployment, pool=pool, kind="diagnosis", trigger="loop",
                    mode=policy.mode.value, status=actions.RECORDED, reason=finding,
-                   inputs={"prefix_hit_ratio": [round(r, 4) for r in ratios]}, predicted={}, created_by=tokens.LOOP,
-                   now=now)
+                   inputs={"prefix_hit_ratio": [round(r, 4) for r in ratios], "cause": "prefix_hits"}, predicted={},
+                   created_by=tokens.LOOP, now=now)
 
 
 def _record_routing_reach(session: Session, deployment: Deployment, pool: Pool, state: PoolState, policy: Policy,

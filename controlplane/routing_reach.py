@@ -83,8 +83,8 @@ def window_reach(window: Window, limit: int | None) -> WindowReach | None:
 def check_routing_limit(policy: Policy, pool: PoolState) -> RoutingReach:
     """Violated when each of the last `sustained_windows` measured windows under the limit in force put more
     than MAX_OVER_LIMIT_SHARE of its tokens past it."""
-    limit = pool.topk_group or pool.model_topk_group
-    if limit is not None and limit >= min(pool.num_groups, pool.top_k):
+    limit: int | None = pool.effective_topk_group
+    if limit >= min(pool.num_groups, pool.top_k):
         limit = None  # top_k experts cannot reach more groups than this anyway: nothing is limited
 
     def verdict(windows: list[WindowReach], is_violated: bool, reason: str) -> RoutingReach:

@@ -26,7 +26,7 @@ from controlplane.leader.lease import LeaseRecords
 from controlplane.liveness import LoopLiveness
 from controlplane.plan import plan_pool
 from controlplane.prune import prune_all
-from controlplane.reconcile import reconcile_once, run_forever
+from controlplane.reconcile import PassResult, reconcile_once, run_forever
 from controlplane.store.db import make_engine, make_sessions, upgrade
 from controlplane.telemetry import ControllerMetrics
 
@@ -103,8 +103,12 @@ class Controller:
             self.threads.append(threading.Thread(target=run_forever, name="reconcile", daemon=True, kwargs=dict(
                 sessions=self.sessions, settings=settings, stop=self.stop_loop, liveness=self.liveness,
                 scaler=actuation.scaler, fence=actuation.fence, compute=self.compute or in_process,
-                on_pass=lambda r: self.metrics.observe_pass(
-                    r.plans, r.num_errors, r.seconds, is_leading=actuation.fence.is_leading(), reaches=r.reaches))))
+                on_pass=lambda r: self._observe(r, actuation.fence.is_leading()))))
+
+    def _observe(self, result: PassResult, is_leading: bool) -> None:
+        self.metrics.observe_pass(result.plans, result.num_errors, result.seconds, is_leading=is_leading,
+                                  reaches=result.reaches)
+        self.metrics.observe_pools([(r.plan.deployment, r.plan.role, r.parked, r.mtp) for r in result.pools])
 
     @property
     def url(self) -> str:

@@ -27,9 +27,9 @@ from agents.runtime.placement import EngineRoutingLimits, Placement
 from agents.runtime.sequence import SamplingParams
 from agents.runtime.stats import MoECounters, RequestOutput, StepStats
 from agents.runtime.tokenizer import encode
-from agents.sim.cost import remote_share, step_times
+from agents.sim.cost import LINKS, step_times
 from agents.sim.load import LoadModel
-from agents.sim.reach import Routing, sample_reach
+from agents.sim.reach import Reach, Routing, sample_reach
 
 NOMINAL_STEP_SECONDS = 0.05  # the walk's time step: a fixed one keeps it identical on every rank
 
@@ -45,6 +45,7 @@ class SimConfig:
     ep_rank: int = 0
     slots_per_rank: int = 0  # 0: just enough for one copy of each expert
     gpus_per_node: int = 8  # ranks per node: sorts the slots a token reached into nodes
+    links: str = "gpu-nodes"  # agents/sim/cost.py LINKS: what the all-to-all crosses
     num_speculative_tokens: int = 2
     num_background_seqs: int = 16  # synthetic decode batch besides real requests
     prefill_tokens_per_step: int = 96  # synthetic prompt tokens admitted per step
@@ -89,6 +90,7 @@ class SimEngine:
         self._ids = itertools.count()
         self._slot_share = self._shares(self.placement)
         self._routing_tables = self.placement.routing_tables(cfg.num_experts)  # [L, E, R] each, for _reach
+        self.links = LINKS[cfg.links]
 
     def add_request(self, prompt: str | list[int], params: SamplingParams | None = None,
                     request_id: str | None = None) -> str:
@@ -148,34 +150,33 @@ class SimEngine:
 
         # wall clock, not step count: every rank and instance sees the same swing at the same time
         popularity = self.load.popularity(time.time())  # [L, E]
-        topk_group = self._topk_group()
-        recall = self._recall(popularity, topk_group)  # [L]
+        reach = self._reach(popularity, num_tokens)  # this step's tokens, routed under the limit in force
         expert_tokens = self.load.route(popularity, num_tokens, rng)  # [L, E]
         table = self.placement.slot_to_expert.numpy()  # [L, S]
         # what every slot of the group receives, if the other ranks route like this one
         group_slot_tokens = slot_load(table, expert_tokens, self._slot_share) * cfg.ep_size
         rank_rows = gpu_load(group_slot_tokens, cfg.ep_size)
         local = slice(cfg.ep_rank * cfg.slots_per_rank, (cfg.ep_rank + 1) * cfg.slots_per_rank)
-        times = step_times(rank_rows, num_tokens, remote_share(cfg.ep_size, topk_group, cfg.num_groups, cfg.top_k))
+        times = step_times(rank_rows, num_tokens, reach.traffic(cfg.top_k), self.links)
         dispatch, combine = times.dispatch_seconds, times.combine_seconds
         forward = times.forward_seconds * float(rng.lognormal(0.0, 0.05))
 
         num_drafts = num_decode_seqs if cfg.num_speculative_tokens else 0
-        accepted_by_position = self._accepted(num_drafts)
+        accepted_by_position = self._accepted(num_drafts, reach.quality(cfg.top_k))
         num_query = num_prefill
         num_hit = int(rng.binomial(num_query, cfg.prefix_hit_ratio)) if num_query else 0
         outputs = self._outputs(new, running, now)
-        groups_per_token, nodes_per_token = self._reach(popularity, num_tokens, topk_group)
 
         counters = MoECounters(
             expert_tokens=torch.from_numpy(expert_tokens.astype(np.int64)),
             slot_tokens=torch.from_numpy(np.rint(group_slot_tokens[:, local]).astype(np.int64)),
-            recall_kept=torch.from_numpy(np.rint(recall * num_tokens * cfg.top_k).astype(np.int64)),
+            recall_kept=torch.full((cfg.num_layers,), round(reach.recall(cfg.top_k) * num_tokens * cfg.top_k),
+                                   dtype=torch.int64),
             recall_total=torch.full((cfg.num_layers,), num_tokens * cfg.top_k, dtype=torch.int64),
             dropped_tokens=torch.zeros(cfg.num_layers, dtype=torch.int64),
             dispatch_seconds=dispatch, dispatch_exposed_seconds=dispatch * 0.6,
             combine_seconds=combine, combine_exposed_seconds=combine,
-            groups_per_token=groups_per_token, nodes_per_token=nodes_per_token)
+            groups_per_token=reach.groups, nodes_per_token=reach.nodes)
         if cfg.is_paced:
             time.sleep(max(0.0, forward - (time.perf_counter() - t0)))
         self.load.drift()
@@ -192,28 +193,19 @@ class SimEngine:
         self.num_steps += 1
         return outputs, stats
 
-    def _topk_group(self) -> int:
-        """The groups a token may reach: the limit in force, or every group when the limit is bypassed."""
-        if self.cfg.is_group_limit_bypassed:
-            return self.cfg.num_groups
-        return self.routing_limits.topk_group or self.cfg.topk_group
-
-    def _reach(self, popularity: np.ndarray, num_tokens: int, topk_group: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """([num_layers, top_k + 1], same): this step's tokens by the groups and nodes their top-k reached."""
+    def _reach(self, popularity: np.ndarray, num_tokens: int) -> Reach:
+        """This rank's tokens, routed with the limit in force, or past it when the limit is bypassed."""
         cfg = self.cfg
+        topk_group = cfg.num_groups if cfg.is_group_limit_bypassed else self.routing_limits.topk_group or cfg.topk_group
         routing = Routing(cfg.num_groups, cfg.top_k, topk_group, *self._routing_tables, cfg.slots_per_rank,
-                          cfg.gpus_per_node, cfg.ep_size)
-        return sample_reach(popularity, num_tokens, self.rng, routing)
+                          cfg.gpus_per_node, cfg.ep_size, model_topk_group=cfg.topk_group)
+        return sample_reach(popularity, num_tokens, self.rng, routing, home_rank=cfg.ep_rank)
 
-    def _recall(self, popularity: np.ndarray, topk_group: int) -> np.ndarray:
-        """[num_layers] share of the routing mass inside the best `topk_group` groups."""
-        groups = np.sort(popularity.reshape(self.cfg.num_layers, self.cfg.num_groups, -1).sum(axis=2), axis=1)
-        return np.clip(groups[:, ::-1][:, :topk_group].sum(axis=1), 0.0, 1.0)
-
-    def _accepted(self, num_drafts: int) -> list[int]:
-        """Accepted tokens per draft position: position i counts drafts whose first i + 1 all matched."""
+    def _accepted(self, num_drafts: int, quality: float) -> list[int]:
+        """Accepted tokens per draft position: position i counts drafts whose first i + 1 all matched.
+        quality: what the routing in force leaves of the model's own (agents/sim/reach.py)."""
         accepted, alive = [], num_drafts
-        p = float(np.clip(self.cfg.mtp_acceptance + self.rng.normal(0.0, 0.02), 0.0, 1.0))
+        p = float(np.clip(self.cfg.mtp_acceptance * quality + self.rng.normal(0.0, 0.02), 0.0, 1.0))
         for _ in range(self.cfg.num_speculative_tokens):
             alive = int(self.rng.binomial(alive, p)) if alive else 0
             accepted.append(alive)

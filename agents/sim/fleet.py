@@ -33,16 +33,18 @@ from agents.protocol import (
 from agents.protocol.group import GroupSnapshot, RankRow
 from agents.protocol.placement import default_slot_to_expert, effective_share, gpu_load, slot_load
 from agents.runtime.placement import Placement
-from agents.sim.cost import remote_share, routing_effect, step_times
+from agents.sim.cost import GPU_NODES, Links, step_times
 from agents.sim.load import LoadModel
 from agents.sim.models import SIM_MOE, ModelLayout, layout_for_gpus
-from agents.sim.reach import Routing, sample_reach
+from agents.sim.reach import GROUP_AFFINITY, Routing, sample_reach
 
 log = logging.getLogger("moectl.sim")
 
 DEFAULT_MODEL = SIM_MOE
 DEFAULT_TOKENS_PER_WINDOW = 8192  # an instance without a layout's rate
-MAX_REACH_TOKENS = 32  # tokens per rank and window whose groups and nodes a window samples
+MAX_REACH_TOKENS = 32  # tokens per rank and window whose groups and nodes a window samples, at least
+MAX_SAMPLED_TOKENS = 512  # per instance and window, for traffic and recall to 1-2%, if ranks are few
+MAX_REACH_RANKS = 16  # home ranks whose tokens a window samples
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,9 @@ class SimInstance:
     slots_per_rank: int
     load: LoadModel
     gpus_per_node: int = 8
+    links: Links = GPU_NODES
+    group_affinity: float = GROUP_AFFINITY  # agents/sim/reach.py
+    mtp_acceptance: float = 0.85  # at draft position 1, routing as the model was trained
     placement_version: int = 0
     slot_to_expert: np.ndarray = field(init=False)  # [num_layers, num_slots]
     slot_share: np.ndarray | None = None  # [num_layers, num_slots] or even split
@@ -119,32 +124,38 @@ class SimInstance:
     def _draw(self, window_seconds: float, num_tokens: int | None) -> _Drawn:
         """One window of the instance: what its routers send where, what its slots process, each rank's
         counters; then the load drifts."""
-        rng = self.rng or self.load.rng
+        rng, model = self.rng or self.load.rng, self.model
         if num_tokens is None:
             num_tokens = self.tokens_per_window(window_seconds) or DEFAULT_TOKENS_PER_WINDOW
         popularity = self.load.popularity()
         expert_tokens = self.load.route(popularity, num_tokens, rng)
         slot_tokens = np.rint(slot_load(self.slot_to_expert, expert_tokens, self.shares())).astype(np.int64)
-        topk_group = self.routed_topk_group()
-        _, recall = routing_effect(topk_group, self.model.num_groups, self.model.top_k)
+        routing = self._routing(self.routed_topk_group() or model.num_groups)
+        # a sample of each rank's tokens: what the group limit bounds, at a bounded cost per window. Past
+        # MAX_REACH_RANKS ranks, one sample stands for the ranks next to its home rank (one per rank cost
+        # half a minute a window at EP320)
+        num_sampled = min(num_tokens // self.ep_size, max(MAX_REACH_TOKENS, MAX_SAMPLED_TOKENS // self.ep_size))
+        num_homes = min(self.ep_size, MAX_REACH_RANKS)
+        samples = [sample_reach(popularity, num_sampled, rng, routing, home_rank=h * self.ep_size // num_homes)
+                   for h in range(num_homes)]
+        reaches = [samples[rank * num_homes // self.ep_size] for rank in range(self.ep_size)]
+        reach = sum(samples[1:], samples[0])
+        num_steps = int(window_seconds * 20)
         times = step_times(gpu_load(slot_tokens, self.ep_size), num_tokens / self.ep_size,
-                           remote_share(self.ep_size, topk_group, self.model.num_groups, self.model.top_k))
-        routing = self._routing(topk_group or self.model.num_groups)
+                           reach.traffic(model.top_k), self.links, num_steps)
         queries = num_tokens // self.ep_size * 4
         drafts = num_tokens // self.ep_size // 4
-        # a sample of a rank's tokens: what the group limit bounds, at a bounded cost per window. One sample stands
-        # for every rank (all route the same popularity): one per rank cost over a minute a window at EP320
-        groups, nodes = sample_reach(popularity, min(num_tokens // self.ep_size, MAX_REACH_TOKENS), rng, routing)
-        groups_per_token, nodes_per_token = groups.sum(0).tolist(), nodes.sum(0).tolist()
+        quality = reach.quality(model.top_k)
+        acceptance = self.mtp_acceptance * quality
         rows = []
         for rank in range(self.ep_size):
             ttft = rng.gamma(4.0, 0.05, 32)
             # two MTP draft positions: the second is verified only where the first was accepted
-            accepted = [int(rng.binomial(drafts, 0.85))]
-            accepted.append(int(rng.binomial(accepted[0], 0.7)))
+            accepted = [int(rng.binomial(drafts, acceptance))]
+            accepted.append(int(rng.binomial(accepted[0], 0.7 * quality)))
             rows.append(RankRow(
                 rank=rank, node=f"{self.instance}-node{rank // self.gpus_per_node}",
-                placement_version=self.placement_version, num_steps=int(window_seconds * 20),
+                placement_version=self.placement_version, num_steps=num_steps,
                 forward_seconds=times.forward_seconds, dispatch_seconds=times.dispatch_seconds,
                 combine_seconds=times.combine_seconds, prefix_query_tokens=queries,
                 prefix_hit_tokens=int(rng.binomial(queries, 0.55)), spec_drafts=drafts,
@@ -153,8 +164,9 @@ class SimInstance:
                 requests_running=int(rng.poisson(24)), requests_waiting=int(rng.poisson(3)),
                 ttft=LatencySummary(count=len(ttft), sum=float(ttft.sum()), p50=float(np.quantile(ttft, 0.5)),
                                     p90=float(np.quantile(ttft, 0.9)), p99=float(np.quantile(ttft, 0.99))),
-                routing_recall=recall, routing_groups_per_token=groups_per_token,
-                routing_nodes_per_token=nodes_per_token))
+                routing_recall=reach.recall(model.top_k),
+                routing_groups_per_token=reaches[rank].groups.sum(0).tolist(),
+                routing_nodes_per_token=reaches[rank].nodes.sum(0).tolist()))
         self.load.drift()
         return _Drawn(rng, expert_tokens, slot_tokens, rows)
 
@@ -169,7 +181,7 @@ class SimInstance:
             table = Placement(torch.tensor(self.slot_to_expert), share)
             self._tables = (self.placement_version, table.routing_tables(self.model.num_experts))
         return Routing(self.model.num_groups, self.model.top_k, topk_group, *self._tables[1], self.slots_per_rank,
-                       self.gpus_per_node, self.ep_size)
+                       self.gpus_per_node, self.ep_size, self.model.topk_group, self.group_affinity)
 
     def apply(self, desired: DesiredState) -> None:
         self.topk_group = desired.routing.topk_group
@@ -186,9 +198,11 @@ class SimInstance:
 
 
 def make_fleet(num_deployments: int = 2, ep_size: int = 8, slots_per_rank: int = 10,
-               model: ModelShape = DEFAULT_MODEL, seed: int = 0) -> list[SimInstance]:
+               model: ModelShape = DEFAULT_MODEL, seed: int = 0, gpus_per_node: int = 8,
+               links: Links = GPU_NODES, group_affinity: float = GROUP_AFFINITY) -> list[SimInstance]:
     return [SimInstance(deployment=f"sim-{i}", instance=f"sim-{i}-decode-0", role=Role.decode, model=model,
-                        ep_size=ep_size, slots_per_rank=slots_per_rank,
+                        ep_size=ep_size, slots_per_rank=slots_per_rank, gpus_per_node=gpus_per_node, links=links,
+                        group_affinity=group_affinity,
                         load=LoadModel(model.num_layers, model.num_experts, model.top_k, seed=seed + i))
             for i in range(num_deployments)]
 

@@ -22,6 +22,7 @@ import httpx
 
 from agents.protocol import Role
 from agents.protocol.grid import window_index, window_start
+from agents.sim.cost import LINKS
 from agents.sim.fleet import FleetClient, SimInstance, layout_fleet, make_fleet
 from agents.sim.models import MODELS
 
@@ -29,14 +30,16 @@ log = logging.getLogger("moectl.sim")
 
 
 def build_fleet(model: str, *, num_deployments: int = 2, ep_size: int = 8, slots_per_rank: int = 10,
-                num_prefill: int = 1, num_decode: int = 1, seed: int = 0) -> list[SimInstance]:
+                num_prefill: int = 1, num_decode: int = 1, seed: int = 0, gpus_per_node: int = 8,
+                links: str = "gpu-nodes") -> list[SimInstance]:
     """The fleet `moectl sim` runs: small decode pools of the default model, or one deployment of a named
     model's layout with `num_prefill` and `num_decode` instances."""
     if model not in MODELS:
         raise ValueError(f"unknown model {model!r}; known: {', '.join(sorted(MODELS))}")
     layout = MODELS[model]
     if model == "sim-moe-64e":
-        return make_fleet(num_deployments, ep_size, slots_per_rank, layout.model, seed=seed)
+        return make_fleet(num_deployments, ep_size, slots_per_rank, layout.model, seed=seed,
+                          gpus_per_node=gpus_per_node, links=LINKS[links])
     layout = layout.with_instances(Role.prefill, num_prefill).with_instances(Role.decode, num_decode)
     return layout_fleet(layout, deployment=model, seed=seed)
 
@@ -84,6 +87,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--decode-instances", type=int, default=1, help="other models: decode instances")
     p.add_argument("--protocol", choices=["v1", "v2"], default="v2",
                    help="v2: one group snapshot per instance and window; v1: one snapshot per rank")
+    p.add_argument("--gpus-per-node", type=int, default=8,
+                   help="sim-moe-64e: ranks per node: tokens cross the network between")
+    p.add_argument("--links", choices=sorted(LINKS), default="gpu-nodes",
+                   help="sim-moe-64e: what the all-to-all crosses (agents/sim/cost.py): NVLink and a network, or "
+                        "loopback gloo")
     p.add_argument("--window-seconds", type=float, default=2.0)
     p.add_argument("--mode", choices=["off", "observe", "approve", "auto"], default="auto",
                    help="policy mode the simulated deployments are registered with")
@@ -103,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signum, lambda *_: stop.set())
     fleet = build_fleet(args.model, num_deployments=args.deployments, ep_size=args.ep_size,
                         slots_per_rank=args.slots_per_rank, num_prefill=args.prefill_instances,
-                        num_decode=args.decode_instances)
+                        num_decode=args.decode_instances, gpus_per_node=args.gpus_per_node, links=args.links)
     return run_sim(url=args.url, api_token=args.api_token, agent_token=args.agent_token, fleet=fleet,
                    window_seconds=args.window_seconds, mode=args.mode, protocol=args.protocol,
                    num_windows=args.windows, stop=stop)

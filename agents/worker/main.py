@@ -42,7 +42,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--mode", default="auto", help="policy mode when this worker registers the deployment")
     p.add_argument("--window-seconds", type=float, default=float(os.environ.get("MOECTL_WINDOW_SECONDS", 5.0)))
     p.add_argument("--checkpoint", default="", help="checkpoint directory (default: the shipped one)")
-    p.add_argument("--num-speculative-tokens", type=int, default=2)
+    # one MTP module drafts one token ahead (t+2), as DeepSeek-V3's does; a second draft chains the module past the
+    # depth it was trained for and is accepted ~0.6x as often as the first
+    # (benchmarks/results/mtp-under-up-2026-11-30.md)
+    p.add_argument("--num-speculative-tokens", type=int, default=1,
+                   help="draft tokens per step from the MTP module (1: the depth it was trained for)")
     p.add_argument("--num-kv-blocks", type=int, default=512)
     p.add_argument("--max-num-seqs", type=int, default=32)
     p.add_argument("--sim", action="store_true", help="a simulated engine (no model): the real agent over it")

@@ -1,4 +1,5 @@
-"""The routing-limit knob: `topk_group` (max expert groups per token, None: every group), versioned per pool."""
+"""The routing-limit knob: `topk_group` (max expert groups per token; None: none issued, the agents route with
+the model's own), versioned per pool."""
 
 from __future__ import annotations
 

@@ -10,17 +10,20 @@ from controlplane.actuate.placement import PLACEMENT
 from controlplane.api.schemas import (
     ActionOut,
     AgentsHealth,
+    DiagnosisOut,
     Latency,
     Overview,
+    ParkedOut,
     PoolOverview,
     Queue,
     RoutingReachOut,
     WindowPoint,
 )
-from controlplane.collect.aggregate import ACCEPTED_AT, merge_counters
+from controlplane.collect.aggregate import merge_counters
 from controlplane.config import Settings
 from controlplane.desired import Policy
-from controlplane.observed import PoolState, Window
+from controlplane.diagnose import diagnose_mtp
+from controlplane.observed import PoolState, Window, acceptance_by_position
 from controlplane.routing_reach import check_routing_limit, window_reach
 from controlplane.store import actions, deployments, policies, pools
 from controlplane.store.tables import Action, Deployment, Pool
@@ -29,10 +32,11 @@ from controlplane.store.timestamps import seconds
 MAX_HISTORY = 60
 
 
-def _point(window: Window, ep_size: int) -> WindowPoint:
+def _point(window: Window, state: PoolState) -> WindowPoint:
     reach = window_reach(window, None)
     return WindowPoint(index=window.index, start=window.start, placement_version=window.placement_version,
-                       imbalance=window.imbalance(ep_size), all2all_share=window.all2all_share,
+                       imbalance=window.imbalance(state.ep_size), all2all_share=window.all2all_share,
+                       routing_recall=state.routing_recall(window),
                        prefix_hit_ratio=window.ratio("prefix_hit_tokens", "prefix_query_tokens"),
                        mtp_acceptance=window.ratio("spec_accepted_tokens", "spec_draft_tokens"),
                        tokens=int(window.expert_tokens[0].sum()) if len(window.expert_tokens) else 0,
@@ -79,12 +83,17 @@ def build(session: Session, deployment: Deployment, settings: Settings, now: flo
         role_of[pool.id] = pool.role
         state = pools.read_state(session, deployment, pool, now=now, settings=settings, num_windows=MAX_HISTORY)
         health, applied = _agents(session, pool, state, now=now, settings=settings)
-        history = [_point(w, pool.ep_size) for w in state.windows]
+        history = [_point(w, state) for w in state.windows]
+        mtp = diagnose_mtp(policy, state, now)
         pool_views.append(PoolOverview(role=pool.role, ep_size=pool.ep_size, slots_per_rank=pool.slots_per_rank,
                                        placement_version=state.placement_version,
                                        applied_placement_version=applied, topk_group=state.topk_group,
                                        imbalance=history[-1].imbalance if history else None,
                                        agents=health, history=history,
+                                       parked=[ParkedOut(knob=p.knob, since=p.since, action_id=p.action_id,
+                                                         reason=p.reason) for p in state.parked.values()],
+                                       mtp_diagnosis=None if mtp is None else DiagnosisOut(
+                                           cause=mtp.cause.value, reason=mtp.reason, evidence=mtp.evidence),
                                        routing_reach=_routing_reach(policy, state)))
         if state.windows:
             last_windows.append(state.windows[-1])
@@ -101,7 +110,7 @@ def build(session: Session, deployment: Deployment, settings: Settings, now: flo
         if total.get("forward_seconds", 0) > 0 else None,
         prefix_hit_ratio=ratio("prefix_hit_tokens", "prefix_query_tokens"),
         mtp_acceptance=ratio("spec_accepted_tokens", "spec_draft_tokens"),
-        mtp_acceptance_by_position=_by_position(total),
+        mtp_acceptance_by_position=acceptance_by_position([total]),
         queue=Queue(running=int(total.get("requests_running", 0)), waiting=int(total.get("requests_waiting", 0))),
         ttft_seconds=Latency(mean=ratio("ttft_sum", "ttft_count"), p99=total.get("ttft_p99") or None),
         itl_seconds=Latency(mean=ratio("itl_sum", "itl_count"), p99=total.get("itl_p99") or None),
@@ -114,11 +123,3 @@ def build(session: Session, deployment: Deployment, settings: Settings, now: flo
         last_actions=[action_out(a, role_of) for a in actions.recent(session, deployment, limit=num_actions)],
         updated_at=now)
 
-
-
-def _by_position(total: dict[str, float]) -> list[float]:
-    """Acceptance at each draft position: a draft reaches position i only if 0..i-1 were accepted, so
-    the ratio is per draft, not per token proposed there."""
-    drafts = total.get("spec_drafts", 0.0)
-    positions = sorted(int(k[len(ACCEPTED_AT):]) for k in total if k.startswith(ACCEPTED_AT))
-    return [round(total[f"{ACCEPTED_AT}{i}"] / drafts, 4) for i in positions] if drafts > 0 else []

@@ -40,9 +40,24 @@ class WindowPoint(BaseModel):
     prefix_hit_ratio: float | None
     mtp_acceptance: float | None
     tokens: int
+    routing_recall: float | None = Field(default=None, description="share of the experts the model's own routing "
+                                                                   "picks that the limited router kept")
     groups_per_token: float | None = Field(default=None, description="mean distinct expert groups a token's "
                                                                      "top-k reached; null: not measured")
     nodes_per_token: float | None = Field(default=None, description="mean distinct nodes, likewise")
+
+
+class ParkedOut(BaseModel):
+    knob: str
+    since: float
+    action_id: int | None = Field(description="the action whose reverted change parked it")
+    reason: str = Field(description="the evidence: what was predicted and what was measured")
+
+
+class DiagnosisOut(BaseModel):
+    cause: str = Field(description="regression, skew, routing or not_load_related")
+    reason: str
+    evidence: dict
 
 
 class RoutingReachOut(BaseModel):
@@ -64,10 +79,15 @@ class PoolOverview(BaseModel):
     slots_per_rank: int
     placement_version: int = Field(description="the version the controller last issued")
     applied_placement_version: int | None = Field(description="the version every fresh agent runs; null if mixed")
-    topk_group: int | None = Field(description="the routing limit issued to the pool's agents; null: no limit")
+    topk_group: int | None = Field(description="the routing limit issued to the pool's agents; null: none, they "
+                                                "route with the model's own")
     imbalance: float | None
     agents: AgentsHealth
     history: list[WindowPoint]
+    parked: list[ParkedOut] = Field(default=[], description="knobs the loop leaves alone after a reverted change, "
+                                                            "until the model, the policy or the load changes")
+    mtp_diagnosis: DiagnosisOut | None = Field(default=None, description="why MTP acceptance is under the policy's "
+                                                                         "floor; null while it is not")
     routing_reach: RoutingReachOut | None = None
 
 

@@ -10,7 +10,7 @@ import numpy as np
 from agents.protocol import Snapshot
 from agents.protocol.grid import window_index
 from agents.protocol.group import GroupSnapshot, RankRow
-from controlplane.observed import GROUPS_AT, NODES_AT
+from controlplane.observed import ACCEPTED_AT, GROUPS_AT, NODES_AT
 
 # summed over all reports of a window; ratios are formed at read time (sum/sum, never mean of ratios)
 COUNTERS = (
@@ -21,8 +21,8 @@ COUNTERS = (
 )
 # worst over reports: a percentile cannot be summed, the max is an honest upper bound
 MAXIMA = ("ttft_p99", "itl_p99")
-ACCEPTED_AT = "spec_accepted_at_"  # + draft position: accepted tokens there, summed like COUNTERS
-# GROUPS_AT, NODES_AT (controlplane/observed.py) + n: tokens whose top-k reached n groups / nodes, summed likewise
+# ACCEPTED_AT, GROUPS_AT, NODES_AT (controlplane/observed.py) + n: accepted tokens at draft position n, tokens
+# whose top-k reached n groups / nodes: summed like COUNTERS
 _FIELDS = tuple(name for name in COUNTERS if name in RankRow.model_fields)  # the counters sent as they are
 
 

@@ -63,6 +63,12 @@ def count_since(session: Session, pool: Pool, *, since: float, statuses: tuple[s
                                                      Action.status.in_(statuses), Action.created_at >= utc(since))) or 0
 
 
+def of_pool(session: Session, pool: Pool, *, since: float, statuses: tuple[str, ...]) -> list[Action]:
+    """The pool's actions in one of `statuses` created since `since`, newest first."""
+    return list(session.scalars(select(Action).where(Action.pool_id == pool.id, Action.status.in_(statuses),
+                                                     Action.created_at >= utc(since)).order_by(Action.id.desc())))
+
+
 def open_for(session: Session, pool: Pool, *, since: float, kind: str, statuses: tuple[str, ...]) -> Action | None:
     """The newest action of `kind` in one of `statuses` created since `since`."""
     return session.scalar(select(Action).where(Action.pool_id == pool.id, Action.kind == kind,

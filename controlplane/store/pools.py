@@ -8,16 +8,43 @@ from sqlalchemy import distinct, func, select
 from sqlalchemy.orm import Session
 
 from controlplane.config import Settings
-from controlplane.observed import PoolState
-from controlplane.store import actions, deployments, placements, pool_sizes, routing_limits, windows
-from controlplane.store.tables import Agent, Deployment, Pool
+from controlplane.effect import Effect
+from controlplane.observed import KnobChange, PoolState
+from controlplane.parking import model_key
+from controlplane.store import actions, deployments, parks, placements, policies, pool_sizes, routing_limits, windows
+from controlplane.store.tables import Action, Agent, Deployment, Pool
+from controlplane.store.timestamps import seconds
 
 HOUR = 3600.0
+CHANGED = (actions.APPLIED, actions.VERIFIED, actions.ROLLED_BACK, actions.FAILED)
+
+
+def _changes(session: Session, pool: Pool, *, since: float, model_limit: int | None,
+             num_groups: int) -> tuple[KnobChange, ...]:
+    """Applied changes of the pool's knobs made since `since`, oldest first; a change's time is its version's."""
+    result = []
+    for action in reversed(actions.of_pool(session, pool, since=since, statuses=CHANGED)):
+        if action.version is None:
+            continue
+        direction = 0
+        if action.kind == "routing":
+            before, after = (action.predicted.get(k) or model_limit or num_groups
+                             for k in ("topk_group_before", "topk_group_after"))
+            direction = (after > before) - (after < before)
+            stored = routing_limits.get(session, pool, action.version)
+        elif action.kind == "placement":
+            stored = placements.get(session, pool, action.version)
+        else:
+            stored = pool_sizes.get(session, pool, action.version)
+        result.append(KnobChange(action.id, action.kind, stored.created_at if stored else seconds(action.created_at),
+                                 action.status, direction, Effect.from_json(action.predicted.get("effect"))))
+    return tuple(result)
 
 
 def read_state(session: Session, deployment: Deployment, pool: Pool, *, now: float, settings: Settings,
                num_windows: int | None = None) -> PoolState:
     model = deployments.model_of(deployment)
+    policy_version, policy = policies.active(session, deployment)
     agents = deployments.agent_counts(session, pool, now=now, stale_after_seconds=settings.stale_after_seconds,
                                       gone_after_seconds=settings.agent_gone_seconds)
     applied = placements.latest(session, pool)
@@ -41,11 +68,22 @@ def read_state(session: Session, deployment: Deployment, pool: Pool, *, now: flo
         placement_version=applied.version, slot_to_expert=applied.slot_to_expert, windows=tuple(recent),
         slot_share=applied.slot_share,
         last_change_at=applied.created_at if applied.version > 0 else None, moved_slots_last_hour=moved,
-        topk_group=routing.topk_group, routing_changed_at=routing.created_at if routing.version > 0 else None,
+        topk_group=routing.topk_group, routing_version=routing.version,
+        routing_changed_at=routing.created_at if routing.version > 0 else None,
         top_k=model.top_k,
-        model_topk_group=model.topk_group,
+        model_topk_group=model.topk_group, model_key=model_key(deployment.model), policy_version=policy_version,
+        parked=parks.active(session, pool),
+        changes=_changes(session, pool, since=now - max(HOUR, policy.flap_window_seconds),
+                         model_limit=model.topk_group, num_groups=model.num_groups),
+        recall_reference=_recall_reference(session, routing.action_id),
         num_actions_last_hour=actions.count_since(session, pool, since=now - HOUR,
                                                   statuses=(actions.APPLIED, actions.VERIFIED, actions.ROLLED_BACK)))
+
+
+def _recall_reference(session: Session, action_id: int | None) -> float | None:
+    """The recall under the model's own limit, as the action that made the routing limit in force recorded it."""
+    action = session.get(Action, action_id) if action_id is not None else None
+    return None if action is None else action.inputs.get("recall_reference")
 
 
 def other_pools_gpus(session: Session, deployment: Deployment, pool: Pool, settings: Settings, now: float) -> int:

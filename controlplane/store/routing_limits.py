@@ -14,7 +14,7 @@ from controlplane.store.timestamps import seconds, utc
 @dataclass(frozen=True)
 class StoredRouting:
     version: int
-    topk_group: int | None  # max expert groups per token; None: every group
+    topk_group: int | None  # max expert groups per token; None: none issued (the model's own)
     created_at: float
     action_id: int | None
 

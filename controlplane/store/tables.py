@@ -102,16 +102,35 @@ class Placement(Base):
 
 
 class RoutingLimit(Base):
-    """The routing limit agents are told to apply, versioned per pool like placements; version 0 is no limit."""
+    """The routing limit agents are told to apply, versioned per pool like placements; version 0 issues none."""
 
     __tablename__ = "routing_limits"
     __table_args__ = (UniqueConstraint("pool_id", "version"),)
     id: Mapped[int] = mapped_column(primary_key=True)
     pool_id: Mapped[int] = mapped_column(ForeignKey("pools.id", ondelete="CASCADE"), index=True)
     version: Mapped[int] = mapped_column(Integer)
-    topk_group: Mapped[int | None] = mapped_column(Integer, nullable=True)  # max groups per token; None: every group
+    topk_group: Mapped[int | None] = mapped_column(Integer, nullable=True)  # max groups per token; None: model's own
     action_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class KnobPark(Base):
+    """A knob parked for a pool after a reverted change, with the inputs it was parked at; it stands until they
+    change materially (controlplane/parking.py), then `released_at` and why are recorded."""
+
+    __tablename__ = "knob_parks"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    pool_id: Mapped[int] = mapped_column(ForeignKey("pools.id", ondelete="CASCADE"), index=True)
+    knob: Mapped[str] = mapped_column(String(32))
+    action_id: Mapped[int | None] = mapped_column(Integer, nullable=True)  # whose verdict parked it
+    reason: Mapped[str] = mapped_column(Text)
+    model_key: Mapped[str] = mapped_column(String(64))
+    policy_version: Mapped[int] = mapped_column(Integer)
+    tokens_per_second: Mapped[float | None] = mapped_column(Float, nullable=True)
+    expert_share: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)  # [num_layers, num_experts] .npy
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    released_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    release_reason: Mapped[str] = mapped_column(Text, default="")
 
 
 class PoolSize(Base):

@@ -55,17 +55,30 @@ export function renderTiles(root, o, policy) {
   const mtpSub = [byPosition, p.mtp_acceptance_floor ? `floor ${pct(p.mtp_acceptance_floor)}` : ""].filter(Boolean).join(" · ");
   const pools = o.pools.map((x) => `${x.role} EP${x.ep_size}×${x.slots_per_rank}`).join(" · ") || "none reporting";
   const versions = o.pools.map((x) => `${x.role} v${x.applied_placement_version ?? `${x.placement_version}…`}`).join(" · ") || "–";
+  // knobs the loop leaves alone after a reverted change, with the evidence on hover
+  const parked = o.pools.flatMap((x) => (x.parked || []).map((k) => ({ ...k, role: x.role })));
+  const parkedTile = tile("parked knobs", parked.length ? parked.map((k) => `${k.role} ${k.knob}`).join(" · ") : "none",
+    { cls: parked.length ? "warn" : "", sub: parked.length ? `since action #${parked.map((k) => k.action_id).join(", #")}` : "", field: "parked" });
+  parkedTile.title = parked.map((k) => `${k.role} ${k.knob}: ${k.reason}`).join("\n");
+  const diagnoses = o.pools.filter((x) => x.mtp_diagnosis).map((x) => ({ ...x.mtp_diagnosis, role: x.role }));
+  const diagnosisTile = tile("MTP diagnosis", diagnoses.length ? diagnoses.map((d) => `${d.role}: ${d.cause.replaceAll("_", " ")}`).join(" · ") : "–",
+    { cls: diagnoses.length ? "warn" : "", sub: diagnoses.length ? "" : (p.mtp_acceptance_floor ? "above its floor" : "no floor set"), field: "mtp_diagnosis" });
+  diagnosisTile.title = diagnoses.map((d) => `${d.role}: ${d.reason}`).join("\n");
   root.replaceChildren(
     tile("mode", o.mode, { sub: `policy v${o.policy_version}`, field: "mode" }),
     tile("busiest GPU / mean", fmt(o.imbalance), { cls: imbalanceCls, sub: `rebalance > ${fmt(threshold)}`, field: "imbalance" }),
     tile("all-to-all share", pct(o.all2all_share), { cls: a2aCls, sub: `target ${pct(a2aTarget)}`, field: "all2all_share" }),
     tile("prefix cache hit", pct(o.prefix_hit_ratio), { field: "prefix_hit_ratio" }),
     tile("MTP acceptance", pct(o.mtp_acceptance), { cls: mtpCls, sub: mtpSub, field: "mtp_acceptance" }),
+    diagnosisTile,
     tile("requests running / waiting", `${o.queue.running} / ${o.queue.waiting}`, { cls: o.queue.waiting > o.queue.running ? "warn" : "", field: "queue" }),
     tile("TTFT mean / p99", `${seconds(o.ttft_seconds.mean)} / ${seconds(o.ttft_seconds.p99)}`, { field: "ttft" }),
     tile("ITL mean / p99", `${seconds(o.itl_seconds.mean)} / ${seconds(o.itl_seconds.p99)}`, { field: "itl" }),
     tile("pools (GPUs × slots)", pools, { field: "pools" }),
     tile("placement running", versions, { field: "placement" }),
+    tile("routing limit", o.pools.map((x) => `${x.role} ${x.topk_group ?? `${o.model.topk_group ?? "all"} (own)`}`).join(" · ") || "–",
+      { sub: "groups per token", field: "topk_group" }),
+    parkedTile,
     tile("agents fresh / total", `${o.agents.fresh} / ${o.agents.total}`, { cls: o.agents.stale ? "bad" : o.agents.total ? "good" : "", sub: [o.agents.stale ? `${o.agents.stale} stale` : "", o.agents.gone ? `${o.agents.gone} gone` : ""].filter(Boolean).join(", "), field: "agents" }),
     reachTile(o.pools),
   );

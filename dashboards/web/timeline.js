@@ -19,17 +19,31 @@ function el(tag, attrs = {}, ...children) {
 
 const when = (t) => new Date(t * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
 
+const SIGNAL_TEXT = { imbalance: "imbalance", all2all_share: "all-to-all", routing_recall: "recall", mtp_acceptance: "MTP acceptance" };
+const limitText = (v) => (v === null || v === undefined ? "model's own" : String(v));
+
+/** The change and the effect it aims at: which signal, which way, from what to what. */
 function predicted(a) {
   const p = a.predicted || {};
-  if (p.imbalance_before === undefined) return "–";
-  const moved = p.moved_slots !== undefined ? `, ${p.moved_slots} slots` : "";
-  return `${fmt(p.imbalance_before)} → ${fmt(p.imbalance_after)}${moved}`;
+  const e = p.effect;
+  const knob = p.topk_group_after !== undefined ? `topk_group ${limitText(p.topk_group_before)} → ${limitText(p.topk_group_after)}`
+    : p.moved_slots !== undefined ? `${p.moved_slots} slots` : "";
+  if (e) return `${SIGNAL_TEXT[e.signal] || e.signal} ${fmt(e.before)} → ${fmt(e.predicted)}${knob ? ` (${knob})` : ""}`;
+  if (p.imbalance_before !== undefined) return `${fmt(p.imbalance_before)} → ${fmt(p.imbalance_after)}${knob ? `, ${knob}` : ""}`;
+  return knob || "–";
 }
 
+/** What happened, beside the prediction: the effect's signal measured under the change, and the verdict. */
 function measured(a) {
   const m = a.measured || {};
+  const e = (a.predicted || {}).effect;
   const parts = [];
-  if (m.imbalance_after !== undefined) parts.push(`imbalance ${fmt(m.imbalance_after)}`);
+  if (e && m[`${e.signal}_after`] !== undefined) {
+    const ok = a.status === "verified" ? "✓" : a.status === "rolled_back" || a.status === "failed" ? "✗" : "";
+    parts.push(`${ok} ${SIGNAL_TEXT[e.signal] || e.signal} ${fmt(m[`${e.signal}_after`])}`.trim());
+  } else if (m.imbalance_after !== undefined) parts.push(`imbalance ${fmt(m.imbalance_after)}`);
+  if (m.verdict) parts.push(m.verdict);
+  if (m.parked) parts.push("knob parked");
   if (m.approved_by) parts.push(`approved by ${m.approved_by}`);
   if (m.rejected_by) parts.push(`rejected by ${m.rejected_by}`);
   if (m.reason) parts.push(m.reason);

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from agents.protocol import PlacementTable, default_slot_to_expert
-from controlplane.desired import Decision, Mode, Policy, VerifyOutcome
+from controlplane.desired import Decision, Mode, Policy
 from controlplane.observed import RANK_REPORTS, PoolState, Window
-from controlplane.plan import plan_pool, verify_change
+from controlplane.plan import plan_pool
 
 NUM_LAYERS, NUM_EXPERTS, EP, SPR = 2, 16, 4, 5
 EVERY_RANK = {f"{RANK_REPORTS}{rank}": 1 for rank in range(EP)}  # each rank's slot load is in
@@ -60,17 +60,6 @@ def test_keeps_a_balanced_pool_and_an_off_policy():
     assert mild.windows[-1].imbalance(EP) == pytest.approx(1.25)
     assert plan_pool(Policy(mode=Mode.auto, imbalance_threshold=1.3), mild, now=1000.0).decision == Decision.keep
     assert plan_pool(Policy(mode=Mode.off), pool(), now=1000.0).decision == Decision.keep
-
-
-def test_verify_waits_then_judges_against_the_prior():
-    state = pool(num_windows=3)
-    policy = Policy(verify_windows=2, rollback_tolerance=0.05)
-    assert verify_change(policy, state, version=1, prior_imbalance=3.0) == (VerifyOutcome.wait, None)
-    measured = state.windows[0].imbalance(EP)
-    outcome, value = verify_change(policy, state, version=0, prior_imbalance=measured + 1)
-    assert outcome == VerifyOutcome.verified and value == pytest.approx(measured)
-    outcome, _ = verify_change(policy, state, version=0, prior_imbalance=measured - 0.5)
-    assert outcome == VerifyOutcome.rolled_back
 
 
 def test_group_locality_keeps_each_groups_replicas_on_one_node():

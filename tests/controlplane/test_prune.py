@@ -15,9 +15,19 @@ from controlplane.actuate.pool_size import POOL_SIZE
 from controlplane.actuate.scale import APPLIED
 from controlplane.collect.aggregate import to_report
 from controlplane.desired import Mode, Policy, VerifyOutcome
+from controlplane.parking import KnobInputs
 from controlplane.prune import Pruning, prune_all
-from controlplane.store import actions, alerts, audit, deployments, placements, requests, windows
-from controlplane.store.tables import Action, Agent, AlertEvent, AuditEvent, LoadWindow, Placement, Request
+from controlplane.store import actions, alerts, audit, deployments, parks, placements, requests, windows
+from controlplane.store.tables import (
+    Action,
+    Agent,
+    AlertEvent,
+    AuditEvent,
+    KnobPark,
+    LoadWindow,
+    Placement,
+    Request,
+)
 
 T0 = 1_800_000_000.0
 DAY = 86400.0
@@ -63,6 +73,9 @@ def fill(sessions, settings) -> dict[str, int]:
             deployments.record_agents(session, pool=pool, instance=snapshot(window_start=T0).identity.instance,
                                       seen=[deployments.AgentSeen(rank, 0)], window_index=1, now=last_seen)
         audit.record(session, verb="delete_agents", deployment="tiny", detail={}, created_by="a", now=T0)
+        inputs = KnobInputs("m", 1, 100.0)
+        parks.park(session, pool=pool, knob="placement", action_id=None, reason="old", inputs=inputs, now=T0)
+        parks.park(session, pool=pool, knob="placement", action_id=None, reason="stands", inputs=inputs, now=T0 + 1)
         for index in range(settings.history_windows + 10):
             report = to_report(snapshot(window_start=T0 + 10 * index), settings.window_seconds)
             windows.add_report(session, pool=pool, report=report, current_version=0,
@@ -86,9 +99,11 @@ def test_the_job_deletes_the_old_and_keeps_what_is_in_force(sessions, settings):
         assert list(session.scalars(select(AlertEvent.fingerprint))) == ["f1"]
         assert list(session.scalars(select(Agent.rank))) == [1]
         assert count(session, AuditEvent) == 0
+        assert [p.reason for p in session.scalars(select(KnobPark))] == ["stands"]  # released ones go
         assert count(session, LoadWindow) == settings.history_windows + 2
     assert pruned == {"load_windows": 8, "placement_versions": 3, "routing_versions": 0, "pool_size_versions": 0,
-                      "actions": 4, "requests": 1, "alert_events": 1, "agents": 1, "audit_events": 1}
+                      "actions": 4, "requests": 1, "alert_events": 1, "agents": 1, "audit_events": 1,
+                      "knob_parks": 1}
 
     with sessions() as session, session.begin():  # what the job kept still works: v6 rolls back to v5
         action = session.get(Action, kept["v6"])

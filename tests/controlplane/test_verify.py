@@ -14,8 +14,9 @@ from controlplane.actuate.placement import PLACEMENT
 from controlplane.actuate.routing import ROUTING
 from controlplane.config import Settings
 from controlplane.desired import Mode, Policy
+from controlplane.effect import Effect
 from controlplane.observed import RANK_REPORTS, Window
-from controlplane.store import pools
+from controlplane.store import parks, pools
 from controlplane.verify import verify_pool
 
 NOW = 1_800_000_000.0
@@ -59,17 +60,47 @@ def test_a_placement_is_judged_against_the_imbalance_before_it(sessions, gpu_tok
             assert PLACEMENT.latest_version(session, pool) == 1
 
 
-def test_a_routing_limit_records_the_all2all_share_under_it(sessions):
+def routing_window(index: int, share: float, recall: float = 1.0) -> Window:
+    w = window(index, 0, (100, 100), all2all_share=share)
+    return replace(w, counters=w.counters | {"routing_recall_sum": recall, "routing_recall_count": 1})
+
+
+def propose_tightening(session, deployment, pool, now: float):
+    effect = Effect("all2all_share", -1, before=0.45, predicted=0.3, tolerance=0.01, floors={"routing_recall": 0.9})
+    return change.propose(session, ROUTING, deployment=deployment, pool=pool, policy=AUTO, value=1, reason="test",
+                          inputs={"all2all_share": [0.4, 0.5]}, trigger="loop", created_by="loop", now=now,
+                          predicted={"topk_group_before": None, "topk_group_after": 1, "effect": effect.to_json()})
+
+
+def test_a_routing_limit_that_had_its_effect_is_verified(sessions):
     with sessions() as session, session.begin():
         deployment, pool = make_pool(session, now=NOW)
-        action = change.propose(session, ROUTING, deployment=deployment, pool=pool, policy=AUTO, value=1,
-                                reason="test", inputs={"all2all_share": [0.4, 0.5]}, trigger="loop",
-                                predicted={"topk_group_after": 1}, created_by="loop", now=NOW + 5)
-        before = window(0, 0, (100, 100), all2all_share=0.45)  # ran before the change
-        verify_pool(session, pool, state_with(session, deployment, pool, [before, window(1, 0, (100, 100))]), AUTO,
+        action = propose_tightening(session, deployment, pool, NOW + 5)
+        before = routing_window(0, 0.45)  # ran before the change
+        verify_pool(session, pool, state_with(session, deployment, pool, [before, routing_window(1, 0.2)]), AUTO,
                     NOW + 20)
-        assert action.status == "applied"
-        after = [before, window(1, 0, (100, 100), 0.2), window(2, 0, (100, 100), 0.3)]
+        assert action.status == "applied"  # one window under the new limit, two needed
+        after = [before, routing_window(1, 0.2), routing_window(2, 0.3)]
         verify_pool(session, pool, state_with(session, deployment, pool, after), AUTO, NOW + 30)
-        assert action.status == "verified"
-        assert action.measured == {"all2all_share_after": 0.25, "all2all_share_before": 0.45}
+        assert action.status == "verified", action.measured
+        assert action.measured["all2all_share_after"] == 0.25 and action.measured["all2all_share_before"] == 0.45
+        assert "0.450 -> 0.250 (predicted 0.300)" in action.measured["verdict"]
+        assert parks.active(session, pool) == {}
+
+
+@pytest.mark.parametrize("shares, recall, words", [
+    ((0.44, 0.45), 1.0, "did not move as intended"),  # the exchange is not what the limit changes here
+    ((0.2, 0.3), 0.8, "routing_recall 0.800 < floor 0.9"),  # it did, at a price the policy refuses
+])
+def test_a_routing_limit_without_its_effect_is_reverted_and_parked(sessions, shares, recall, words):
+    with sessions() as session, session.begin():
+        deployment, pool = make_pool(session, now=NOW)
+        action = propose_tightening(session, deployment, pool, NOW + 5)
+        after = [routing_window(i + 1, share, recall) for i, share in enumerate(shares)]
+        verify_pool(session, pool, state_with(session, deployment, pool, after), AUTO, NOW + 30)
+        assert action.status == "rolled_back" and words in action.measured["verdict"]
+        assert action.measured["parked"] is True and action.measured["restored_version"] == 2
+        assert ROUTING.get(session, pool, 2) is None  # the limit before it: the model's own
+        parked = parks.active(session, pool)["routing"]
+        assert parked.action_id == action.id and words in parked.reason
+        assert parked.inputs.policy_version == 1 and parked.inputs.expert_share is None

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from support.fleet import CPU
 from support.servers import free_port, require_binary
 
 from agents.protocol import Role
@@ -37,9 +38,10 @@ TIMEOUT_MS = 30_000
 
 
 class LiveFleet:
-    """Two simulated deployments posting one window per rank per second, as agents do:
+    """Three simulated deployments posting one window per rank per second, as agents do:
     sim-0 in `approve` mode (the loop proposes, a person decides), sim-1 in `auto` mode with a trigger
-    threshold the loop never reaches, so its only actions are the ones a person asks for."""
+    threshold the loop never reaches, so its only actions are the ones a person asks for, and sim-cpu, the
+    bundled model's shape over gloo on CPUs, where the routing loop tries once, reverts and parks."""
 
     def __init__(self, url: str):
         self.http = httpx.Client(base_url=url, timeout=10)
@@ -48,6 +50,10 @@ class LiveFleet:
         self.client.register([self.fleet[0]], policy={"mode": "approve", "cooldown_seconds": 0})
         self.client.register([self.fleet[1]], policy={"mode": "auto", "imbalance_threshold": 100,
                                                       "cooldown_seconds": 0})
+        [cpu] = make_fleet(1, seed=5, **CPU)
+        cpu.deployment, cpu.instance = "sim-cpu", "sim-cpu-decode-0"
+        self.client.register([cpu], policy={"mode": "auto", "imbalance_threshold": 100, "cooldown_seconds": 0})
+        self.fleet.append(cpu)
         self.stop = threading.Event()
         # back-fill a few complete windows so the page has history at once, then keep up with the clock
         self.next_start = (math.floor(time.time() / WINDOW_SECONDS) - 3) * WINDOW_SECONDS
@@ -147,6 +153,25 @@ def test_the_page_loads_with_no_console_errors(page):
     assert re.search(r"#1 \d+% · #2 \d+%", mtp_tile.inner_text()), mtp_tile.inner_text()
     page.page.wait_for_timeout(2500)  # a poll or two more: errors in the refresh path count too
     page.shot("overview")
+    assert page.errors == []
+
+
+def test_a_parked_knob_and_each_effect_beside_its_prediction(page):
+    """sim-cpu: all-to-all over 80% of step time whatever the limit; the loop tightens once, sees no effect,
+    reverts and parks routing; the page says so in the tiles and in the action's row."""
+    page.open("#deployment=sim-cpu&pool=decode")
+    # the loop tries routing once a minute of windows shows the load (controlplane/parking.py)
+    page.page.wait_for_selector("#tiles [data-field=parked]:text('decode routing')", timeout=150_000)
+    row = page.page.locator("#timeline tbody tr[data-status='rolled_back']").first
+    cells = row.locator("td")
+    assert "routing" in cells.nth(5).inner_text()
+    assert re.search(r"all-to-all 0\.[89]\d → 0\.\d\d \(topk_group model's own → 1\)", cells.nth(6).inner_text()), \
+        cells.nth(6).inner_text()
+    measured = cells.nth(7).inner_text()
+    assert re.search(r"✗ all-to-all 0\.[89]\d", measured) and "did not move as intended" in measured, measured
+    assert "knob parked" in measured
+    assert page.page.locator("#tiles [data-field=topk_group]").inner_text() == "decode 2 (own)"
+    page.shot("parked")
     assert page.errors == []
 
 

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
-from agents.sim.fleet import DEFAULT_MODEL, FleetClient, make_fleet
+from agents.protocol import ModelShape
+from agents.sim.cost import CPU_GLOO, GPU_NODES
+from agents.sim.fleet import FleetClient, make_fleet
 from controlplane.reconcile import reconcile_once
 from support.auth import AGENT_TOKEN, API_TOKEN
 
+# DeepSeek-V3's routing shape scaled down: 8 groups of 8 experts, top-8 within the model's own 4 groups, one
+# group per node (16 GPUs, 2 per node), where a tighter limit cuts the network copies
+NODES = dict(model=ModelShape(name="sim-nodes", num_layers=8, num_experts=64, num_groups=8, top_k=8, topk_group=4),
+             ep_size=16, slots_per_rank=4, gpus_per_node=2, links=GPU_NODES, group_affinity=1.0)
+# the bundled runtime's shape (4 groups of 8, top-4, trained with topk_group 2) on 4 CPU ranks over gloo
+CPU = dict(model=ModelShape(name="sim-tiny", num_layers=3, num_experts=32, num_groups=4, top_k=4, topk_group=2),
+           ep_size=4, slots_per_rank=8, links=CPU_GLOO)
 
-def start_fleet(client, policy: dict, *, seed: int = 3, model=DEFAULT_MODEL):
-    fleet = make_fleet(num_deployments=1, ep_size=8, slots_per_rank=10, model=model, seed=seed)
+
+def start_fleet(client, policy: dict, *, seed: int = 3, **shape):
+    """One simulated deployment registered with `policy`; shape: make_fleet's arguments (default 8 ranks of
+    10 slots of its default model on one node)."""
+    fleet = make_fleet(num_deployments=1, seed=seed, **({"ep_size": 8, "slots_per_rank": 10} | shape))
     FleetClient(client, api_token=API_TOKEN, agent_token=AGENT_TOKEN).register(fleet, policy=policy)
     return fleet
 

@@ -1,0 +1,31 @@
+"""The controller's own metrics for alerting: a parked knob and the MTP diagnosis, per pool, after each pass."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+from support.fleet import CPU, run_windows, start_fleet
+
+from controlplane.reconcile import reconcile_once
+from controlplane.telemetry import ControllerMetrics
+
+POLICY = {"mode": "auto", "imbalance_threshold": 100, "cooldown_seconds": 30, "all2all_share_target": 0.3}
+
+
+def observe(sessions, settings, clock) -> CollectorRegistry:
+    metrics = ControllerMetrics(CollectorRegistry())
+    result = reconcile_once(sessions, settings, now=clock.now)
+    metrics.observe_pools([(r.plan.deployment, r.plan.role, r.parked, r.mtp) for r in result.pools])
+    return metrics.registry
+
+
+def test_a_parked_knob_and_a_not_load_related_diagnosis_are_exported(client, sessions, settings, clock):
+    # the issue's CPU case: routing parks after one reverted try; MTP acceptance (~0.72) stays under a floor of
+    # 0.95 with the load balanced enough, the model's own limit back in force and the change rolled back
+    fleet = start_fleet(client, POLICY | {"mtp_acceptance_floor": 0.95}, **CPU)
+    run_windows(client, sessions, settings, clock, fleet, 14)  # a minute of load, a try, its verdict, 2 windows
+    registry = observe(sessions, settings, clock)
+    labels = {"deployment": "sim-0", "role": "decode"}
+    assert registry.get_sample_value("moectl_controller_knob_parked", labels | {"knob": "routing"}) == 1
+    assert registry.get_sample_value("moectl_controller_knob_parked", labels | {"knob": "placement"}) == 0
+    for cause, value in {"not_load_related": 1, "skew": 0, "routing": 0, "regression": 0}.items():
+        assert registry.get_sample_value("moectl_controller_mtp_diagnosis", labels | {"cause": cause}) == value
