@@ -127,10 +127,12 @@ def synthetic_api(num_layers: int = NUM_LAYERS, num_experts: int = NUM_EXPERTS, 
 
 def openapi() -> dict:
     """The controller's own schema (the policy editor reads the Policy model from it)."""
+    from sqlalchemy.orm import sessionmaker
+
     from controlplane.api.app import create_app
     from controlplane.config import Settings
 
-    return create_app(Settings(), None).openapi()
+    return create_app(Settings(), sessionmaker()).openapi()  # the schema only: no session is ever opened
 
 
 def serve(api: dict) -> tuple[ThreadingHTTPServer, str]:
