@@ -26,6 +26,7 @@ from agents.protocol.wire import (
     MAX_COUNT,
     NAME_PATTERN,
     Array,
+    Identity,
     LatencySummary,
     ModelShape,
     Role,
@@ -51,9 +52,9 @@ class RankRow(_Frozen):
     same meaning and bounds, and the rank's node and GPU."""
 
     rank: int = Field(ge=0)
-    node: str = ""
-    gpu_uuid: str = ""
-    placement_version: int = Field(ge=0, description="the placement this rank ran during the window")
+    node: str = Identity.model_fields["node"]
+    gpu_uuid: str = Identity.model_fields["gpu_uuid"]
+    placement_version: int = Snapshot.model_fields["placement_version"]
     num_steps: int = _Count
     forward_seconds: float = _Seconds
     dispatch_seconds: float = _Seconds
@@ -100,11 +101,11 @@ class GroupSnapshot(_Frozen):
 
     protocol: Literal["moectl.v2"] = GROUP_PROTOCOL_VERSION
     deployment: str = Field(pattern=NAME_PATTERN)
-    instance: str = Field(min_length=1, max_length=128)
+    instance: str = Identity.model_fields["instance"]
     role: Role
-    ep_size: int = Field(ge=1, le=4096)
-    slots_per_rank: int = Field(ge=1, le=4096)
-    gpus_per_node: int = Field(default=8, ge=1)
+    ep_size: int = Identity.model_fields["ep_size"]
+    slots_per_rank: int = Identity.model_fields["slots_per_rank"]
+    gpus_per_node: int = Identity.model_fields["gpus_per_node"]
     model: ModelShape
     window_start: float = Field(gt=0, allow_inf_nan=False, description="unix seconds")
     window_seconds: float = Field(gt=0, le=3600, allow_inf_nan=False)

@@ -147,3 +147,20 @@ def test_each_endpoint_refuses_the_other_protocol_and_unissued_versions(client, 
     assert refused.status_code == 409 and "rank 6 ran placement_version 4 was never issued" in refused.json()["detail"]
     with sessions() as session:
         assert session.scalar(select(func.count()).select_from(LoadWindow)) == 0
+
+
+@pytest.mark.parametrize("field, value", [("node", "n" * 257), ("gpu_uuid", "GPU\x00"), ("placement_version", 2**31),
+                                          ("gpus_per_node", 2**31), ("instance", "decode\x00")])
+def test_a_group_post_is_bounded_as_rank_posts_are(client, sessions, clock, field, value):
+    """Each field a group post shares with a v1 snapshot has the v1 bound: 422 naming it, nothing stored."""
+    register(client, "groups")
+    [group] = as_groups(rank_windows(clock, 1, num_instances=1)[0])
+    body = group.model_dump(mode="json")
+    if field in body["ranks"][0]:
+        body["ranks"][0][field] = value
+    else:
+        body[field] = value
+    refused = client.post("/v2/agents/snapshot", json=body, headers=agent())
+    assert refused.status_code == 422 and field in refused.text, refused.text
+    with sessions() as session:
+        assert session.scalar(select(func.count()).select_from(LoadWindow)) == 0
