@@ -80,6 +80,8 @@ class Settings(BaseSettings):
     history_windows: int = Field(default=120, ge=1, description="windows kept per pool for planning and views")
     replica_startup_seconds: float = Field(default=120.0, gt=0, description="how long a new pool instance takes "
                                                                             "to serve (the pool planner's horizon)")
+    plan_in_worker: bool = Field(default=True, description="solve placements in a worker process, so a large "
+                                                           "solve never holds up the API's ingest")
     # retention: what `controlplane/prune.py` deletes, never what is in force (see there)
     retain_actions_seconds: float = Field(default=30 * DAY, gt=0,
                                           description="settled actions (the audit trail) older than this")

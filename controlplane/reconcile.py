@@ -39,6 +39,7 @@ from controlplane.actuate.pool_size import POOL_SIZE
 from controlplane.actuate.routing import ROUTING
 from controlplane.actuate.scale import standing_down, sync_pool_size
 from controlplane.actuate.scaler import PoolScaler
+from controlplane.compute import Compute, in_process
 from controlplane.config import Settings
 from controlplane.desired import Decision, Plan, Policy
 from controlplane.diagnose import Cause, MtpDiagnosis, diagnose_mtp, diagnose_prefix_hits
@@ -112,10 +113,11 @@ class PassResult:
 
 def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: float, dry_run: bool = False,
                    tracer: trace.Tracer | None = None, scaler: PoolScaler | None = None,
-                   fence: Fence = SOLE) -> PassResult:
+                   fence: Fence = SOLE, compute: Compute = in_process) -> PassResult:
     """tracer: spans per pass and per pool (collect -> verify -> plan -> actuate); default: the global one,
     a no-op unless the entry point configured an exporter. scaler: makes pool sizes real (none: sizes are
-    only recorded). fence: the leadership (a replica that does not lead plans and writes nothing)."""
+    only recorded). fence: the leadership (a replica that does not lead plans and writes nothing). compute:
+    where the planner runs (controlplane/compute.py)."""
     tracer = tracer or trace.get_tracer("moectl.reconcile")
     started = time.perf_counter()
     plans, results, num_errors = [], [], 0
@@ -130,7 +132,7 @@ def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: 
                     guard(session, fence)
                     deployment, pool = session.get(Deployment, deployment_id), session.get(Pool, pool_id)
                     result = reconcile_pool(session, deployment, pool, settings, now=now, dry_run=dry_run,
-                                            tracer=tracer, scaler=scaler, fence=fence)
+                                            tracer=tracer, scaler=scaler, fence=fence, compute=compute)
                     plans.append(result.plan)
                     results.append(result)
             except NotLeader as lost:
@@ -149,10 +151,10 @@ def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: 
 
 def reconcile_pool(session: Session, deployment: Deployment, pool: Pool, settings: Settings, *, now: float,
                    dry_run: bool = False, is_forced: bool = False, tracer: trace.Tracer | None = None,
-                   scaler: PoolScaler | None = None, fence: Fence = SOLE) -> PoolResult:
+                   scaler: PoolScaler | None = None, fence: Fence = SOLE, compute: Compute = in_process) -> PoolResult:
     """Handles the pool's pending requests (each is told the action it led to or joined, or why none).
     is_forced: plan as if a request were pending (a person's dry run asks what a rebalance would do).
-    scaler, fence: as for `reconcile_once`; the caller guards `session` with the same fence."""
+    scaler, fence, compute: as for `reconcile_once`; the caller guards `session` with the same fence."""
     tracer = tracer or trace.get_tracer("moectl.reconcile")
     attributes = {"moectl.deployment": deployment.name, "moectl.role": pool.role}
     with tracer.start_as_current_span("reconcile.pool", attributes=attributes) as span:
@@ -170,8 +172,8 @@ def reconcile_pool(session: Session, deployment: Deployment, pool: Pool, setting
         if not dry_run and mtp is not None and mtp.cause == Cause.regression:
             state = _roll_back_regression(session, deployment, pool, state, mtp, settings, now)
         with tracer.start_as_current_span("plan"):
-            plan = plan_pool(policy, state, now, is_forced=is_forced or bool(pending), mtp=mtp,
-                             is_asked=any(r.trigger == "manual" for r in pending))
+            plan = compute(plan_pool, policy, state, now, is_forced=is_forced or bool(pending), mtp=mtp,
+                           is_asked=any(r.trigger == "manual" for r in pending))
             sized = reconcile_pools.plan_deployment(session, deployment, policy, settings, now=now)
         span.set_attribute("moectl.decision", plan.decision.value)
         log.info("%s/%s: %s (%s)", deployment.name, pool.role, plan.decision.value, plan.reason)
@@ -366,7 +368,7 @@ def _record_routing_reach(session: Session, deployment: Deployment, pool: Pool, 
 def run_forever(sessions: sessionmaker[Session], settings: Settings, *, stop: threading.Event,
                 liveness: LoopLiveness, clock: Callable[[], float] = time.time,
                 on_pass: Callable[[PassResult], None] | None = None, scaler: PoolScaler | None = None,
-                fence: Fence = SOLE) -> None:
+                fence: Fence = SOLE, compute: Compute = in_process) -> None:
     """Passes until `stop`. No exception ends the loop: a pass that fails (the database gone, a bug) is
     logged, handed to on_pass as one error, and retried after the backoff `liveness` decides."""
     pruning = Pruning(settings, fence=fence)  # after a pass, at most once per prune_seconds
@@ -374,7 +376,7 @@ def run_forever(sessions: sessionmaker[Session], settings: Settings, *, stop: th
         while not stop.is_set():
             started = time.perf_counter()
             try:
-                result = reconcile_once(sessions, settings, now=clock(), scaler=scaler, fence=fence)
+                result = reconcile_once(sessions, settings, now=clock(), scaler=scaler, fence=fence, compute=compute)
             except Exception:
                 log.exception("reconcile pass failed; retrying after a backoff")
                 result = PassResult([], 1, time.perf_counter() - started)

@@ -18,12 +18,14 @@ from controlplane.actuate.fence import SOLE
 from controlplane.actuate.scaler import PoolScaler
 from controlplane.api.actuation import Actuation
 from controlplane.api.app import create_app
+from controlplane.compute import WorkerProcess, in_process
 from controlplane.config import Settings
 from controlplane.leader.campaign import keep_campaigning
 from controlplane.leader.database import DatabaseRecords
 from controlplane.leader.elector import Elector, LeaderElector
 from controlplane.leader.lease import LeaseRecords
 from controlplane.liveness import LoopLiveness
+from controlplane.plan import plan_pool
 from controlplane.prune import prune_all
 from controlplane.reconcile import PassResult, reconcile_once, run_forever
 from controlplane.store.db import make_engine, make_sessions, upgrade
@@ -96,6 +98,7 @@ class Controller:
         app = create_app(settings, self.sessions, metrics=self.metrics, actuation=actuation, liveness=self.liveness)
         self.server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning"))
         self.stop_loop = threading.Event()
+        self.compute = WorkerProcess() if settings.plan_in_worker else None
         self.threads = []
         if run_loop and self.elector is not None:
             self.threads.append(threading.Thread(target=keep_campaigning, name="leader", daemon=True, kwargs=dict(
@@ -103,7 +106,7 @@ class Controller:
         if run_loop:
             self.threads.append(threading.Thread(target=run_forever, name="reconcile", daemon=True, kwargs=dict(
                 sessions=self.sessions, settings=settings, stop=self.stop_loop, liveness=self.liveness,
-                scaler=actuation.scaler, fence=actuation.fence,
+                scaler=actuation.scaler, fence=actuation.fence, compute=self.compute or in_process,
                 on_pass=lambda r: self._observe(r, actuation.fence.is_leading()))))
 
     def _observe(self, result: PassResult, is_leading: bool) -> None:
@@ -134,6 +137,8 @@ class Controller:
                 self.elector.campaign()
             except Exception:
                 log.exception("could not reach %s yet; campaigning in the background", self.elector.where)
+        if self.threads and self.compute is not None:
+            self.compute.start(plan_pool)
         for thread in self.threads:
             thread.start()
         try:
@@ -142,6 +147,8 @@ class Controller:
             self.stop_loop.set()
             for thread in self.threads:
                 thread.join(timeout=10)
+            if self.compute is not None:
+                self.compute.close()
 
     def stop(self) -> None:
         self.server.should_exit = True

@@ -1,12 +1,13 @@
 """The contract between agents and the controller: the only package both sides import.
 
-wire: what one round trip carries (Snapshot, DesiredState, compact arrays); router: a router's window
-and the controller's answer to it; placement: the placement
+wire: what one round trip carries (Snapshot, DesiredState, compact arrays); group: moectl.v2, one snapshot per
+EP group (GroupSnapshot, RankRow); router: a router's window and the controller's answer to it; placement: the placement
 value and the numbers derived from it (replica counts, shares, per-GPU load, imbalance); grid: the
 window grid both sides file load on. Every public name is re-exported here.
 """
 
 from agents.protocol.grid import window_index, window_start
+from agents.protocol.group import GROUP_PROTOCOL_VERSION, GroupSnapshot, RankRow
 from agents.protocol.placement import (
     PlacementTable,
     default_slot_to_expert,
@@ -40,6 +41,7 @@ from agents.protocol.wire import (
 )
 
 __all__ = [
+    "GROUP_PROTOCOL_VERSION", "GroupSnapshot", "RankRow",
     "MAX_ARRAY_ELEMENTS", "MAX_COUNT", "MAX_SECONDS", "NAME_PATTERN", "PLACEMENT_UNKNOWN", "PROTOCOL_VERSION",
     "Array", "DesiredState", "Identity", "LatencySummary", "ModelShape", "PlacementTable", "Role", "RouterState",
     "RouterWindow", "RoutingLimits", "RunningPlacement", "ServingCounters", "Snapshot", "default_slot_to_expert",

@@ -287,6 +287,8 @@ class Snapshot(_Frozen):
     @field_validator("protocol", mode="before")
     @classmethod
     def _known_protocol(cls, value: object) -> object:
+        if value == "moectl.v2":
+            raise ValueError("protocol 'moectl.v2' is a group snapshot: post it to /v2/agents/snapshot")
         return known_protocol(value)
 
     @model_validator(mode="after")
@@ -305,20 +307,19 @@ class Snapshot(_Frozen):
             raise ValueError("spec_accepted_by_position must be counts that sum to at most spec_accepted_tokens")
         if self.running_placement is not None:
             self.running_placement.check(m.num_layers, m.num_experts, ident.ep_size * ident.slots_per_rank)
-        _check_per_token(self)
+        _check_per_token(self.routing_groups_per_token, self.routing_nodes_per_token, m.top_k)
         return self
 
 
-def _check_per_token(s: Snapshot) -> None:
-    histograms = {"routing_groups_per_token": s.routing_groups_per_token,
-                  "routing_nodes_per_token": s.routing_nodes_per_token}
+def _check_per_token(groups: list[int], nodes: list[int], top_k: int, where: str = "") -> None:
+    """The routing reach histograms of one rank (`where`: which, in a group's message)."""
+    histograms = {"routing_groups_per_token": groups, "routing_nodes_per_token": nodes}
     for name, counts in histograms.items():
-        if len(counts) > s.model.top_k + 1:
-            raise ValueError(f"{name} has {len(counts)} bins; a token's top_k={s.model.top_k} experts reach at "
-                             f"most {s.model.top_k}, so at most {s.model.top_k + 1} bins (0..top_k)")
-    groups, nodes = histograms.values()
+        if len(counts) > top_k + 1:
+            raise ValueError(f"{where}{name} has {len(counts)} bins; a token's top_k={top_k} experts reach at "
+                             f"most {top_k}, so at most {top_k + 1} bins (0..top_k)")
     if groups and nodes and sum(groups) != sum(nodes):
-        raise ValueError(f"routing_groups_per_token counts {sum(groups)} tokens, routing_nodes_per_token "
+        raise ValueError(f"{where}routing_groups_per_token counts {sum(groups)} tokens, routing_nodes_per_token "
                          f"{sum(nodes)}: both count every token routed")
 
 

@@ -32,6 +32,28 @@ class EPGroup:
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
         return t.tolist()
 
+    def all_reduce_sum(self, tensor: Tensor) -> Tensor:
+        """Sums `tensor` over the group, in place; returns it."""
+        if self.size > 1:
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=self.group)
+        return tensor
+
+    def gather_objects(self, obj: object) -> list | None:
+        """Every rank's `obj` (picklable), in rank order, on rank 0; None on the others."""
+        if self.size == 1:
+            return [obj]
+        out = [None] * self.size if self.rank == 0 else None
+        dist.gather_object(obj, out, dst=0, group=self.group)
+        return out
+
+    def broadcast_object(self, obj: object) -> object:
+        """Rank 0's `obj` (picklable) on every rank."""
+        if self.size == 1:
+            return obj
+        box = [obj]
+        dist.broadcast_object_list(box, src=0, group=self.group)
+        return box[0]
+
 
 def init_ep_group(rank: int, size: int, port: int, backend: str = "gloo") -> EPGroup:
     if size > 1 and not dist.is_initialized():

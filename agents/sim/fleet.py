@@ -1,10 +1,12 @@
 """Simulated EP groups that report windows to a controller and apply what it answers.
 
 Each instance routes tokens with a `LoadModel` (agents/sim/load.py), spreads every expert's tokens over the slots that
-hold it (per the placement it runs), and posts one `Snapshot` per rank per window over HTTP. All
-ranks of an instance switch placement together, at the next window, as real EP groups must. Like the real
-agent, the fleet registers its deployments again when the controller no longer knows them, and sends the
-table it runs when the controller no longer knows its placement version (agents/telemetry/poster.py).
+hold it (per the placement it runs), and posts its window over HTTP: one `Snapshot` per rank (`moectl.v1`) or
+one `GroupSnapshot` for the whole instance (`moectl.v2`, agents/protocol/group.py). All ranks of an instance
+switch placement together, at the next window, as real EP groups must. Like the real agent, the fleet
+registers its deployments again when the controller no longer knows them, and sends the table it runs when
+the controller no longer knows its placement version (agents/telemetry/poster.py). Fleets come in the shapes
+of agents/sim/models.py (`deepseek-v3`: prefill EP32 and decode EP320 instances).
 """
 
 from __future__ import annotations
@@ -28,17 +30,29 @@ from agents.protocol import (
     Snapshot,
     error_code,
 )
+from agents.protocol.group import GroupSnapshot, RankRow
 from agents.protocol.placement import default_slot_to_expert, effective_share, gpu_load, slot_load
 from agents.runtime.placement import Placement
 from agents.sim.cost import GPU_NODES, Links, step_times
 from agents.sim.load import LoadModel
+from agents.sim.models import SIM_MOE, ModelLayout, layout_for_gpus
 from agents.sim.reach import GROUP_AFFINITY, Routing, sample_reach
 
 log = logging.getLogger("moectl.sim")
 
+DEFAULT_MODEL = SIM_MOE
+DEFAULT_TOKENS_PER_WINDOW = 8192  # an instance without a layout's rate
 MAX_REACH_TOKENS = 32  # tokens per rank and window whose groups and nodes a window samples, at least
 MAX_SAMPLED_TOKENS = 512  # per instance and window, for traffic and recall to 1-2%, if ranks are few
-DEFAULT_MODEL = ModelShape(name="sim-moe-64e", num_layers=8, num_experts=64, num_groups=8, top_k=6)
+MAX_REACH_RANKS = 16  # home ranks whose tokens a window samples
+
+
+@dataclass(frozen=True)
+class _Drawn:
+    rng: np.random.Generator
+    expert_tokens: np.ndarray  # [num_layers, num_experts], the instance's
+    slot_tokens: np.ndarray  # [num_layers, num_slots] int64
+    rows: list[RankRow]
 
 
 @dataclass
@@ -58,6 +72,8 @@ class SimInstance:
     slot_to_expert: np.ndarray = field(init=False)  # [num_layers, num_slots]
     slot_share: np.ndarray | None = None  # [num_layers, num_slots] or even split
     topk_group: int | None = None  # routing limit issued; None: the model's own (every group if it has none)
+    tokens_per_rank_second: int = 0  # the layout's rate (agents/sim/models.py); 0: callers say how many tokens
+    rng: np.random.Generator | None = None  # this instance's draws; None: the load model's own
     is_group_limit_bypassed: bool = False  # the seeds' incident: tokens reach every group whatever the limit
     _tables: tuple | None = field(default=None, init=False, repr=False)  # (version, routing tables) in force
 
@@ -73,18 +89,57 @@ class SimInstance:
         """The groups a token may reach as the instance routes; None: every group."""
         return None if self.is_group_limit_bypassed else self.topk_group or self.model.topk_group
 
-    def window(self, window_start: float, window_seconds: float, num_tokens: int) -> list[Snapshot]:
-        rng, model = self.load.rng, self.model
-        popularity = self.load.popularity()
-        expert_tokens = self.load.route(popularity, num_tokens)
+    def tokens_per_window(self, window_seconds: float) -> int:
+        """Tokens the whole instance routes in a window at its layout's rate (0 when it has none)."""
+        return int(self.tokens_per_rank_second * self.ep_size * window_seconds)
+
+    def window(self, window_start: float, window_seconds: float, num_tokens: int | None = None) -> list[Snapshot]:
+        """One v1 snapshot per rank. num_tokens: routed by the whole instance (default: its layout's rate)."""
+        drawn = self._draw(window_seconds, num_tokens)
         # each rank's attention is data parallel: it routes its own share of the tokens
-        per_rank = rng.multinomial(expert_tokens, np.full(self.ep_size, 1.0 / self.ep_size))  # [L, E, R]
-        slot_tokens = np.rint(slot_load(self.slot_to_expert, expert_tokens, self.shares()))
+        per_rank = drawn.rng.multinomial(drawn.expert_tokens, np.full(self.ep_size, 1.0 / self.ep_size))  # [L, E, R]
+        snapshots = []
+        for rank, row in enumerate(drawn.rows):
+            ident = Identity(deployment=self.deployment, instance=self.instance, role=self.role, rank=rank,
+                             ep_size=self.ep_size, slots_per_rank=self.slots_per_rank,
+                             gpus_per_node=self.gpus_per_node, node=row.node)
+            columns = slice(rank * self.slots_per_rank, (rank + 1) * self.slots_per_rank)
+            snapshots.append(Snapshot(
+                identity=ident, model=self.model, window_start=window_start, window_seconds=window_seconds,
+                expert_tokens=Array.from_numpy(per_rank[:, :, rank]),
+                slot_tokens=Array.from_numpy(drawn.slot_tokens[:, columns]),
+                **row.model_dump(exclude={"rank", "node", "gpu_uuid"})))
+        return snapshots
+
+    def group_window(self, window_start: float, window_seconds: float,
+                     num_tokens: int | None = None) -> GroupSnapshot:
+        """The v2 group snapshot rank 0 posts for the whole instance."""
+        drawn = self._draw(window_seconds, num_tokens)
+        return GroupSnapshot(deployment=self.deployment, instance=self.instance, role=self.role,
+                             ep_size=self.ep_size, slots_per_rank=self.slots_per_rank,
+                             gpus_per_node=self.gpus_per_node, model=self.model, window_start=window_start,
+                             window_seconds=window_seconds, expert_tokens=Array.from_numpy(drawn.expert_tokens),
+                             slot_tokens=Array.from_numpy(drawn.slot_tokens), ranks=drawn.rows)
+
+    def _draw(self, window_seconds: float, num_tokens: int | None) -> _Drawn:
+        """One window of the instance: what its routers send where, what its slots process, each rank's
+        counters; then the load drifts."""
+        rng, model = self.rng or self.load.rng, self.model
+        if num_tokens is None:
+            num_tokens = self.tokens_per_window(window_seconds) or DEFAULT_TOKENS_PER_WINDOW
+        popularity = self.load.popularity()
+        expert_tokens = self.load.route(popularity, num_tokens, rng)
+        slot_tokens = np.rint(slot_load(self.slot_to_expert, expert_tokens, self.shares())).astype(np.int64)
         routing = self._routing(self.routed_topk_group() or model.num_groups)
-        # a sample of each rank's tokens: what the group limit bounds, at a bounded cost per window
+        # a sample of each rank's tokens: what the group limit bounds, at a bounded cost per window. Past
+        # MAX_REACH_RANKS ranks, one sample stands for the ranks next to its home rank (one per rank cost
+        # half a minute a window at EP320)
         num_sampled = min(num_tokens // self.ep_size, max(MAX_REACH_TOKENS, MAX_SAMPLED_TOKENS // self.ep_size))
-        reaches = [sample_reach(popularity, num_sampled, rng, routing, home_rank=rank) for rank in range(self.ep_size)]
-        reach = sum(reaches[1:], reaches[0])
+        num_homes = min(self.ep_size, MAX_REACH_RANKS)
+        samples = [sample_reach(popularity, num_sampled, rng, routing, home_rank=h * self.ep_size // num_homes)
+                   for h in range(num_homes)]
+        reaches = [samples[rank * num_homes // self.ep_size] for rank in range(self.ep_size)]
+        reach = sum(samples[1:], samples[0])
         num_steps = int(window_seconds * 20)
         times = step_times(gpu_load(slot_tokens, self.ep_size), num_tokens / self.ep_size,
                            reach.traffic(model.top_k), self.links, num_steps)
@@ -92,22 +147,15 @@ class SimInstance:
         drafts = num_tokens // self.ep_size // 4
         quality = reach.quality(model.top_k)
         acceptance = self.mtp_acceptance * quality
-        snapshots = []
+        rows = []
         for rank in range(self.ep_size):
-            ident = Identity(deployment=self.deployment, instance=self.instance, role=self.role, rank=rank,
-                             ep_size=self.ep_size, slots_per_rank=self.slots_per_rank,
-                             gpus_per_node=self.gpus_per_node,
-                             node=f"{self.instance}-node{rank // self.gpus_per_node}")
-            columns = slice(rank * self.slots_per_rank, (rank + 1) * self.slots_per_rank)
             ttft = rng.gamma(4.0, 0.05, 32)
             # two MTP draft positions: the second is verified only where the first was accepted
             accepted = [int(rng.binomial(drafts, acceptance))]
             accepted.append(int(rng.binomial(accepted[0], 0.7 * quality)))
-            snapshots.append(Snapshot(
-                identity=ident, model=self.model, window_start=window_start, window_seconds=window_seconds,
+            rows.append(RankRow(
+                rank=rank, node=f"{self.instance}-node{rank // self.gpus_per_node}",
                 placement_version=self.placement_version, num_steps=num_steps,
-                expert_tokens=Array.from_numpy(per_rank[:, :, rank]),
-                slot_tokens=Array.from_numpy(slot_tokens[:, columns].astype(np.int64)),
                 forward_seconds=times.forward_seconds, dispatch_seconds=times.dispatch_seconds,
                 combine_seconds=times.combine_seconds, prefix_query_tokens=queries,
                 prefix_hit_tokens=int(rng.binomial(queries, 0.55)), spec_drafts=drafts,
@@ -120,12 +168,13 @@ class SimInstance:
                 routing_groups_per_token=reaches[rank].groups.sum(0).tolist(),
                 routing_nodes_per_token=reaches[rank].nodes.sum(0).tolist()))
         self.load.drift()
-        return snapshots
+        return _Drawn(rng, expert_tokens, slot_tokens, rows)
 
     def running_placement(self) -> RunningPlacement:
         """The table every rank of the instance runs (placement_version names it)."""
         share = None if self.slot_share is None else Array.from_numpy(self.slot_share)
         return RunningPlacement(slot_to_expert=Array.from_numpy(self.slot_to_expert), slot_share=share)
+
     def _routing(self, topk_group: int) -> Routing:
         if self._tables is None or self._tables[0] != self.placement_version:
             share = None if self.slot_share is None else torch.tensor(self.slot_share)  # a copy: answers are read-only
@@ -158,11 +207,36 @@ def make_fleet(num_deployments: int = 2, ep_size: int = 8, slots_per_rank: int =
             for i in range(num_deployments)]
 
 
-class FleetClient:
-    """Talks to the controller for a fleet: registers deployments, posts windows, applies answers."""
+def layout_fleet(layout: ModelLayout, *, deployment: str, seed: int = 0) -> list[SimInstance]:
+    """Every instance of every pool of one deployment. The instances of a pool serve the same model and
+    workload, so they share hot experts (one load model's seed) and draw their tokens apart."""
+    fleet = []
+    for p, pool in enumerate(layout.pools):
+        for i in range(pool.num_instances):
+            load = LoadModel(layout.model.num_layers, layout.model.num_experts, layout.model.top_k, seed=seed + p)
+            fleet.append(SimInstance(deployment=deployment, instance=f"{deployment}-{pool.role.value}-{i}",
+                                     role=pool.role, model=layout.model, ep_size=pool.ep_size,
+                                     slots_per_rank=pool.slots_per_rank, load=load,
+                                     gpus_per_node=layout.gpus_per_node,
+                                     tokens_per_rank_second=pool.tokens_per_rank_second,
+                                     rng=np.random.default_rng([seed, p, i])))
+    return fleet
 
-    def __init__(self, client: httpx.Client, *, api_token: str, agent_token: str):
-        self.client, self.api_token, self.agent_token = client, api_token, agent_token
+
+def deepseek_fleet(num_gpus: int, *, seed: int = 0) -> list[SimInstance]:
+    """A DeepSeek-V3 deployment of about `num_gpus` GPUs (agents/sim/models.py: 320 -> one decode EP320
+    instance; 1,024 -> three decode and two prefill EP32 instances)."""
+    return layout_fleet(layout_for_gpus("deepseek-v3", num_gpus), deployment="deepseek-v3", seed=seed)
+
+
+class FleetClient:
+    """Talks to the controller for a fleet: registers deployments, posts windows, applies answers.
+    protocol: "v1" posts a snapshot per rank, "v2" one group snapshot per instance."""
+
+    def __init__(self, client: httpx.Client, *, api_token: str, agent_token: str, protocol: str = "v1"):
+        if protocol not in ("v1", "v2"):
+            raise ValueError(f"protocol {protocol!r}: v1 (a snapshot per rank) or v2 (one per EP group)")
+        self.client, self.api_token, self.agent_token, self.protocol = client, api_token, agent_token, protocol
         self.policies: dict[str, dict | None] = {}  # deployment -> the policy this client registered it with
 
     def register(self, fleet: list[SimInstance], policy: dict | None = None) -> None:
@@ -174,15 +248,20 @@ class FleetClient:
             self.policies[deployment] = policy
 
     def post_window(self, fleet: list[SimInstance], window_start: float, window_seconds: float,
-                    num_tokens: int = 8192) -> None:
-        """Every rank posts; each instance then applies the answer (all its ranks agree on it)."""
+                    num_tokens: int | None = None) -> None:
+        """Every rank posts (v1), or every instance once (v2); each instance then applies the answer (all its
+        ranks agree on it). num_tokens: per instance (default: its layout's rate)."""
         for instance in fleet:
-            answers = [answer for snapshot in instance.window(window_start, window_seconds, num_tokens)
-                       if (answer := self._post(instance, snapshot)) is not None]
+            if self.protocol == "v2":
+                answer = self._post(instance, instance.group_window(window_start, window_seconds, num_tokens))
+                answers = [] if answer is None else [answer]
+            else:
+                answers = [a for s in instance.window(window_start, window_seconds, num_tokens)
+                           if (a := self._post(instance, s)) is not None]
             if answers and len({a.placement_version for a in answers}) == 1:
                 instance.apply(answers[0])
 
-    def _post(self, instance: SimInstance, snapshot: Snapshot) -> DesiredState | None:
+    def _post(self, instance: SimInstance, snapshot: Snapshot | GroupSnapshot) -> DesiredState | None:
         response = self._send(snapshot)
         if response.status_code == 404 and instance.deployment in self.policies:  # the controller forgot it
             self.register([instance], self.policies[instance.deployment])
@@ -192,12 +271,13 @@ class FleetClient:
                         instance.instance, instance.placement_version)
             response = self._send(snapshot.model_copy(update={"running_placement": instance.running_placement()}))
         if response.status_code != 200:
-            log.warning("%s rank %d: %d %s", instance.instance, snapshot.identity.rank, response.status_code,
-                        response.text[:200])
+            who = "group" if isinstance(snapshot, GroupSnapshot) else f"rank {snapshot.identity.rank}"
+            log.warning("%s %s: %d %s", instance.instance, who, response.status_code, response.text[:200])
             return None
         return DesiredState.model_validate_json(response.content)
 
-    def _send(self, snapshot: Snapshot) -> httpx.Response:
-        return self.client.post("/v1/agents/snapshot", content=snapshot.model_dump_json(),
+    def _send(self, snapshot: Snapshot | GroupSnapshot) -> httpx.Response:
+        path = "/v2/agents/snapshot" if isinstance(snapshot, GroupSnapshot) else "/v1/agents/snapshot"
+        return self.client.post(path, content=snapshot.model_dump_json(),
                                 headers={"Authorization": f"Bearer {self.agent_token}",
                                          "Content-Type": "application/json"})

@@ -1,6 +1,12 @@
 """`moectl sim`: a simulated fleet in real time against a controller URL.
 
   python -m agents.sim --url http://127.0.0.1:8600 --api-token T --agent-token A [--windows N]
+  python -m agents.sim --model deepseek-v3 --prefill-instances 2 --decode-instances 3 ...   # 1,024 GPUs
+
+`--model sim-moe-64e` (the default) runs `--deployments` small decode pools; a model of agents/sim/models.py with
+prefill and decode pools (`deepseek-v3`: EP32 and EP320) runs one deployment of that model with the instances
+asked for. Each instance posts one group snapshot per window (`--protocol v2`) or one snapshot per rank (`v1`,
+as agents before moectl.v2 do; at DeepSeek scale the simulator itself cannot build 1,024 snapshots a window).
 """
 
 from __future__ import annotations
@@ -14,25 +20,42 @@ import time
 
 import httpx
 
+from agents.protocol import Role
 from agents.protocol.grid import window_index, window_start
 from agents.sim.cost import LINKS
-from agents.sim.fleet import FleetClient, make_fleet
+from agents.sim.fleet import FleetClient, SimInstance, layout_fleet, make_fleet
+from agents.sim.models import MODELS
 
 log = logging.getLogger("moectl.sim")
 
 
-def run_sim(*, url: str, api_token: str, agent_token: str, num_deployments: int, ep_size: int,
-            slots_per_rank: int, window_seconds: float, mode: str, num_windows: int = 0,
-            stop: threading.Event | None = None, gpus_per_node: int = 8, links: str = "gpu-nodes") -> int:
+def build_fleet(model: str, *, num_deployments: int = 2, ep_size: int = 8, slots_per_rank: int = 10,
+                num_prefill: int = 1, num_decode: int = 1, seed: int = 0, gpus_per_node: int = 8,
+                links: str = "gpu-nodes") -> list[SimInstance]:
+    """The fleet `moectl sim` runs: small decode pools of the default model, or one deployment of a named
+    model's layout with `num_prefill` and `num_decode` instances."""
+    if model not in MODELS:
+        raise ValueError(f"unknown model {model!r}; known: {', '.join(sorted(MODELS))}")
+    layout = MODELS[model]
+    if model == "sim-moe-64e":
+        return make_fleet(num_deployments, ep_size, slots_per_rank, layout.model, seed=seed,
+                          gpus_per_node=gpus_per_node, links=LINKS[links])
+    layout = layout.with_instances(Role.prefill, num_prefill).with_instances(Role.decode, num_decode)
+    return layout_fleet(layout, deployment=model, seed=seed)
+
+
+def run_sim(*, url: str, api_token: str, agent_token: str, fleet: list[SimInstance], window_seconds: float,
+            mode: str, protocol: str = "v2", num_windows: int = 0, stop: threading.Event | None = None) -> int:
     if not api_token or not agent_token:
         print("error: the simulated fleet needs --api-token and --agent-token (printed by `moectl serve`)")
         return 2
     stop = stop or threading.Event()
-    fleet = make_fleet(num_deployments, ep_size, slots_per_rank, gpus_per_node=gpus_per_node, links=LINKS[links])
     with httpx.Client(base_url=url, timeout=30) as client:
-        fleet_client = FleetClient(client, api_token=api_token, agent_token=agent_token)
+        fleet_client = FleetClient(client, api_token=api_token, agent_token=agent_token, protocol=protocol)
         fleet_client.register(fleet, policy={"mode": mode, "cooldown_seconds": 3 * window_seconds})
-        log.info("simulating %d deployments x %d ranks, %.1fs windows", num_deployments, ep_size, window_seconds)
+        log.info("simulating %s: %d instances, %d GPUs, %.1fs windows, protocol %s",
+                 ", ".join(sorted({i.deployment for i in fleet})), len(fleet), sum(i.ep_size for i in fleet),
+                 window_seconds, protocol)
         index = window_index(time.time(), window_seconds)
         count = 0
         while not stop.is_set() and (num_windows == 0 or count < num_windows):
@@ -55,12 +78,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="operator token, to register deployments (or MOECTL_API_TOKEN)")
     p.add_argument("--agent-token", default=os.environ.get("MOECTL_AGENT_TOKEN", ""),
                    help="agent token, to post snapshots (or MOECTL_AGENT_TOKEN)")
-    p.add_argument("--deployments", type=int, default=2)
-    p.add_argument("--ep-size", type=int, default=8)
-    p.add_argument("--slots-per-rank", type=int, default=10)
-    p.add_argument("--gpus-per-node", type=int, default=8, help="ranks per node: tokens cross the network between")
+    p.add_argument("--model", default="sim-moe-64e", choices=sorted(MODELS),
+                   help="model shape and pool layout (agents/sim/models.py)")
+    p.add_argument("--deployments", type=int, default=2, help="sim-moe-64e: deployments of one decode pool")
+    p.add_argument("--ep-size", type=int, default=8, help="sim-moe-64e: ranks per instance")
+    p.add_argument("--slots-per-rank", type=int, default=10, help="sim-moe-64e: expert slots per rank")
+    p.add_argument("--prefill-instances", type=int, default=1, help="other models: prefill instances")
+    p.add_argument("--decode-instances", type=int, default=1, help="other models: decode instances")
+    p.add_argument("--protocol", choices=["v1", "v2"], default="v2",
+                   help="v2: one group snapshot per instance and window; v1: one snapshot per rank")
+    p.add_argument("--gpus-per-node", type=int, default=8,
+                   help="sim-moe-64e: ranks per node: tokens cross the network between")
     p.add_argument("--links", choices=sorted(LINKS), default="gpu-nodes",
-                   help="what the all-to-all crosses (agents/sim/cost.py): NVLink and a network, or loopback gloo")
+                   help="sim-moe-64e: what the all-to-all crosses (agents/sim/cost.py): NVLink and a network, or "
+                        "loopback gloo")
     p.add_argument("--window-seconds", type=float, default=2.0)
     p.add_argument("--mode", choices=["off", "observe", "approve", "auto"], default="auto",
                    help="policy mode the simulated deployments are registered with")
@@ -78,7 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):  # finish the window being posted, then leave
         signal.signal(signum, lambda *_: stop.set())
-    return run_sim(url=args.url, api_token=args.api_token, agent_token=args.agent_token,
-                   num_deployments=args.deployments, ep_size=args.ep_size, slots_per_rank=args.slots_per_rank,
-                   window_seconds=args.window_seconds, mode=args.mode, num_windows=args.windows, stop=stop,
-                   gpus_per_node=args.gpus_per_node, links=args.links)
+    fleet = build_fleet(args.model, num_deployments=args.deployments, ep_size=args.ep_size,
+                        slots_per_rank=args.slots_per_rank, num_prefill=args.prefill_instances,
+                        num_decode=args.decode_instances, gpus_per_node=args.gpus_per_node, links=args.links)
+    return run_sim(url=args.url, api_token=args.api_token, agent_token=args.agent_token, fleet=fleet,
+                   window_seconds=args.window_seconds, mode=args.mode, protocol=args.protocol,
+                   num_windows=args.windows, stop=stop)

@@ -7,6 +7,11 @@ Applying a placement only stages it: the engine switches at the first step where
 group staged the same version (each rank's agent gets the same answer from the controller), so the
 group never runs two placements at once. If the controller is unreachable nothing is applied and the
 rank keeps serving on the last state it had.
+
+Given its EP group (`group`), the agents of the group report as one (moectl.v2, agents/telemetry/group.py):
+they close each window at the same step, rank 0 gathers the group's window and posts it, and shares the
+answer with the other ranks, which have no poster of their own. Without it every rank posts its own
+snapshot (moectl.v1).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from agents.runtime.placement import EngineRoutingLimits, Placement
 from agents.runtime.stats import StepStats
 from agents.telemetry.engine import AgentEngine
 from agents.telemetry.exporter import Exporter
+from agents.telemetry.group import GroupCollective, GroupReporter
 from agents.telemetry.imbalance import gpu_load_ratio
 from agents.telemetry.latency import RequestTimer
 from agents.telemetry.poster import SnapshotPoster
@@ -48,7 +54,8 @@ class Agent:
                  controller_url: str = "", agent_token: str = "", api_token: str = "",
                  window_seconds: float = 5.0, runtime: str = "moectl-runtime", num_speculative_tokens: int = 0,
                  max_batched_tokens: int | None = None, policy: dict | None = None,
-                 clock: Callable[[], float] = time.time, poster_kwargs: dict | None = None):
+                 clock: Callable[[], float] = time.time, poster_kwargs: dict | None = None,
+                 group: GroupCollective | None = None):
         self.engine, self.identity, self.model, self.clock = engine, identity, model, clock
         self.runtime, self.max_batched_tokens = runtime, max_batched_tokens
         self.exporter = Exporter(registry, deployment=identity.deployment, role=identity.role.value,
@@ -62,10 +69,13 @@ class Agent:
         self._lock = threading.Lock()
         self._staged_version = engine.placement.version
         self._refused_versions: set[int] = set()
+        self.group = GroupReporter(group) if group is not None else None
+        self._answer_seq = self._shared_seq = 0  # group: answers rank 0 received, and the last one shared
+        is_poster = self.group is None or self.group.is_poster
         self.poster = SnapshotPoster(controller_url, agent_token, on_answer=self._on_answer,
                                      on_failure=self.exporter.report_failure, api_token=api_token, model=model,
                                      policy=policy, running_placement=self._running_placement,
-                                     **(poster_kwargs or {})).start() if controller_url else None
+                                     **(poster_kwargs or {})).start() if controller_url and is_poster else None
         self._set_info()
 
     def on_step(self, stats: StepStats, num_waiting_handoffs: int = 0) -> None:
@@ -77,15 +87,40 @@ class Agent:
     def tick(self, now: float | None = None) -> ClosedWindow | None:
         """Call between steps: applies a new answer and closes the window once it is over."""
         now = self.clock() if now is None else now
-        with self._lock:
-            answer, self._answer = self._answer, None
-        if answer is not None:
-            self.apply(answer, now)
-        closed = self.windows.roll(now)
+        if self.group is not None:
+            closed = self._tick_group(now)
+        else:
+            with self._lock:
+                answer, self._answer = self._answer, None
+            if answer is not None:
+                self.apply(answer, now)
+            closed = self.windows.roll(now)
         if closed is not None:
             self._publish(closed)
         self._set_info()
         return closed
+
+    def _tick_group(self, now: float) -> ClosedWindow | None:
+        """Every rank of the group at the same step: agree, share rank 0's new answer, roll the window. Each
+        branch depends only on what the ranks agreed, so they all take the same one (and the same collectives)."""
+        with self._lock:
+            seq = self._answer_seq
+        agreed = self.group.agree(self.windows.index_at(now), seq, self.windows.current.index)
+        if agreed.answer_seq > self._shared_seq:
+            with self._lock:
+                answer = self._answer
+            answer = self.group.share_answer(answer)
+            self._shared_seq = agreed.answer_seq
+            if answer is not None:
+                if not self.group.is_poster:
+                    self.exporter.snapshots.inc()
+                    self.last_answer_time = self.clock()
+                self.apply(answer, now)
+            return None  # the answer may change the window length: the next tick agrees afresh
+        if not agreed.is_aligned:
+            self.windows.relabel(max(agreed.window_index, agreed.current_index))
+            return None
+        return self.windows.roll_to(agreed.window_index)
 
     def close(self) -> None:
         if self.poster is not None:
@@ -94,8 +129,9 @@ class Agent:
     def _publish(self, closed: ClosedWindow) -> None:
         ratio = gpu_load_ratio(closed.expert_tokens, self.engine.placement, self.identity.ep_size)
         self.exporter.observe_window(closed, ratio)
-        if self.poster is not None:
-            self.poster.submit(closed.snapshot)
+        snapshot = closed.snapshot if self.group is None else self.group.gather(closed)
+        if self.poster is not None and snapshot is not None:
+            self.poster.submit(snapshot)
 
     def _running_placement(self, version: int) -> protocol.RunningPlacement | None:  # poster thread
         """The table the engine runs, if it still runs `version` (a controller that lost it adopts it)."""
@@ -109,7 +145,8 @@ class Agent:
     def _on_answer(self, answer: DesiredState) -> None:  # poster thread
         self.exporter.snapshots.inc()
         with self._lock:
-            self._answer = answer
+            self._answer = answer  # group: kept, rank 0 shares it at a tick
+            self._answer_seq += 1
             self.last_answer_time = self.clock()
 
     def apply(self, desired: DesiredState, now: float) -> None:

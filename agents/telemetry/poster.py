@@ -4,10 +4,13 @@ The queue is bounded: when the controller is slow or down, the oldest windows ar
 counted), never the step loop blocked. Failures back off exponentially with full jitter, so a
 fleet of agents does not hammer a controller that comes back. Every accepted post returns a
 `DesiredState`, handed to `on_answer` (called on this thread; the agent applies it on its own).
+A rank's `Snapshot` goes to `/v1/agents/snapshot`, an EP group's `GroupSnapshot` (moectl.v2, posted by the
+group's rank 0) to `/v2/agents/snapshot`.
 
-A controller whose database was restored or replaced does not know the placement version the rank runs
-and refuses it (409, code PLACEMENT_UNKNOWN); the poster then sends the same window again with the table
-the rank runs (`running_placement`), which the controller adopts, so nobody restarts ranks by hand.
+A controller whose database was restored or replaced does not know the placement version the rank (a group:
+its newest rank) runs and refuses it (409, code PLACEMENT_UNKNOWN); the poster then sends the same window
+again with the table it runs (`running_placement`), which the controller adopts, so nobody restarts ranks
+by hand.
 """
 
 from __future__ import annotations
@@ -21,7 +24,15 @@ from collections.abc import Callable
 import httpx
 from pydantic import ValidationError
 
-from agents.protocol import PLACEMENT_UNKNOWN, DesiredState, ModelShape, RunningPlacement, Snapshot, error_code
+from agents.protocol import (
+    PLACEMENT_UNKNOWN,
+    DesiredState,
+    GroupSnapshot,
+    ModelShape,
+    RunningPlacement,
+    Snapshot,
+    error_code,
+)
 
 log = logging.getLogger("moectl.agent")
 
@@ -39,7 +50,7 @@ class SnapshotPoster:
         self.running_placement = running_placement
         self.api_token, self.model, self.policy = api_token, model, policy
         self.min_backoff, self.max_backoff = min_backoff, max_backoff
-        self.queue: queue.Queue[Snapshot] = queue.Queue(maxsize=max_queue)
+        self.queue: queue.Queue[Snapshot | GroupSnapshot] = queue.Queue(maxsize=max_queue)
         self.client = httpx.Client(base_url=url, timeout=timeout, transport=transport,
                                    headers={"Authorization": f"Bearer {agent_token}"})
         self.stopping = threading.Event()
@@ -55,7 +66,7 @@ class SnapshotPoster:
         self.thread.join(timeout)
         self.client.close()
 
-    def submit(self, snapshot: Snapshot) -> None:
+    def submit(self, snapshot: Snapshot | GroupSnapshot) -> None:
         """Never blocks: a full queue loses its oldest window."""
         while True:
             try:
@@ -88,10 +99,12 @@ class SnapshotPoster:
                 cap = min(self.max_backoff, self.min_backoff * 2 ** min(num_failures, 16))
                 self.stopping.wait(random.uniform(0.5 * self.min_backoff, cap))
 
-    def _post(self, snapshot: Snapshot) -> str | None:
+    def _post(self, snapshot: Snapshot | GroupSnapshot) -> str | None:
         """One attempt; returns None on success, else a failure reason (a bounded enum)."""
+        is_group = isinstance(snapshot, GroupSnapshot)
         try:
-            response = self.client.post("/v1/agents/snapshot", content=snapshot.model_dump_json(),
+            response = self.client.post("/v2/agents/snapshot" if is_group else "/v1/agents/snapshot",
+                                        content=snapshot.model_dump_json(),
                                         headers={"Content-Type": "application/json"})
         except httpx.TimeoutException:
             return "timeout"
@@ -99,7 +112,7 @@ class SnapshotPoster:
             log.debug("controller unreachable: %s", exc)
             return "connect"
         if response.status_code == 404 and self.api_token and self.model is not None:
-            self._register(snapshot.identity.deployment)
+            self._register(snapshot.deployment if is_group else snapshot.identity.deployment)
         is_unknown = response.status_code == 409 and error_code(response.content) == PLACEMENT_UNKNOWN
         if is_unknown and self.running_placement is not None and snapshot.running_placement is None:
             table = self.running_placement(snapshot.placement_version)

@@ -147,13 +147,21 @@ class WindowBuilder:
         """Closes the current window if `now` is past its end; the next one starts at `now`'s index.
 
         A window length change (from the controller) takes effect at the next window."""
-        index = self.current.index
-        if now < window_start(index + 1, self.window_seconds):
+        return self.roll_to(self.index_at(now))
+
+    def roll_to(self, index: int) -> ClosedWindow | None:
+        """Closes the current window if `index` (a window of the grid) is past it, and starts window `index`.
+        An EP group reporting as one rolls every rank to the index the ranks agreed on."""
+        if index <= self.current.index:
             return None
         closed = self.close(self.current)
-        last_step_at, self.current = self.current.last_step_at, WindowSums(self.index_at(now))
+        last_step_at, self.current = self.current.last_step_at, WindowSums(index)
         self.current.last_step_at = last_step_at  # time since the last step counts in the window it ends in
         return closed
+
+    def relabel(self, index: int) -> None:
+        """Files the current window's sums under window `index` instead (an EP group aligning its ranks)."""
+        self.current.index = index
 
     def set_window_seconds(self, window_seconds: float, now: float) -> ClosedWindow | None:
         if math.isclose(window_seconds, self.window_seconds):

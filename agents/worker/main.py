@@ -53,6 +53,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--num-kv-blocks", type=int, default=512)
     p.add_argument("--max-num-seqs", type=int, default=32)
     p.add_argument("--sim", action="store_true", help="a simulated engine (no model): the real agent over it")
+    p.add_argument("--snapshots", choices=["group", "rank"], default="group",
+                   help="group: rank 0 posts the EP group's window in one body (moectl.v2); rank: every rank "
+                        "posts its own (moectl.v1, as agents before v2 did)")
     p.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     p.add_argument("--dist-port", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -144,7 +147,8 @@ def run_rank(args: argparse.Namespace) -> int:
                   api_token=args.api_token if args.rank == 0 else "",  # one registrant: no race to create it
                   window_seconds=args.window_seconds, runtime=built.runtime,
                   num_speculative_tokens=args.num_speculative_tokens, max_batched_tokens=built.max_batched_tokens,
-                  policy={"mode": args.mode, "cooldown_seconds": 3 * args.window_seconds} | args.policy)
+                  policy={"mode": args.mode, "cooldown_seconds": 3 * args.window_seconds} | args.policy,
+                  group=group if args.snapshots == "group" else None)
     loop = EngineLoop(built.engine, agent)
     info = {"role": args.role, "instance": args.instance, "ep_rank": args.rank, "ep_size": args.ep_size,
             "model": built.model.name, "runtime": built.runtime}

@@ -1,4 +1,5 @@
-"""A snapshot's additive share of its pool's window: counters and where its slot load goes."""
+"""A post's additive share of its pool's window: counters and where its slot load goes. A post is one rank's
+snapshot (moectl.v1) or one EP group's (moectl.v2, agents/protocol/group.py); both become one `Report`."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import numpy as np
 
 from agents.protocol import Snapshot
 from agents.protocol.grid import window_index
+from agents.protocol.group import GroupSnapshot, RankRow
 from controlplane.observed import ACCEPTED_AT, GROUPS_AT, NODES_AT
 
 # summed over all reports of a window; ratios are formed at read time (sum/sum, never mean of ratios)
@@ -21,23 +23,34 @@ COUNTERS = (
 MAXIMA = ("ttft_p99", "itl_p99")
 # ACCEPTED_AT, GROUPS_AT, NODES_AT (controlplane/observed.py) + n: accepted tokens at draft position n, tokens
 # whose top-k reached n groups / nodes: summed like COUNTERS
+_FIELDS = tuple(name for name in COUNTERS if name in RankRow.model_fields)  # the counters sent as they are
 
 
 @dataclass(frozen=True)
 class Report:
-    """expert_tokens: [num_layers, num_experts]; slot_tokens: [num_layers, slots_per_rank] landing at
-    slot columns `slot_offset..slot_offset + slots_per_rank` of the pool's table."""
+    """expert_tokens: [num_layers, num_experts], summed over the post's ranks; slot_tokens: [num_layers,
+    num_ranks * slots_per_rank] landing at slot columns `slot_offset..` of the pool's table; rank_versions: the
+    placement version each of its ranks ran, in rank order from rank `slot_offset // slots_per_rank`."""
 
     window_index: int
     expert_tokens: np.ndarray
     slot_tokens: np.ndarray
     slot_offset: int
     counters: dict[str, float]
+    rank_versions: tuple[int, ...] = (0,)
+
+    @property
+    def slots_per_rank(self) -> int:
+        return self.slot_tokens.shape[1] // len(self.rank_versions)
+
+    @property
+    def first_rank(self) -> int:
+        return self.slot_offset // self.slots_per_rank
 
 
-def to_report(snapshot: Snapshot, grid_seconds: float) -> Report:
-    s = snapshot
-    counters = {name: float(getattr(s, name)) for name in COUNTERS if hasattr(s, name)}
+def rank_counters(s: Snapshot | RankRow) -> dict[str, float]:
+    """One rank's counters, from its v1 snapshot or its row of a group snapshot (the same fields)."""
+    counters = {name: float(getattr(s, name)) for name in _FIELDS}
     counters |= {
         "ttft_count": s.ttft.count, "ttft_sum": s.ttft.sum, "itl_count": s.itl.count, "itl_sum": s.itl.sum,
         "routing_recall_sum": s.routing_recall or 0.0, "routing_recall_count": int(s.routing_recall is not None),
@@ -45,14 +58,31 @@ def to_report(snapshot: Snapshot, grid_seconds: float) -> Report:
     }
     counters |= {f"{ACCEPTED_AT}{i}": float(n) for i, n in enumerate(s.spec_accepted_by_position)}
     counters |= {f"{GROUPS_AT}{i}": float(n) for i, n in enumerate(s.routing_groups_per_token)}
-    counters |= {f"{NODES_AT}{i}": float(n) for i, n in enumerate(s.routing_nodes_per_token)}
+    return counters | {f"{NODES_AT}{i}": float(n) for i, n in enumerate(s.routing_nodes_per_token)}
+
+
+def to_report(snapshot: Snapshot, grid_seconds: float) -> Report:
+    s = snapshot
     # the grid window holding the snapshot's start: every rank's window lands in the same row
     return Report(window_index(s.window_start, grid_seconds), s.expert_tokens.to_numpy(),
-                  s.slot_tokens.to_numpy(), s.identity.rank * s.identity.slots_per_rank, counters)
+                  s.slot_tokens.to_numpy(), s.identity.rank * s.identity.slots_per_rank, rank_counters(s),
+                  (s.placement_version,))
+
+
+def to_group_report(group: GroupSnapshot, grid_seconds: float) -> Report:
+    rows = sorted(group.ranks, key=lambda r: r.rank)
+    return Report(window_index(group.window_start, grid_seconds), group.expert_tokens.to_numpy(),
+                  group.slot_tokens.to_numpy(), 0, add_counters({}, *map(rank_counters, rows)),
+                  tuple(r.placement_version for r in rows))
 
 
 def merge_counters(total: dict[str, float], part: dict[str, float]) -> dict[str, float]:
-    merged = dict(total)
-    for name, value in part.items():
-        merged[name] = max(merged.get(name, 0.0), value) if name in MAXIMA else merged.get(name, 0.0) + value
-    return merged
+    return add_counters(dict(total), part)
+
+
+def add_counters(total: dict[str, float], *parts: dict[str, float]) -> dict[str, float]:
+    """Adds `parts` into `total` (summed, or the worst for MAXIMA) and returns it."""
+    for part in parts:
+        for name, value in part.items():
+            total[name] = max(total.get(name, 0.0), value) if name in MAXIMA else total.get(name, 0.0) + value
+    return total

@@ -10,7 +10,7 @@ A router window also says the local-prefill threshold it routed by (`local_prefi
 
 from __future__ import annotations
 
-from agents.protocol import LatencySummary, RouterWindow, Snapshot
+from agents.protocol import LatencySummary, RankRow, RouterWindow, Snapshot
 from controlplane.solve.pool_view import PoolRole, PoolWindow, ReplicaWindow
 
 PERCENTILES = ("p50", "p90", "p99")
@@ -41,8 +41,8 @@ def merge(total: dict[str, float], part: dict[str, float]) -> dict[str, float]:
     return merged
 
 
-def replica_counters(snapshot: Snapshot) -> dict[str, float] | None:
-    """One rank's part of its instance's window; None from an agent that does not measure serving work."""
+def replica_counters(snapshot: Snapshot | RankRow) -> dict[str, float] | None:
+    """One rank's part of its instance's window (its v1 snapshot, or its row of a v2 group snapshot); None from an agent that does not measure serving work."""
     serving = snapshot.serving
     if serving is None:
         return None

@@ -60,7 +60,13 @@ def _ridge_fit(features: np.ndarray, targets: np.ndarray, alpha: float) -> tuple
     mean_x, mean_y = features.mean(axis=0), targets.mean()
     centred = features - mean_x
     gram = centred.T @ centred + alpha * np.eye(features.shape[1])
-    weights = np.linalg.solve(gram, centred.T @ (targets - mean_y))
+    moment = centred.T @ (targets - mean_y)
+    try:
+        weights = np.linalg.solve(gram, moment)
+    except np.linalg.LinAlgError:
+        # lags that move together (a steady load) at millions of tokens: alpha is lost in the gram's rounding and
+        # it is singular; the least-squares solution, as sklearn falls back to
+        weights = np.linalg.lstsq(gram, moment, rcond=None)[0]
     return weights, float(mean_y - mean_x @ weights)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from agents.protocol import Identity, ModelShape, default_slot_to_expert
@@ -80,23 +80,57 @@ def create_pool(session: Session, *, deployment: Deployment, identity: Identity,
     return pool
 
 
-def record_agent(session: Session, *, pool: Pool, identity: Identity, window_index: int, placement_version: int,
-                 now: float) -> int:
-    """Notes that an agent reported. Returns how many windows it has reported, this one included, or 0
-    when it already reported this window (a retry: not counted twice)."""
-    agent = session.scalar(select(Agent).where(Agent.pool_id == pool.id, Agent.instance == identity.instance,
-                                               Agent.rank == identity.rank).with_for_update())
-    if agent is None:
-        agent = Agent(pool_id=pool.id, instance=identity.instance, rank=identity.rank, first_seen=now,
-                      last_window_index=window_index - 1, num_windows=0)
-        session.add(agent)
-    agent.last_seen = now
-    agent.node, agent.gpu_uuid, agent.placement_version = identity.node, identity.gpu_uuid, placement_version
-    if window_index <= agent.last_window_index:
-        return 0
-    agent.last_window_index = window_index
-    agent.num_windows += 1
-    return agent.num_windows
+@dataclass(frozen=True)
+class AgentSeen:
+    """A rank that reported a window: of one instance of the pool."""
+
+    rank: int
+    placement_version: int
+    node: str = ""
+    gpu_uuid: str = ""
+
+
+def record_agents(session: Session, *, pool: Pool, instance: str, seen: list[AgentSeen], window_index: int,
+                  now: float) -> list[int]:
+    """Notes that ranks of one instance reported a window (one rank's snapshot, or its whole EP group's).
+    Returns for each, in order, how many windows it has reported, this one included, or 0 when it already
+    reported this window (a retry: not counted twice).
+
+    One read, and writes in bulk: a group's ranks on the same node and GPU as before (the usual case) are one
+    UPDATE per placement version, whatever the group's size; new ranks one INSERT."""
+    query = select(Agent.id, Agent.rank, Agent.last_window_index, Agent.num_windows, Agent.node,
+                   Agent.gpu_uuid).where(Agent.pool_id == pool.id, Agent.instance == instance)
+    if len(seen) == 1:
+        query = query.where(Agent.rank == seen[0].rank)
+    by_rank = {row.rank: row for row in session.execute(query.with_for_update())}
+    counts, moved, inserts = [], [], []
+    same_place: dict[tuple[bool, int], list[int]] = {}  # (new window, placement version) -> agent ids
+    for rank in seen:
+        known = by_rank.get(rank.rank)
+        is_new_window = known is None or window_index > known.last_window_index
+        num_windows = (0 if known is None else known.num_windows) + int(is_new_window)
+        counts.append(num_windows if is_new_window else 0)
+        if known is None:
+            inserts.append({"pool_id": pool.id, "instance": instance, "rank": rank.rank, "first_seen": now,
+                            "last_seen": now, "node": rank.node, "gpu_uuid": rank.gpu_uuid,
+                            "placement_version": rank.placement_version, "num_windows": num_windows,
+                            "last_window_index": window_index})
+        elif (known.node, known.gpu_uuid) == (rank.node, rank.gpu_uuid):
+            same_place.setdefault((is_new_window, rank.placement_version), []).append(known.id)
+        else:
+            moved.append({"id": known.id, "node": rank.node, "gpu_uuid": rank.gpu_uuid})
+            same_place.setdefault((is_new_window, rank.placement_version), []).append(known.id)
+    for (is_new_window, version), ids in same_place.items():
+        values = {"last_seen": now, "placement_version": version}
+        if is_new_window:
+            values |= {"last_window_index": window_index, "num_windows": Agent.num_windows + 1}
+        session.execute(update(Agent).where(Agent.id.in_(ids)).values(**values)
+                        .execution_options(synchronize_session=False))
+    if moved:
+        session.execute(update(Agent), moved)  # by primary key, as one executemany
+    if inserts:
+        session.execute(insert(Agent), inserts)
+    return counts
 
 
 @dataclass(frozen=True)

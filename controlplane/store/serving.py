@@ -13,9 +13,9 @@ from controlplane.store.tables import Deployment, Pool, ReplicaWindow, RouterWin
 
 
 def add_replica_report(session: Session, *, pool: Pool, instance: str, window_index: int, age_windows: int,
-                       counters: dict[str, float]) -> None:
-    """One rank's part of its instance's window. age_windows: windows the rank reported before this one; the
-    instance is as old as its youngest rank."""
+                       counters: dict[str, float], num_reports: int = 1) -> None:
+    """The part of an instance's window that `num_reports` ranks reported (one rank's, or an EP group's merged).
+    age_windows: windows its youngest rank reported before this one; the instance is as old as its youngest rank."""
     row = session.scalar(select(ReplicaWindow).where(
         ReplicaWindow.pool_id == pool.id, ReplicaWindow.instance == instance,
         ReplicaWindow.window_index == window_index).with_for_update())
@@ -25,7 +25,7 @@ def add_replica_report(session: Session, *, pool: Pool, instance: str, window_in
         session.add(row)
     row.counters = merge(row.counters, counters)
     row.age_windows = min(row.age_windows, age_windows)
-    row.num_reports += 1
+    row.num_reports += num_reports
     session.flush()
 
 

@@ -18,10 +18,11 @@ class WindowOverflow(ValueError):
     (The wire bounds each count at 2^40, so this takes 2^23 reports of one window.)"""
 
 
-def add_report(session: Session, *, pool: Pool, report: Report, report_version: int, current_version: int,
-               grid_seconds: float, empty: tuple[np.ndarray, np.ndarray]) -> None:
-    """Adds one rank's report. Slot load counts only when the rank ran the current placement,
-    so a window's per-GPU load never mixes two placements. Raises WindowOverflow (nothing is added)."""
+def add_report(session: Session, *, pool: Pool, report: Report, current_version: int, grid_seconds: float,
+               empty: tuple[np.ndarray, np.ndarray]) -> None:
+    """Adds one post's report (a rank's, or an EP group's). A rank's slot load counts only when it ran the
+    window's placement, so a window's per-GPU load never mixes two placements. Raises WindowOverflow (nothing
+    is added)."""
     row = session.scalar(select(LoadWindow).where(LoadWindow.pool_id == pool.id,
                                                   LoadWindow.window_index == report.window_index)
                          .with_for_update())
@@ -34,17 +35,20 @@ def add_report(session: Session, *, pool: Pool, report: Report, report_version: 
     expert_tokens = _checked_sum("expert_tokens", report.window_index, unpack(row.expert_tokens),
                                  report.expert_tokens)
     row.expert_tokens = pack(expert_tokens)
-    row.num_reports += 1
+    row.num_reports += len(report.rank_versions)
     row.counters = merge_counters(row.counters, report.counters)
-    if report_version == row.placement_version:
+    width = report.slots_per_rank
+    counted = [i for i, version in enumerate(report.rank_versions) if version == row.placement_version]
+    if counted:
         slot_tokens = unpack(row.slot_tokens).copy()
-        width = report.slot_tokens.shape[1]
-        columns = slice(report.slot_offset, report.slot_offset + width)
-        slot_tokens[:, columns] = _checked_sum("slot_tokens", report.window_index, slot_tokens[:, columns],
-                                               report.slot_tokens)
+        for i in counted:
+            columns = slice(report.slot_offset + i * width, report.slot_offset + (i + 1) * width)
+            slot_tokens[:, columns] = _checked_sum("slot_tokens", report.window_index, slot_tokens[:, columns],
+                                                   report.slot_tokens[:, i * width:(i + 1) * width])
         row.slot_tokens = pack(slot_tokens)
-        row.num_slot_reports += 1
-        row.counters = merge_counters(row.counters, {f"{RANK_REPORTS}{report.slot_offset // width}": 1})
+        row.num_slot_reports += len(counted)
+        row.counters = merge_counters(row.counters,
+                                      {f"{RANK_REPORTS}{report.first_rank + i}": 1 for i in counted})
     session.flush()
 
 

@@ -72,15 +72,15 @@ def fill(sessions, settings) -> dict[str, int]:
             alerts.record(session, fingerprint=f"f{i}", starts_at="s", status="firing", alertname="A",
                           deployment="tiny", labels={}, outcome="done", now=received)
         for rank, last_seen in ((0, T0), (1, now - 600)):
-            deployments.record_agent(session, pool=pool, identity=snapshot(window_start=T0, rank=rank).identity,
-                                     window_index=1, placement_version=0, now=last_seen)
+            deployments.record_agents(session, pool=pool, instance=snapshot(window_start=T0).identity.instance,
+                                      seen=[deployments.AgentSeen(rank, 0)], window_index=1, now=last_seen)
         audit.record(session, verb="delete_agents", deployment="tiny", detail={}, created_by="a", now=T0)
         inputs = KnobInputs("m", 1, 100.0)
         parks.park(session, pool=pool, knob="placement", action_id=None, reason="old", inputs=inputs, now=T0)
         parks.park(session, pool=pool, knob="placement", action_id=None, reason="stands", inputs=inputs, now=T0 + 1)
         for index in range(settings.history_windows + 10):
             report = to_report(snapshot(window_start=T0 + 10 * index), settings.window_seconds)
-            windows.add_report(session, pool=pool, report=report, report_version=0, current_version=0,
+            windows.add_report(session, pool=pool, report=report, current_version=0,
                                grid_seconds=settings.window_seconds, empty=deployments.zeros_for(deployment, pool))
             serving.add_replica_report(session, pool=pool, instance="tiny-decode-0", window_index=index,
                                        age_windows=index, counters={"busy_seconds": 1.0})

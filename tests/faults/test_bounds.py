@@ -119,10 +119,10 @@ def test_a_window_sum_that_would_wrap_is_refused_not_stored_negative(sessions, c
     near_max = dataclasses.replace(report, expert_tokens=np.full_like(report.expert_tokens, 2**62))
     empty = (np.zeros_like(report.expert_tokens), np.zeros((2, 10), np.int64))
     with sessions() as session, session.begin():
-        windows.add_report(session, pool=pool, report=near_max, report_version=0, current_version=0,
+        windows.add_report(session, pool=pool, report=near_max, current_version=0,
                            grid_seconds=10.0, empty=empty)
     with pytest.raises(WindowOverflow, match="expert_tokens"), sessions() as session, session.begin():
-        windows.add_report(session, pool=pool, report=near_max, report_version=0, current_version=0,
+        windows.add_report(session, pool=pool, report=near_max, current_version=0,
                            grid_seconds=10.0, empty=empty)
     with sessions() as session:
         [stored_window] = windows.recent(session, pool, before_index=report.window_index + 1, limit=1)

@@ -2,15 +2,21 @@
 placement v8 were refused `409 placement_version 8 was never issued` forever, their windows dropped, the
 overview at 0 agents. Now the fleet registers again where it must, sends the table it runs, the controller
 adopts it as that version (an `adopted` action) and the loop goes on from there; ranks left on different
-versions converge on the highest. The simulated fleet (agents/sim/fleet.py), and real agents over simulated
-engines against a real controller restarted on another database, on SQLite and PostgreSQL."""
+versions converge on the highest. The simulated fleet (agents/sim/fleet.py) posting per rank (moectl.v1) and
+per EP group (moectl.v2: rank 0 sends the table of the newest version its ranks ran), and real agents over
+simulated engines against a real controller restarted on another database, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -18,7 +24,7 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
-from support.auth import AGENT_TOKEN, API_TOKEN
+from support.auth import AGENT_TOKEN, API_TOKEN, operator
 from support.databases import sibling
 from support.fleet import run_windows
 from support.ranks import make_group, run_group
@@ -34,7 +40,12 @@ from controlplane.store.db import make_engine, make_sessions, upgrade
 from controlplane.store.tables import LoadWindow, Pool
 from controlplane.telemetry import ControllerMetrics
 
+REPO = Path(__file__).resolve().parents[2]
 POLICY = {"mode": "auto", "cooldown_seconds": 0}
+EP_SIZE = 8
+# the fleet's posts per instance and window: one per rank (moectl.v1), or one for the EP group (moectl.v2)
+POSTS = {"v1": EP_SIZE, "v2": 1}
+protocols = pytest.mark.parametrize("protocol", list(POSTS))
 
 
 @contextmanager
@@ -68,16 +79,19 @@ def versions(sessions) -> list[int]:
         return [p.version for p in placements.recent(session, pool, since=0.0)]
 
 
-def start(client, sessions, settings, clock, fleet, num_windows: int) -> FleetClient:
-    fleet_client = FleetClient(client, api_token=API_TOKEN, agent_token=AGENT_TOKEN)
+def start(client, sessions, settings, clock, fleet, num_windows: int, protocol: str) -> FleetClient:
+    fleet_client = FleetClient(client, api_token=API_TOKEN, agent_token=AGENT_TOKEN, protocol=protocol)
     fleet_client.register(fleet, policy=POLICY)
     run_windows(client, sessions, settings, clock, fleet, num_windows, fleet_client=fleet_client)
     return fleet_client
 
 
-def test_an_empty_database_adopts_what_the_fleet_runs_and_the_loop_goes_on(client, sessions, settings, clock):
-    fleet = make_fleet(num_deployments=1, ep_size=8, slots_per_rank=10, seed=3)
-    fleet_client = start(client, sessions, settings, clock, fleet, 4)
+@protocols
+def test_an_empty_database_adopts_what_the_fleet_runs_and_the_loop_goes_on(client, sessions, settings, clock,
+                                                                           protocol):
+    fleet = make_fleet(num_deployments=1, ep_size=EP_SIZE, slots_per_rank=10, seed=3)
+    fleet_client = start(client, sessions, settings, clock, fleet, 4, protocol)
+    posts = POSTS[protocol]
     running, table = fleet[0].placement_version, fleet[0].slot_to_expert.copy()
     assert running >= 1
 
@@ -85,7 +99,7 @@ def test_an_empty_database_adopts_what_the_fleet_runs_and_the_loop_goes_on(clien
         fleet_client.client = new  # the same agents, a controller restarted at the same address
         first = run_windows(new, new_sessions, new_settings, clock, fleet, 1, fleet_client=fleet_client)[0]
         assert first["placement_version"] == {"decode": running} and fleet[0].placement_version == running
-        assert first["agents"] == {"total": 8, "fresh": 8, "stale": 0, "gone": 0}
+        assert first["agents"] == {"total": EP_SIZE, "fresh": EP_SIZE, "stale": 0, "gone": 0}
         [adopted] = first["last_actions"]
         assert (adopted["status"], adopted["trigger"], adopted["placement_version"]) == ("adopted", "fleet", running)
         assert adopted["reason"].startswith("adopted from the fleet")
@@ -93,20 +107,21 @@ def test_an_empty_database_adopts_what_the_fleet_runs_and_the_loop_goes_on(clien
             stored = placements.latest(session, session.query(Pool).one())
             np.testing.assert_array_equal(stored.slot_to_expert, table)
             # the window of the refusal is not lost: all 8 ranks' reports are in it
-            assert [w.num_reports for w in session.query(LoadWindow)] == [8]
+            assert [w.num_reports for w in session.query(LoadWindow)] == [EP_SIZE]
         # one 404 (registered again) and one 409 (the table sent), then only 200s
-        assert snapshot_answers(metrics) == {"404": 1, "409": 1, "200": 8}
+        assert snapshot_answers(metrics) == {"404": 1, "409": 1, "200": posts}
 
         reskew(fleet[0], seed=11)
         overviews = run_windows(new, new_sessions, new_settings, clock, fleet, 4, fleet_client=fleet_client)
         assert overviews[-1]["placement_version"] == {"decode": fleet[0].placement_version}
         assert fleet[0].placement_version > running, "the loop planned nothing past the adopted version"
-        assert snapshot_answers(metrics) == {"404": 1, "409": 1, "200": 8 * 5}
+        assert snapshot_answers(metrics) == {"404": 1, "409": 1, "200": posts * 5}
 
 
-def test_an_older_backup_adopts_the_newer_version_the_fleet_runs(client, sessions, settings, clock):
-    fleet = make_fleet(num_deployments=1, ep_size=8, slots_per_rank=10, seed=3)
-    fleet_client = start(client, sessions, settings, clock, fleet, 4)
+@protocols
+def test_an_older_backup_adopts_the_newer_version_the_fleet_runs(client, sessions, settings, clock, protocol):
+    fleet = make_fleet(num_deployments=1, ep_size=EP_SIZE, slots_per_rank=10, seed=3)
+    fleet_client = start(client, sessions, settings, clock, fleet, 4, protocol)
     backed_up = versions(sessions)[-1]  # the latest issued (the fleet may not run it yet)
     sessions.kw["bind"].dispose()  # PostgreSQL copies a database nobody is connected to
     backup = sibling(settings.database_url, copy=True)
@@ -124,19 +139,20 @@ def test_an_older_backup_adopts_the_newer_version_the_fleet_runs(client, session
         adopted = [a for a in overviews[-1]["last_actions"] if a["status"] == "adopted"]
         assert [a["placement_version"] for a in adopted] == [running]
         assert adopted[0]["inputs"]["latest_before"] == backed_up
-        assert snapshot_answers(metrics) == {"409": 1, "200": 16}
+        assert snapshot_answers(metrics) == {"409": 1, "200": 2 * POSTS[protocol]}
         # the windows under the adopted version are complete: the loop planned from them, or would now
         assert versions(old_sessions)[backed_up + 2:] or not [
             p for p in reconcile_once(old_sessions, old_settings, now=clock.now + 10, dry_run=True).plans
             if "windows under placement" in p.reason]
 
 
+@protocols
 @pytest.mark.parametrize("behind_first", [True, False], ids=["behind-first", "ahead-first"])
 def test_instances_left_on_different_versions_converge_on_the_highest(client, sessions, settings, clock,
-                                                                      behind_first):
-    ahead = make_fleet(num_deployments=1, ep_size=8, slots_per_rank=10, seed=3)[0]
+                                                                      behind_first, protocol):
+    ahead = make_fleet(num_deployments=1, ep_size=EP_SIZE, slots_per_rank=10, seed=3)[0]
     behind = dataclasses.replace(ahead, instance="sim-0-decode-1", load=LoadModel(8, 64, 6, seed=4))
-    fleet_client = start(client, sessions, settings, clock, [ahead, behind], 4)
+    fleet_client = start(client, sessions, settings, clock, [ahead, behind], 4, protocol)
     assert behind.placement_version == ahead.placement_version >= 1
     reskew(ahead, seed=11)  # the behind instance stops reporting while the ahead one moves on
     run_windows(client, sessions, settings, clock, [ahead], 4, fleet_client=fleet_client)
@@ -198,3 +214,54 @@ def test_real_agents_keep_running_through_a_database_swap(settings):
                for s in family.samples if s.name == "moectl_controller_snapshots_total"}
     assert answers.get("409", 0) <= 2 and answers["200"] >= 4, answers  # at most one refusal per rank
     assert len(measured) >= 2, overview["pools"][0]["history"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_gloo_group_keeps_running_through_a_database_swap(settings):
+    """The same swap under an EP group reporting as one (moectl.v2, real agents over a real gloo group,
+    tests/support/group_rank.py): rank 0 registers again, sends the group's table after the 409, the new
+    controller adopts it and no rank ever switches back."""
+    settings = settings.model_copy(update={"port": free_port(), "window_seconds": 1.0, "reconcile_seconds": 0.5})
+    controller = Controller(settings)
+    thread = controller.start()
+    num_ranks, ranks = 2, []
+    agents_url = f"{controller.url}/v1/deployments/tiny/pools/decode/agents"
+    try:
+        env = os.environ | {"PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}", "OMP_NUM_THREADS": "1"}
+        dist_port = free_port()
+        ranks = [subprocess.Popen([sys.executable, "-m", "support.group_rank", str(r), str(num_ranks),
+                                   str(dist_port), controller.url, "60"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                  text=True) for r in range(num_ranks)]
+        running, deadline = 0, time.monotonic() + 45
+        while running < 1 and time.monotonic() < deadline:  # every rank runs a placement the loop issued
+            time.sleep(0.5)
+            seen = httpx.get(agents_url, headers=operator())
+            reported = [a["placement_version"] for a in seen.json()] if seen.status_code == 200 else []
+            running = min(reported) if len(reported) == num_ranks else 0
+        assert running >= 1, "the first controller never issued a placement the group ran"
+        controller.stop()
+        thread.join(timeout=10)
+
+        controller = Controller(settings.model_copy(update={"database_url": sibling(settings.database_url)}))
+        thread = controller.start()
+        outputs = [json.loads(p.communicate(timeout=120)[0].strip().splitlines()[-1]) for p in ranks]
+        overview = httpx.get(f"{controller.url}/v1/deployments/tiny/overview", headers=operator()).json()
+        answers = {s.labels["status"]: s.value for family in
+                   text_string_to_metric_families(httpx.get(f"{controller.url}/metrics").text)
+                   for s in family.samples if s.name == "moectl_controller_snapshots_total"}
+    finally:
+        for rank in ranks:
+            if rank.poll() is None:
+                rank.kill()
+        controller.stop()
+        thread.join(timeout=10)
+    assert all(p.returncode == 0 for p in ranks)
+    for output in outputs:  # never back to v0 or any version before the one running at the swap
+        versions_run = [version for _, version in output["switches"]]
+        assert versions_run == sorted(versions_run) and output["version"] >= running, output
+    assert len({o["version"] for o in outputs}) == 1  # the ranks agree on what they run
+    adopted = [a for a in overview["last_actions"] if a["status"] == "adopted"]
+    assert len(adopted) == 1 and adopted[0]["placement_version"] >= running, overview["last_actions"]
+    assert overview["agents"]["total"] == num_ranks
+    assert answers.get("409", 0) == 1 and answers["200"] >= 3, answers  # one refusal for the whole group

@@ -1,96 +1,167 @@
-"""Agents post one snapshot per window and get the desired state back; routers post their window and get
-the PD-aware threshold back.
+"""Agents post their windows and get the desired state back: one rank's snapshot (moectl.v1) or one EP group's
+(moectl.v2, agents/protocol/group.py). Both are checked, recorded per rank and summed into the pool's window
+the same way; a group's post costs one request, one read of its agents and one write of the window. Routers
+post their window and get the PD-aware local-prefill threshold back.
 
-A snapshot naming a placement version the store never issued (the database was restored or replaced while
-the fleet ran on) is refused with code PLACEMENT_UNKNOWN until it carries the table the rank runs; then that
-table is adopted as that version (`actuate.change.adopt`) and the window is stored like any other."""
+A post naming a placement version the store never issued (the database was restored or replaced while the
+fleet ran on) is refused with code PLACEMENT_UNKNOWN until it carries the table it runs (a group's rank 0
+sends the table of the newest version its ranks ran); then that table is adopted as that version
+(`actuate.change.adopt`) and the window is stored like any other."""
 
 from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from fastapi import APIRouter, HTTPException
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import IntegrityError
 
-from agents.protocol import DesiredState, PlacementTable, RouterState, RouterWindow, RoutingLimits, Snapshot
+from agents.protocol import (
+    DesiredState,
+    GroupSnapshot,
+    Identity,
+    ModelShape,
+    PlacementTable,
+    RouterState,
+    RouterWindow,
+    RoutingLimits,
+    RunningPlacement,
+    Snapshot,
+)
 from agents.protocol.grid import window_index
 from controlplane.actuate import change
 from controlplane.actuate.agents import desired_state
 from controlplane.actuate.placement import PLACEMENT
 from controlplane.api.deps import AgentDep, Caller, NowDep, SessionDep, SettingsDep
-from controlplane.collect.aggregate import to_report
-from controlplane.collect.serving import replica_counters, router_counters
-from controlplane.collect.validate import PoolShape, SnapshotRejected, check_snapshot, check_window_time
-from controlplane.store import deployments, placements, policies, prefill_thresholds, routing_limits, serving, windows
+from controlplane.collect.aggregate import Report, to_group_report, to_report
+from controlplane.collect.serving import merge, replica_counters, router_counters
+from controlplane.collect.validate import PoolShape, SnapshotRejected, check_group, check_snapshot, check_window_time
+from controlplane.store import (
+    deployments,
+    placements,
+    policies,
+    prefill_thresholds,
+    routing_limits,
+    serving,
+    windows,
+)
+from controlplane.store.deployments import AgentSeen
 
-router = APIRouter(prefix="/v1/agents", tags=["agents"])
+router = APIRouter(tags=["agents"])
 
 
-@router.post("/snapshot", response_model=DesiredState, response_model_exclude_none=True)
+@dataclass(frozen=True)
+class _Post:
+    """What ingest needs of a post, whichever protocol it came in."""
+
+    identity: Identity  # the poster (a group: its rank 0), for the pool its first post creates
+    check: Callable[[ModelShape, PoolShape | None, int], None]  # model, pool, latest version; SnapshotRejected
+    report: Callable[[float], Report]  # grid seconds -> the post's share of its window
+    seen: list[AgentSeen]  # the ranks it reports for
+    placement_version: int  # the newest placement its ranks ran
+    running_placement: RunningPlacement | None  # the table placement_version names, after a PLACEMENT_UNKNOWN
+    reported_by: str  # who ran it, for the adopted version's audit
+    serving: list[dict[str, float] | None]  # each rank's serving counters (None: it does not measure them)
+
+
+@router.post("/v1/agents/snapshot", response_model=DesiredState, response_model_exclude_none=True)
 def post_snapshot(snapshot: Snapshot, session: SessionDep, settings: SettingsDep, now: NowDep,
                   caller: AgentDep) -> DesiredState | JSONResponse:
-    """Stores one rank's window and answers with what the rank should run next."""
+    """Stores one rank's window (moectl.v1) and answers with what the rank should run next."""
+    ident = snapshot.identity
+    post = _Post(ident, lambda model, pool, latest: check_snapshot(snapshot, model, pool, latest, now,
+                                                                   settings.max_snapshot_age_seconds),
+                 lambda grid: to_report(snapshot, grid),
+                 [AgentSeen(ident.rank, snapshot.placement_version, ident.node, ident.gpu_uuid)],
+                 snapshot.placement_version, snapshot.running_placement, f"{ident.instance} rank {ident.rank}",
+                 [replica_counters(snapshot)])
+    return _store(post, session, settings, now, caller)
+
+
+@router.post("/v2/agents/snapshot", response_model=DesiredState, response_model_exclude_none=True)
+def post_group_snapshot(group: GroupSnapshot, session: SessionDep, settings: SettingsDep, now: NowDep,
+                        caller: AgentDep) -> DesiredState | JSONResponse:
+    """Stores one EP group's window (moectl.v2, posted by its rank 0) and answers with what every rank of the
+    group should run next."""
+    rank0 = min(group.ranks, key=lambda r: r.rank)
+    ahead = max(group.ranks, key=lambda r: r.placement_version)
+    ident = Identity(deployment=group.deployment, instance=group.instance, role=group.role, rank=0,
+                     ep_size=group.ep_size, slots_per_rank=group.slots_per_rank, gpus_per_node=group.gpus_per_node,
+                     node=rank0.node, gpu_uuid=rank0.gpu_uuid)
+    post = _Post(ident, lambda model, pool, latest: check_group(group, model, pool, latest, now,
+                                                                settings.max_snapshot_age_seconds),
+                 lambda grid: to_group_report(group, grid),
+                 [AgentSeen(r.rank, r.placement_version, r.node, r.gpu_uuid) for r in group.ranks],
+                 group.placement_version, group.running_placement, f"{group.instance} rank {ahead.rank}",
+                 [replica_counters(r) for r in group.ranks])
+    return _store(post, session, settings, now, caller)
+
+
+def _store(post: _Post, session, settings, now: float, caller: Caller) -> DesiredState | JSONResponse:
     try:
         try:
             with session.begin():
-                return _ingest(snapshot, session, settings, now, caller)
+                return _ingest(post, session, settings, now, caller)
         except IntegrityError:
             pass  # two ranks created the same pool, agent, window or adopted version at once: the retry finds it
         with session.begin():
-            return _ingest(snapshot, session, settings, now, caller)
+            return _ingest(post, session, settings, now, caller)
     except SnapshotRejected as exc:
         return JSONResponse(status_code=exc.status,
                             content={"detail": str(exc)} | ({"code": exc.code} if exc.code else {}))
 
 
-def _ingest(snapshot: Snapshot, session, settings, now: float, caller: Caller) -> DesiredState:
-    ident = snapshot.identity
+def _ingest(post: _Post, session, settings, now: float, caller: Caller) -> DesiredState:
+    ident = post.identity
     deployment = deployments.get(session, ident.deployment)
     if deployment is None:
         raise HTTPException(404, f"deployment {ident.deployment!r} is not registered; create it with "
                                  f"PUT /v1/deployments/{ident.deployment} (a worker started with --api-token does)")
     pool = deployments.get_pool(session, deployment, ident.role.value)
     latest = placements.latest(session, pool) if pool else None
-    check_snapshot(snapshot, deployments.model_of(deployment),
-                   PoolShape(pool.ep_size, pool.slots_per_rank) if pool else None,
-                   latest.version if latest else 0, now, settings.max_snapshot_age_seconds)
+    post.check(deployments.model_of(deployment), PoolShape(pool.ep_size, pool.slots_per_rank) if pool else None,
+               latest.version if latest else 0)
     if pool is None:
         pool = deployments.create_pool(session, deployment=deployment, identity=ident, now=now)
         latest = placements.latest(session, pool)
     _, policy = policies.active(session, deployment)
-    if snapshot.placement_version > latest.version:  # checked: it carries the table the rank runs
+    if post.placement_version > latest.version:  # checked: it carries the table its ranks run
         deployments.lock_pool(session, pool)  # as every writer of the pool: the loop cannot issue this number now
         latest = placements.latest(session, pool)
-    if snapshot.placement_version > latest.version:  # nobody issued or adopted it meanwhile
-        running = snapshot.running_placement
+    if post.placement_version > latest.version:  # nobody issued or adopted it meanwhile
+        running = post.running_placement
         table = PlacementTable(running.slot_to_expert.to_numpy(),
                                running.slot_share.to_numpy() if running.slot_share is not None else None)
-        change.adopt(session, PLACEMENT, deployment=deployment, pool=pool, version=snapshot.placement_version,
-                     value=table, policy=policy, reported_by=f"{ident.instance} rank {ident.rank}",
-                     created_by=caller.name, now=now)
+        change.adopt(session, PLACEMENT, deployment=deployment, pool=pool, version=post.placement_version,
+                     value=table, policy=policy, reported_by=post.reported_by, created_by=caller.name, now=now)
         latest = placements.latest(session, pool)
-    report = to_report(snapshot, settings.window_seconds)
-    num_windows = deployments.record_agent(session, pool=pool, identity=ident, window_index=report.window_index,
-                                           placement_version=snapshot.placement_version, now=now)
-    # a new rank's first windows start mid-window on cold caches: counted as fresh, not as load
-    if num_windows > settings.warmup_windows:
+    report = post.report(settings.window_seconds)
+    num_windows = deployments.record_agents(session, pool=pool, instance=ident.instance, seen=post.seen,
+                                            window_index=report.window_index, now=now)
+    # a new rank's first windows start mid-window on cold caches: counted as fresh, not as load (a group's
+    # expert load is one sum over its ranks: it counts once all of them are past their first windows)
+    if min(num_windows) > settings.warmup_windows:
         try:
-            windows.add_report(session, pool=pool, report=report, report_version=snapshot.placement_version,
-                               current_version=latest.version, grid_seconds=settings.window_seconds,
-                               empty=deployments.zeros_for(deployment, pool))
+            windows.add_report(session, pool=pool, report=report, current_version=latest.version,
+                               grid_seconds=settings.window_seconds, empty=deployments.zeros_for(deployment, pool))
         except windows.WindowOverflow as exc:
             raise HTTPException(422, str(exc)) from None
-    counters = replica_counters(snapshot)
-    if counters is not None and num_windows > 0:  # every window, the cold ones too: the planner skips those by age
+    counters = [c for c in post.serving if c is not None]
+    if counters and min(num_windows) > 0:  # every window, the cold ones too: the planner skips those by age
         serving.add_replica_report(session, pool=pool, instance=ident.instance, window_index=report.window_index,
-                                   age_windows=num_windows - 1, counters=counters)
+                                   age_windows=min(num_windows) - 1, counters=functools.reduce(merge, counters),
+                                   num_reports=len(counters))
     threshold = prefill_thresholds.in_force(session, deployments.get_pool(session, deployment, "decode"), policy)
+    versions = {seen.placement_version for seen in post.seen}
     return desired_state(placement_version=latest.version, slot_to_expert=latest.slot_to_expert,
-                         slot_share=latest.slot_share, reported_version=snapshot.placement_version,
+                         slot_share=latest.slot_share, reported_version=versions.pop() if len(versions) == 1 else -1,
                          routing=RoutingLimits(topk_group=routing_limits.latest(session, pool).topk_group),
                          local_prefill_threshold=threshold, window_seconds=settings.window_seconds)
 
 
-@router.post("/router-window", response_model=RouterState, response_model_exclude_none=True)
+@router.post("/v1/agents/router-window", response_model=RouterState, response_model_exclude_none=True)
 def post_router_window(window: RouterWindow, session: SessionDep, settings: SettingsDep, now: NowDep,
                        _: AgentDep) -> RouterState:
     """Stores one router's window (arrivals, lengths, end-to-end latencies: what the pool planner sizes pools

@@ -100,6 +100,7 @@ def test_mtp_acceptance_by_draft_position(client, sessions, settings, clock):
     fleet = start_fleet(client, {"mode": "observe"})
     overview = run_windows(client, sessions, settings, clock, fleet, 3)[-1]
     first, second = overview["mtp_acceptance_by_position"]
-    # the simulator accepts position 0 with p=0.85 and position 1 with p=0.7 given position 0
-    assert abs(first - 0.85) < 0.02 and abs(second - 0.85 * 0.7) < 0.02
+    # the simulator accepts position 0 with p=0.85 and position 1 with p=0.7 given position 0, each times the
+    # routing's quality (agents/sim/reach.py: a sampled share, just under 1 here)
+    assert 0.8 < first < 0.87 and abs(second / first - 0.7) < 0.03
     assert abs(overview["mtp_acceptance"] - (first + second) / 2) < 1e-3

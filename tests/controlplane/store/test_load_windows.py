@@ -14,7 +14,7 @@ NOW = 1_800_000_000.0
 
 def add(session, deployment, pool, *, start: float, rank: int, version: int = 0, current: int = 0, seed: int = 1):
     s = snapshot(window_start=start, rank=rank, placement_version=version, seed=seed, forward_seconds=2.0)
-    windows.add_report(session, pool=pool, report=to_report(s, 10.0), report_version=version,
+    windows.add_report(session, pool=pool, report=to_report(s, 10.0),
                        current_version=current, grid_seconds=10.0, empty=deployments.zeros_for(deployment, pool))
     return s
 

@@ -28,7 +28,7 @@ def test_a_window_is_read_once_half_a_window_has_passed_after_it(sessions):
     with sessions() as session, session.begin():
         deployment, pool = make_pool(session, now=NOW)
         report = to_report(snapshot(window_start=NOW, rank=0), 10.0)
-        windows.add_report(session, pool=pool, report=report, report_version=0, current_version=0, grid_seconds=10.0,
+        windows.add_report(session, pool=pool, report=report, current_version=0, grid_seconds=10.0,
                            empty=deployments.zeros_for(deployment, pool))
         assert pools.read_state(session, deployment, pool, now=NOW + 14.9, settings=SETTINGS).windows == ()
         [window] = pools.read_state(session, deployment, pool, now=NOW + 15.1, settings=SETTINGS).windows

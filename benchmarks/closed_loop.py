@@ -1,0 +1,285 @@
+"""Does the loop pay? Static placement vs periodic from-scratch EPLB vs moectl's loop, closed over a simulated
+EP group on drifting workloads.
+
+One EP group of the DeepSeek-V3 shape (58 MoE layers x 256 experts, 8 groups, top-8): the prefill pool's EP32
+(4 nodes x 8 GPUs, 9 slots each, 288 slots) and/or the decode pool's EP320 (one slot per GPU), `--pools`.
+Every 5 s window the workload (agents/sim/load.py: per-layer Zipf popularity, a lognormal walk, a swing between
+two kinds of text) routes its tokens, the placement in force spreads them over the GPUs, and the step-time model
+(agents/sim/cost.py: each layer waits for its busiest GPU; the all-to-all is priced per row that arrives from
+another GPU) times the window. A strategy sees the window and may name a new placement, which the group runs from
+the next window on:
+
+- static: the placement every strategy starts from (EPLB's solve of the load at the start, as a deployment
+  starts from a recorded distribution), forever;
+- periodic EPLB: every K minutes a from-scratch solve (benchmarks/baselines/eplb.py, behind
+  controlplane/solve/algorithm.py's PlacementAlgorithm) of the load summed over those K minutes, as SGLang and
+  vLLM run it;
+- moectl: the real planner (controlplane/plan.py `plan_pool` and its solver, pure, in-process, the clock passed
+  in), fed the windows the controller would store, under each policy of MOECTL_POLICIES (threshold, cooldown,
+  moves budget).
+
+Reported per strategy: time-weighted max/mean GPU load (mean over windows of the mean over layers), modelled
+throughput (tokens / modelled seconds), weights moved per hour (expert residencies (layer, slot) that changed,
+as a share of all), and decisions (placement changes).
+
+    python -m benchmarks.closed_loop [--hours 2] [--pools prefill decode] [--no-write]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import pathlib
+import platform
+import sys
+import time
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import torch
+
+from agents.protocol.placement import PlacementTable, gpu_load, imbalance
+from agents.runtime.placement import Placement
+from agents.sim.cost import GPU_NODES, Traffic, step_times
+from agents.sim.fleet import MAX_REACH_RANKS, MAX_REACH_TOKENS
+from agents.sim.load import LoadModel
+from agents.sim.reach import Routing, sample_reach
+from benchmarks.baselines.eplb import Eplb
+from controlplane.desired import Decision, Policy
+from controlplane.observed import RANK_REPORTS, PoolState, Window
+from controlplane.plan import plan_pool
+from controlplane.solve.placement import Topology
+
+WINDOW_SECONDS = 5.0
+STEPS_PER_WINDOW = int(WINDOW_SECONDS * 20)  # as the simulated fleet's windows
+HOUR = 3600.0
+MAX_WINDOWS_KEPT = 24  # what the planner reads: sustained windows and its forecast's history
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The EP group: DeepSeek-V3's MoE on `num_nodes` x `gpus_per_node` GPUs of `slots_per_gpu` slots."""
+
+    name: str
+    num_nodes: int
+    gpus_per_node: int
+    slots_per_gpu: int
+    tokens_per_window: int  # tokens the group routes in a window
+    num_layers: int = 58
+    num_experts: int = 256
+    num_groups: int = 8
+    top_k: int = 8
+    topk_group: int = 4
+
+    @property
+    def topology(self) -> Topology:
+        return Topology(self.num_nodes, self.gpus_per_node, self.slots_per_gpu, self.num_groups)
+
+
+PREFILL = Shape("prefill EP32", num_nodes=4, gpus_per_node=8, slots_per_gpu=9, tokens_per_window=32 * 9_200 * 5)
+DECODE = Shape("decode EP320", num_nodes=40, gpus_per_node=8, slots_per_gpu=1, tokens_per_window=320 * 3_700 * 5)
+SHAPES = {"prefill": PREFILL, "decode": DECODE}
+
+
+@dataclass(frozen=True)
+class Workload:
+    """How the load drifts: the walk's step per window, and the period of the swing between two kinds of text
+    (None: one kind)."""
+
+    name: str
+    drift_sigma: float
+    swing_period_seconds: float | None
+
+
+WORKLOADS = [
+    Workload("slow drift", drift_sigma=0.02, swing_period_seconds=None),
+    Workload("swing code/prose, 1 h period", drift_sigma=0.01, swing_period_seconds=HOUR),
+    Workload("fast drift + 20 min swing", drift_sigma=0.04, swing_period_seconds=HOUR / 3),
+]
+# the loop's policies: the defaults a new deployment gets (threshold 1.15 for 2 windows, cooldown 30 s, min gain
+# 0.05, at most 25% of the residencies per change and 200% per hour), and one whose moves budget can follow a
+# swing of the workload (threshold 1.10, 50% per change, 800% per hour): a swing between two kinds of text moves
+# most experts' load twice per period, which the default hourly budget cannot pay for
+MOECTL_POLICIES = {
+    "moectl loop (defaults)": Policy(mode="auto"),
+    "moectl loop (budget 800%/h)": Policy(mode="auto", imbalance_threshold=1.10, max_moved_slots_fraction=0.5,
+                                          max_moved_slots_per_hour_fraction=8.0),
+}
+
+POLICY_KNOBS = {"imbalance_threshold", "sustained_windows", "cooldown_seconds", "min_gain", "max_moved_slots_fraction",
+                "max_moved_slots_per_hour_fraction"}
+
+
+@dataclass
+class Outcome:
+    strategy: str
+    imbalances: list[float] = field(default_factory=list)
+    tokens: float = 0.0
+    seconds: float = 0.0
+    moved: int = 0  # expert residencies (layer, slot) changed
+    decisions: int = 0
+    plan_seconds: float = 0.0  # wall time the strategy spent deciding
+
+    def row(self, shape: Shape, hours: float, static: Outcome) -> list[str]:
+        residencies = shape.num_layers * shape.topology.num_slots
+        throughput = self.tokens / self.seconds
+        return [self.strategy, f"{np.mean(self.imbalances):.3f}", f"{np.percentile(self.imbalances, 95):.3f}",
+                f"{throughput / 1e3:.0f}k", f"{throughput / (static.tokens / static.seconds):.2f}x",
+                f"{100 * self.moved / residencies / hours:.1f}%", str(self.decisions),
+                f"{self.plan_seconds:.1f}"]
+
+
+class Static:
+    name = "static"
+
+    def decide(self, now: float, window: Window, table: PlacementTable) -> PlacementTable | None:
+        return None
+
+
+class PeriodicEplb:
+    """From scratch every `period` seconds, on the load seen since its last solve."""
+
+    def __init__(self, shape: Shape, period_seconds: float):
+        self.shape, self.period = shape, period_seconds
+        self.name = f"EPLB every {period_seconds / 60:.0f} min"
+        self.load = np.zeros((shape.num_layers, shape.num_experts))
+        self.next_at = period_seconds
+
+    def decide(self, now: float, window: Window, table: PlacementTable) -> PlacementTable | None:
+        self.load += window.expert_tokens
+        if now < self.next_at:
+            return None
+        self.next_at = now + self.period
+        plan = Eplb().solve(self.load, self.shape.topology)
+        self.load[:] = 0
+        return PlacementTable(plan.slot_to_expert, plan.slot_share)
+
+
+class Moectl:
+    """The controller's planner on the windows it would have stored, with the bookkeeping the store keeps
+    (version, last change, moves and actions in the last hour)."""
+
+    def __init__(self, shape: Shape, policy: Policy, name: str = "moectl loop"):
+        self.shape, self.policy, self.name = shape, policy, name
+        self.windows: list[Window] = []
+        self.version, self.last_change_at = 0, None
+        self.changes: list[tuple[float, int]] = []  # (when, residencies moved)
+
+    def decide(self, now: float, window: Window, table: PlacementTable) -> PlacementTable | None:
+        s = self.shape
+        self.windows = [*self.windows, replace(window, placement_version=self.version)][-MAX_WINDOWS_KEPT:]
+        recent = [(t, n) for t, n in self.changes if t > now - HOUR]
+        state = PoolState(
+            deployment="bench", role="prefill", num_layers=s.num_layers, num_experts=s.num_experts,
+            num_groups=s.num_groups, ep_size=s.topology.num_gpus, slots_per_rank=s.slots_per_gpu,
+            gpus_per_node=s.gpus_per_node, num_agents=s.topology.num_gpus, num_fresh_agents=s.topology.num_gpus,
+            placement_version=self.version, slot_to_expert=table.slot_to_expert, slot_share=table.slot_share,
+            windows=tuple(self.windows), last_change_at=self.last_change_at,
+            moved_slots_last_hour=sum(n for _, n in recent), num_actions_last_hour=len(recent), top_k=s.top_k,
+            model_topk_group=s.topk_group)
+        plan = plan_pool(self.policy, state, now)
+        if plan.decision != Decision.rebalance:
+            return None
+        self.version += 1
+        self.last_change_at = now
+        self.changes.append((now, plan.change.num_moved_slots))
+        return PlacementTable(plan.change.slot_to_expert, plan.change.slot_share)
+
+
+def initial_table(shape: Shape, load: LoadModel) -> PlacementTable:
+    """What every strategy starts from: EPLB's solve of the load at the start, as a deployment starts from a
+    recorded expert distribution (SGLang's --init-expert-location); `static` keeps it."""
+    plan = Eplb().solve(load.popularity(0.0), shape.topology)
+    return PlacementTable(plan.slot_to_expert, plan.slot_share)
+
+
+def sampled_traffic(shape: Shape, table: PlacementTable, popularity: np.ndarray,
+                    rng: np.random.Generator) -> Traffic:
+    """What the all-to-all carries under the shape's group limit, sampled once from the starting placement as
+    the simulated fleet samples it (agents/sim/fleet.py): every strategy pays the same per row."""
+    share = None if table.slot_share is None else torch.tensor(table.slot_share)
+    tables = Placement(torch.tensor(table.slot_to_expert), share).routing_tables(shape.num_experts)
+    num_gpus = shape.topology.num_gpus
+    routing = Routing(shape.num_groups, shape.top_k, shape.topk_group, *tables, shape.slots_per_gpu,
+                      shape.gpus_per_node, num_gpus, shape.topk_group)
+    num_homes = min(num_gpus, MAX_REACH_RANKS)
+    samples = [sample_reach(popularity, MAX_REACH_TOKENS, rng, routing, home_rank=h * num_gpus // num_homes)
+               for h in range(num_homes)]
+    return sum(samples[1:], samples[0]).traffic(shape.top_k)
+
+
+def simulate(shape: Shape, workload: Workload, strategy, hours: float, seed: int = 0) -> Outcome:  # noqa: ANN001
+    """Runs one strategy on one workload; every strategy sees the same windows of the same seed."""
+    topology = shape.topology
+    load = LoadModel(shape.num_layers, shape.num_experts, shape.top_k, seed=seed, drift_sigma=workload.drift_sigma,
+                     swing_period_seconds=workload.swing_period_seconds)
+    rng = np.random.default_rng([seed, 1])
+    table = initial_table(shape, load)
+    traffic = sampled_traffic(shape, table, load.popularity(0.0), np.random.default_rng([seed, 2]))
+    outcome = Outcome(strategy.name)
+    complete = {f"{RANK_REPORTS}{rank}": 1 for rank in range(topology.num_gpus)}
+    for index in range(int(hours * HOUR / WINDOW_SECONDS)):
+        start = index * WINDOW_SECONDS
+        expert_tokens = load.route(load.popularity(start), shape.tokens_per_window, rng)
+        slots = table.slot_load(expert_tokens)
+        rows = gpu_load(slots, topology.num_gpus)
+        times = step_times(rows, shape.tokens_per_window / topology.num_gpus, traffic, GPU_NODES, STEPS_PER_WINDOW)
+        outcome.imbalances.append(imbalance(rows))
+        outcome.tokens += shape.tokens_per_window
+        outcome.seconds += times.forward_seconds
+        window = Window(index=index, start=start, seconds=WINDOW_SECONDS, placement_version=0,
+                        num_reports=topology.num_gpus, num_slot_reports=topology.num_gpus,
+                        expert_tokens=expert_tokens, slot_tokens=slots, counters=complete)
+        started = time.perf_counter()
+        chosen = strategy.decide(start + WINDOW_SECONDS, window, table)
+        outcome.plan_seconds += time.perf_counter() - started
+        if chosen is not None:  # the group switches at the next window
+            outcome.moved += int((chosen.slot_to_expert != table.slot_to_expert).sum())
+            outcome.decisions += 1
+            table = chosen
+        load.drift()
+    return outcome
+
+
+def run(shapes: list[Shape], hours: float, eplb_minutes: list[float], policies: dict[str, Policy]) -> str:
+    head = ["strategy", "time-weighted max/mean", "p95", "modelled tokens/s", "vs static", "weights moved / h",
+            "decisions", "planning s"]
+    sections = []
+    for shape in shapes:
+        for workload in WORKLOADS:
+            strategies = [Static(), *(PeriodicEplb(shape, 60 * m) for m in eplb_minutes),
+                          *(Moectl(shape, policy, name) for name, policy in policies.items())]
+            outcomes = [simulate(shape, workload, s, hours) for s in strategies]
+            lines = [f"### {shape.name}, {workload.name} ({hours:g} h of {WINDOW_SECONDS:g} s windows)", "",
+                     "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+            lines += ["| " + " | ".join(o.row(shape, hours, outcomes[0])) + " |" for o in outcomes]
+            sections.append("\n".join(lines))
+            print(sections[-1] + "\n", flush=True)
+    return "\n\n".join(sections)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.closed_loop")
+    p.add_argument("--hours", type=float, default=2.0)
+    p.add_argument("--eplb-minutes", type=float, nargs="+", default=[1.0, 10.0])
+    p.add_argument("--pools", nargs="+", choices=list(SHAPES), default=["prefill"],
+                   help="prefill: EP32, 9 slots per GPU; decode: EP320, one slot per GPU")
+    p.add_argument("--no-write", action="store_true")
+    args = p.parse_args(argv)
+    shapes = [SHAPES[pool] for pool in args.pools]
+    text = (f"# Closed loop: static vs periodic EPLB vs moectl ({datetime.date.today()})\n\n"
+            f"{platform.machine()}, {os.cpu_count()} cores, numpy {np.__version__}; moectl policies:\n\n"
+            + "".join(f"- {name}: {policy.model_dump(include=POLICY_KNOBS)}\n"
+                      for name, policy in MOECTL_POLICIES.items())
+            + "\n" + run(shapes, args.hours, args.eplb_minutes, MOECTL_POLICIES) + "\n")
+    if not args.no_write:
+        pools = "" if args.pools == ["prefill"] else "-" + "-".join(args.pools)
+        path = pathlib.Path(__file__).resolve().parent / "results" / f"closed-loop{pools}-{datetime.date.today()}.md"
+        path.write_text(text)
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

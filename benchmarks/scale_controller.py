@@ -1,0 +1,88 @@
+"""A controller for the scale benchmark (benchmarks/scale.py): the API (uvicorn) and the reconcile loop in one
+process, on a clock the benchmark can move forward, writing each reconcile pass's duration to a file.
+
+It imports whichever `controlplane` comes first on PYTHONPATH, so the benchmark runs today's code (a tree
+exported from a git ref) and this tree through the same launcher. It uses only the app factory, the reconcile
+loop and the store's engine, which both keep stable.
+
+    PYTHONPATH=TREE python benchmarks/scale_controller.py --database-url URL --port P --clock-file F --passes-file F
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import inspect
+import json
+import mmap
+import os
+import struct
+import threading
+import time
+
+
+class FileClock:
+    """time.time() plus an offset (seconds) that the benchmark writes into an 8-byte file it maps too."""
+
+    def __init__(self, path: str):
+        self.file = open(path, "r+b")  # noqa: SIM115 (kept open for the process's life)
+        self.map = mmap.mmap(self.file.fileno(), 8)
+
+    def __call__(self) -> float:
+        return time.time() + struct.unpack("d", self.map[:8])[0]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--database-url", required=True)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--clock-file", required=True)
+    p.add_argument("--passes-file", required=True)
+    p.add_argument("--window-seconds", type=float, default=5.0)
+    p.add_argument("--api-token", required=True)
+    p.add_argument("--agent-token", required=True)
+    args = p.parse_args()
+    faulthandler.enable()  # a controller that dies mid-run says where in its log
+
+    import uvicorn
+
+    from controlplane.api.app import create_app
+    from controlplane.config import Settings
+    from controlplane.reconcile import run_forever
+    from controlplane.store import db
+
+    settings = Settings(database_url=args.database_url, port=args.port, api_token=args.api_token,
+                        agent_token=args.agent_token, window_seconds=args.window_seconds,
+                        reconcile_seconds=args.window_seconds, leader_election=False)
+    # 320 v1 posts at once queue on SQLite's one writer: they wait up to the agents' own 5 s, not the
+    # controller's default db_timeout_seconds (2 s: on a loaded machine some of today's posts got a 503)
+    extra = {"timeout_seconds": 5.0} if "timeout_seconds" in inspect.signature(db.make_engine).parameters else {}
+    db.upgrade(settings.database_url)
+    sessions = db.make_sessions(db.make_engine(settings.database_url, **extra))
+    clock = FileClock(args.clock_file)
+    app = create_app(settings, sessions, clock=clock)
+    stop = threading.Event()
+    passes = open(args.passes_file, "a", buffering=1)  # noqa: SIM115
+
+    def on_pass(result) -> None:  # noqa: ANN001
+        passes.write(json.dumps({"seconds": result.seconds, "errors": result.num_errors,
+                                 "decisions": [p.decision.value for p in result.plans]}) + "\n")
+
+    loop_kwargs = dict(sessions=sessions, settings=settings, stop=stop, clock=clock, on_pass=on_pass)
+    if "liveness" in inspect.signature(run_forever).parameters:  # main after issue 12
+        from controlplane.liveness import LoopLiveness
+
+        loop_kwargs["liveness"] = LoopLiveness.for_settings(settings)
+    if "compute" in inspect.signature(run_forever).parameters:  # this tree: plans in a worker, as `serve` does
+        from controlplane.compute import WorkerProcess
+
+        loop_kwargs["compute"] = WorkerProcess()
+    loop = threading.Thread(target=run_forever, daemon=True, name="reconcile", kwargs=loop_kwargs)
+    loop.start()
+    print(f"pid {os.getpid()} serving on {args.port}", flush=True)
+    uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=args.port, log_level="warning")).run()
+    stop.set()
+
+
+if __name__ == "__main__":
+    main()
