@@ -20,7 +20,10 @@ the next window on:
 
 Reported per strategy: time-weighted max/mean GPU load (mean over windows of the mean over layers), modelled
 throughput (tokens / modelled seconds), weights moved per hour (expert residencies (layer, slot) that changed,
-as a share of all), and decisions (placement changes).
+as a share of all), and decisions (placement changes). Beside them the oracle, no strategy: a from-scratch solve
+of each window's own load, the best any placement could do, which says whether a target is feasible at all
+(with one slot per GPU, 256 experts and 64 spare slots cannot spread a Zipf-hot expert thin enough for 1.10).
+After each table, issue 15's targets for each moectl policy, met or not (`target_rows`).
 
     python -m benchmarks.closed_loop [--hours 2] [--pools prefill decode] [--no-write]
 """
@@ -192,7 +195,7 @@ class PeriodicEplb:
 
 class Moectl:
     """The controller's planner on the windows it would have stored, with the bookkeeping the store keeps
-    (version, last change, moves and actions in the last hour)."""
+    (version, last change, moves, actions and their times in the last hour: what controlplane/pacing.py reads)."""
 
     def __init__(self, shape: Shape, policy: Policy, name: str = "moectl loop"):
         self.shape, self.policy, self.name = shape, policy, name
