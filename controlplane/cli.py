@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import secrets
@@ -46,8 +47,11 @@ def cmd_up(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if args.sim:
         return up_sim(settings, num_deployments=args.deployments, ep_size=args.ep_size or 8, is_fresh=args.fresh)
-    return up(settings, ep_size=args.ep_size or 2, router_port=args.router_port, rate=args.rate,
-              is_loadgen=not args.no_loadgen, is_fresh=args.fresh)
+    loadgen = ("--rate", f"{args.rate:g}") if args.rate else ("--schedule", args.schedule, "--schedule-period",
+                                                              f"{args.schedule_period:g}")
+    return up(settings, ep_size=args.ep_size or 2, router_port=args.router_port, loadgen_args=loadgen,
+              is_loadgen=not args.no_loadgen, pool_policy=args.policy, max_num_seqs=args.max_num_seqs,
+              is_fresh=args.fresh)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -109,7 +113,14 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--window-seconds", type=float, default=2.0)
     q.add_argument("--ep-size", type=int, help="ranks per instance (default 2; 8 with --sim)")
     q.add_argument("--router-port", type=int, help="default: a free port")
-    q.add_argument("--rate", type=float, default=4.0, help="workload requests per second")
+    q.add_argument("--rate", type=float, help="workload requests per second, constant (instead of --schedule)")
+    q.add_argument("--schedule", default="0:1.5,40:4.5,160:1.5",
+                   help="workload rate over time, SECONDS:RATE,... (a step up and back: the pool planner acts)")
+    q.add_argument("--schedule-period", type=float, default=300.0, help="repeat the schedule every N seconds")
+    q.add_argument("--policy", type=json.loads,
+                   help="the deployment's policy (JSON; default: auto, a latency SLO and pool bounds for this machine)")
+    q.add_argument("--max-num-seqs", type=int,
+                   help="sequences a worker rank batches at most (default 4): the capacity the pool planner sizes by")
     q.add_argument("--no-loadgen", action="store_true", help="no workload generator: bring your own clients")
     q.add_argument("--sim", action="store_true", help="a simulated fleet instead of real workers")
     q.add_argument("--deployments", type=int, default=2, help="simulated deployments (with --sim)")

@@ -78,6 +78,8 @@ class Settings(BaseSettings):
     max_snapshot_age_seconds: float = Field(default=300.0, gt=0, description="older windows are refused")
     max_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
     history_windows: int = Field(default=120, ge=1, description="windows kept per pool for planning and views")
+    replica_startup_seconds: float = Field(default=120.0, gt=0, description="how long a new pool instance takes "
+                                                                            "to serve (the pool planner's horizon)")
     plan_in_worker: bool = Field(default=True, description="solve placements in a worker process, so a large "
                                                            "solve never holds up the API's ingest")
     # retention: what `controlplane/prune.py` deletes, never what is in force (see there)

@@ -11,6 +11,7 @@ never below the rate measured now. `targets_of` and `rules_of` read the deployme
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -57,8 +58,8 @@ def fit_latency(windows: tuple[PoolWindow, ...], cold_start_windows: int = COLD_
                           p["queued_tokens"], p["ttft_p90"], p["ttft_p99"], cold_start_windows=cold_start_windows,
                           min_samples=min_samples)
     decode = fit_decode(d["age_windows"], window_seconds, d["batch"], d["kv_tokens"], d["prefill_tokens"],
-                        d["itl_mean"], d["itl_p90"], d["itl_p99"], cold_start_windows=cold_start_windows,
-                        min_samples=min_samples)
+                        d["itl_mean"], d["itl_p90"], d["itl_p99"], d["itl_count"], d["busy_seconds"],
+                        cold_start_windows=cold_start_windows, min_samples=min_samples)
     latest = decode_windows[-1].of_role("decode")[-1]
     return PoolLatency(prefill, decode, latest.kv_capacity_tokens, latest.max_batch)
 
@@ -87,6 +88,23 @@ def forecast_load(windows: tuple[PoolWindow, ...], now_load: LoadForecast, bucke
                         now_load.local_prompt_tokens * scale, max(float(output_ahead.max()), 1.0), horizon_seconds,
                         f"{rate_ahead.method}+{surge:g}x{error:.1f}", is_backtested=rate_ahead.is_backtested,
                         hold_rate=held)
+
+
+# the load "now" (what the reactive step sizes for) is a rate over at least this long: over a few seconds it
+# counts a handful of arrivals, and with 2 s windows one window that two requests fall into reads as double the rate
+MIN_LOAD_SECONDS = 20.0
+
+
+def planner_for(policy: Policy, window_seconds: float, startup_seconds: float) -> MoectlPoolPlanner:
+    """The planner for a deployment's policy on a platform whose new replicas serve `startup_seconds` after
+    they are asked for: its horizons follow the policy's predictive interval and cooldown, its forecast
+    buckets are three windows, its load "now" spans at least MIN_LOAD_SECONDS (the defaults below are these
+    for 10 s windows and a 120 s startup)."""
+    rules = rules_of(policy)
+    return MoectlPoolPlanner(rules=rules, bucket_seconds=3 * window_seconds,
+                             horizon_seconds=startup_seconds + rules.predictive_interval_seconds,
+                             hold_seconds=startup_seconds + rules.cooldown_seconds,
+                             load_windows=max(2, math.ceil(MIN_LOAD_SECONDS / window_seconds)))
 
 
 @dataclass(frozen=True)

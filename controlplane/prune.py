@@ -1,15 +1,16 @@
 """The pruning job: deletes what is past its retention (`Settings.retain_*`), never what is in force.
 
 What goes, by kind:
-- load windows: all but each pool's newest `history_windows` complete ones (what the planner and the
-  views read) and those still filling (each pool's pass also prunes its own, `reconcile.reconcile_pool`);
+- load windows and serving windows (each instance's and each router's, `store.serving`): all but each
+  pool's (each deployment's, for routers) newest `history_windows` complete ones (what the planners and
+  the views read) and those still filling (each pool's pass also prunes its own, `reconcile.reconcile_pool`);
 - actions: settled ones last updated over `retain_actions_seconds` ago; never one awaiting approval,
   applied and not yet verified, or a conflict moectl stands down for, nor the newest of its pool and knob
   (what `actuate.in_flight` reads), nor the one that last applied a pool's size (`actuate.scale`
   measures other writers against it);
-- placement and routing versions: made over `retain_versions_seconds` ago, but never the newest of those
-  (in force, or the one the newer versions replaced) nor one an open action needs
-  (`store.actions.versions_in_use`);
+- versions of every knob (`actuate.knobs`: placement, routing, pool size, local-prefill threshold): made
+  over `retain_versions_seconds` ago, but never the newest of those (in force, or the one the newer
+  versions replaced) nor one an open action needs (`store.actions.versions_in_use`);
 - requests: handled over `retain_requests_seconds` ago (pending ones stay);
 - alert events: received over `retain_alert_events_seconds` ago;
 - agents: silent for `retain_agents_seconds` (gone long before, `agent_gone_seconds`);
@@ -34,8 +35,8 @@ from controlplane.actuate.fence import SOLE, Fence, guard
 from controlplane.actuate.knobs import KNOBS
 from controlplane.actuate.scale import last_applied
 from controlplane.config import Settings
-from controlplane.store import actions, alerts, audit, deployments, parks, requests, windows
-from controlplane.store.tables import Pool
+from controlplane.store import actions, alerts, audit, deployments, parks, requests, serving, windows
+from controlplane.store.tables import Deployment, Pool
 
 log = logging.getLogger("moectl.prune")
 
@@ -44,8 +45,8 @@ MIN_AGE_SECONDS = 3600.0
 
 def prune(sessions: sessionmaker[Session], settings: Settings, *, now: float, max_rows: int,
           fence: Fence = SOLE) -> dict[str, int]:
-    """One run over every kind, at most `max_rows` rows of each (per pool for windows and versions), each
-    commit fenced. Returns how many rows of each kind went."""
+    """One run over every kind, at most `max_rows` rows of each (per pool for windows and versions, per
+    deployment for router windows), each commit fenced. Returns how many rows of each kind went."""
 
     def before(retain_seconds: float) -> float:
         return now - max(retain_seconds, MIN_AGE_SECONDS)
@@ -68,10 +69,22 @@ def prune(sessions: sessionmaker[Session], settings: Settings, *, now: float, ma
             kept_actions |= {holder.id} if holder is not None else set()
             add("load_windows", windows.prune(session, pool, history_windows=settings.history_windows,
                                               limit=max_rows))
+            add("replica_windows", serving.prune_replicas(session, pool, history_windows=settings.history_windows,
+                                                          limit=max_rows))
             for kind, knob in KNOBS.items():
                 add(f"{kind}_versions", knob.prune(session, pool, before=before(settings.retain_versions_seconds),
                                                    keep=actions.versions_in_use(session, pool, kind),
                                                    limit=max_rows))
+    with sessions() as session:
+        deployment_ids = list(session.scalars(select(Deployment.id).order_by(Deployment.id)))
+    for deployment_id in deployment_ids:
+        with sessions() as session, session.begin():
+            guard(session, fence)
+            deployment = session.get(Deployment, deployment_id)
+            if deployment is not None:  # not deleted since
+                add("router_windows", serving.prune_routers(session, deployment,
+                                                            history_windows=settings.history_windows,
+                                                            limit=max_rows))
     for kind, delete in (
         ("actions", lambda s: actions.prune(s, before=before(settings.retain_actions_seconds), keep=kept_actions,
                                             limit=max_rows)),

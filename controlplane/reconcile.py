@@ -1,6 +1,7 @@
 """The one reconcile path: for a pool, observe -> verify -> plan -> actuate, level-triggered.
 
-Every trigger ends here. The loop calls `reconcile_pool` for every pool each pass; a person's
+Every trigger ends here. The loop calls `reconcile_pool` for every pool each pass (the prefill and decode
+pools of a deployment with a latency SLO are sized by the pool planner: reconcile_pools.py); a person's
 rebalance and an alert only record a request on the pool (`store.requests`) and then call it at once,
 so they can answer with the action. A pending request forces the plan (trigger thresholds skipped,
 safety rails kept); an action already in flight on the knob is joined, never doubled
@@ -28,6 +29,7 @@ from opentelemetry import trace
 from sqlalchemy.orm import Session, sessionmaker
 
 from agents.protocol.placement import PlacementTable
+from controlplane import reconcile_pools
 from controlplane.actuate import change
 from controlplane.actuate.fence import SOLE, Fence, NotLeader, guard
 from controlplane.actuate.in_flight import in_flight, join
@@ -45,8 +47,20 @@ from controlplane.liveness import LoopLiveness
 from controlplane.observed import PoolState
 from controlplane.plan import check_pool_size, plan_pool, plan_routing
 from controlplane.prune import Pruning
+from controlplane.reconcile_pools import PoolsOutcome
 from controlplane.routing_reach import RoutingReach, check_routing_limit
-from controlplane.store import actions, deployments, parks, policies, pool_sizes, pools, requests, tokens, windows
+from controlplane.store import (
+    actions,
+    deployments,
+    parks,
+    policies,
+    pool_sizes,
+    pools,
+    requests,
+    serving,
+    tokens,
+    windows,
+)
 from controlplane.store.db import is_unavailable
 from controlplane.store.tables import Action, Deployment, Pool, Request
 from controlplane.verify import roll_back, verify_pool
@@ -62,6 +76,7 @@ class PoolResult:
     is_new: bool = False  # the action was made now
     parked: tuple[str, ...] = ()  # the pool's knobs parked after this reconcile
     mtp: MtpDiagnosis | None = None  # why MTP acceptance is under its floor, if it is
+    pool_plan: PoolsOutcome | None = None  # the deployment's pool plan, when the pool planner sizes it
     reach: RoutingReach | None = None  # whether the group limit in force is honoured (None: dry run)
 
     @property
@@ -84,6 +99,11 @@ class PassResult:
     @property
     def reaches(self) -> list[RoutingReach]:
         return [r.reach for r in self.pools if r.reach is not None]
+
+    @property
+    def pool_plans(self) -> dict[str, PoolsOutcome]:
+        """deployment -> its latest pool plan in this pass."""
+        return {r.pool_plan.deployment: r.pool_plan for r in self.pools if r.pool_plan is not None}
 
     @property
     def is_failed(self) -> bool:
@@ -154,11 +174,17 @@ def reconcile_pool(session: Session, deployment: Deployment, pool: Pool, setting
         with tracer.start_as_current_span("plan"):
             plan = compute(plan_pool, policy, state, now, is_forced=is_forced or bool(pending), mtp=mtp,
                            is_asked=any(r.trigger == "manual" for r in pending))
+            sized = reconcile_pools.plan_deployment(session, deployment, policy, settings, now=now)
         span.set_attribute("moectl.decision", plan.decision.value)
         log.info("%s/%s: %s (%s)", deployment.name, pool.role, plan.decision.value, plan.reason)
+        if sized is not None:
+            log.info("%s/%s: pool %s", deployment.name, pool.role, sized.plan.decision(pool.role).reason)
         if dry_run:
-            return PoolResult(plan)
+            return PoolResult(plan, pool_plan=sized)
         windows.prune(session, pool, history_windows=settings.history_windows, limit=settings.max_prune_rows)
+        serving.prune_replicas(session, pool, history_windows=settings.history_windows, limit=settings.max_prune_rows)
+        serving.prune_routers(session, deployment, history_windows=settings.history_windows,
+                              limit=settings.max_prune_rows)
         with tracer.start_as_current_span("actuate"):
             if plan.unparked is not None:
                 parks.release(session, pool=pool, knob=PLACEMENT.kind, reason=plan.unparked, now=now)
@@ -168,9 +194,13 @@ def reconcile_pool(session: Session, deployment: Deployment, pool: Pool, setting
             _record_findings(session, deployment, pool, state, policy, now, mtp)
             reach = _record_routing_reach(session, deployment, pool, state, policy, now)
             _actuate_pool_size(session, deployment, pool, policy, settings, now)
+            if sized is not None:
+                reconcile_pools.record(session, deployment, sized, now=now)
+                reconcile_pools.actuate(session, deployment, pool, policy, sized, settings, now=now)
             if scaler is not None:
                 _sync_pool_size(session, deployment, pool, scaler, fence, policy, now)
-        result = PoolResult(plan, action, is_new, tuple(sorted(parks.active(session, pool))), mtp, reach)
+        result = PoolResult(plan, action, is_new, parked=tuple(sorted(parks.active(session, pool))), mtp=mtp,
+                            pool_plan=sized, reach=reach)
         for i, request in enumerate(pending):  # the first request made a new action, the others joined it
             outcome = result.outcome if i == 0 else replace(result, is_new=False).outcome
             requests.settle(request, outcome=outcome, action_id=action.id if action else None, now=now)

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.actuate import kube
 from controlplane.actuate.fence import SOLE
+from controlplane.actuate.scaler import PoolScaler
 from controlplane.api.actuation import Actuation
 from controlplane.api.app import create_app
 from controlplane.compute import WorkerProcess, in_process
@@ -52,9 +53,10 @@ def configure_tracing(settings: Settings) -> None:
     trace.set_tracer_provider(provider)
 
 
-def make_actuation(settings: Settings, sessions: sessionmaker[Session]) -> tuple[Actuation, LeaderElector | None]:
-    """The pool scaler (Kubernetes, when targets are configured) and the leader elector (a Lease when one is
-    named, else the database; none when leader election is off), chosen from the settings."""
+def make_actuation(settings: Settings, sessions: sessionmaker[Session], scaler: PoolScaler | None = None
+                   ) -> tuple[Actuation, LeaderElector | None]:
+    """The pool scaler (`scaler`, else Kubernetes when targets are configured) and the leader elector (a Lease
+    when one is named, else the database; none when leader election is off), chosen from the settings."""
     client = kube.api_client(settings.kubeconfig) if settings.kube_scale_targets or settings.lease_name else None
     identity = settings.leader_identity or f"{settings.pod_name or socket.gethostname()}-{secrets.token_hex(3)}"
     elector = None
@@ -64,9 +66,10 @@ def make_actuation(settings: Settings, sessions: sessionmaker[Session]) -> tuple
                    else DatabaseRecords(sessions, lease_seconds=settings.leader_lease_seconds))
         elector = Elector(records, identity=identity, lease_seconds=settings.leader_lease_seconds,
                           renew_seconds=settings.leader_renew_seconds)
-    scaler = kube.KubeScaler(client, settings.kube_scale_targets, default_namespace=settings.pod_namespace or "default",
-                             field_manager=settings.kube_field_manager,
-                             reporting_instance=identity) if settings.kube_scale_targets else None
+    if scaler is None and settings.kube_scale_targets:
+        scaler = kube.KubeScaler(client, settings.kube_scale_targets,
+                                 default_namespace=settings.pod_namespace or "default",
+                                 field_manager=settings.kube_field_manager, reporting_instance=identity)
     return Actuation(scaler, elector or SOLE), elector
 
 
@@ -83,13 +86,14 @@ class Controller:
     """The API server and, unless disabled, the reconcile loop (with the leader election it needs), started
     and stopped together."""
 
-    def __init__(self, settings: Settings, *, run_loop: bool = True):
+    def __init__(self, settings: Settings, *, run_loop: bool = True, scaler: PoolScaler | None = None):
+        """scaler: makes pool sizes real (default: Kubernetes' when scale targets are configured)."""
         upgrade(settings.database_url)
         configure_tracing(settings)
         self.settings = settings
         self.sessions = make_sessions(engine_for(settings))
         self.metrics = ControllerMetrics(CollectorRegistry())
-        actuation, self.elector = make_actuation(settings, self.sessions)
+        actuation, self.elector = make_actuation(settings, self.sessions, scaler)
         self.liveness = LoopLiveness.for_settings(settings) if run_loop else None
         app = create_app(settings, self.sessions, metrics=self.metrics, actuation=actuation, liveness=self.liveness)
         self.server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning"))
@@ -107,7 +111,7 @@ class Controller:
 
     def _observe(self, result: PassResult, is_leading: bool) -> None:
         self.metrics.observe_pass(result.plans, result.num_errors, result.seconds, is_leading=is_leading,
-                                  reaches=result.reaches)
+                                  pool_plans=result.pool_plans, reaches=result.reaches)
         self.metrics.observe_pools([(r.plan.deployment, r.plan.role, r.parked, r.mtp) for r in result.pools])
 
     @property

@@ -11,6 +11,39 @@ def _fmt(value: float | None, spec: str = ".2f") -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}s"
+
+
+def render_pools(o: dict) -> list[str]:
+    """The pool planner's lines of a deployment: replicas per pool, SLO vs measured, forecast, decisions."""
+    plan = o.get("pool_plan")
+    if not plan:
+        return []
+    sizes = " · ".join(f"{p['role']} {p['ready'] + p['starting']} ({p['ready']} ready"
+                       + (f", {p['starting']} starting" if p["starting"] else "")
+                       + (f", {p['draining']} draining" if p["draining"] else "") + f"; {p['min']}..{p['max']})"
+                       for p in plan["pools"])
+    measured = plan["measured"]
+    slo = " ".join(f"{name} {_seconds(measured.get(name))}/{_seconds(target)}" for name, target in plan["slo"].items())
+    rate = measured.get("request_rate")
+    forecast = plan["forecast"]
+    lines = [f"  pools: {sizes}",
+             f"  slo (measured/target): {slo} | load {_fmt(rate)} req/s"
+             + (f" | forecast {forecast['request_rate']:.2f} req/s ({forecast['method']})" if forecast else "")
+             + f" | local prefill < {_fmt(plan['threshold']['tokens'], 'd')} tokens"]
+    lines += [f"  {p['role']}: {p['decision']['kind']} {p['decision']['current']}->{p['decision']['target']}: "
+              f"{p['decision']['reason'][:110]}" for p in plan["pools"]]
+    scaling = [a for a in o["last_actions"] if a["kind"] in ("pool_size", "local_prefill_threshold")]
+    if scaling:
+        a = scaling[0]
+        change = (f"{a['predicted'].get('replicas_before')}->{a['predicted'].get('replicas_after')} replicas"
+                  if a["kind"] == "pool_size" else
+                  f"threshold {a['predicted'].get('tokens_before')}->{a['predicted'].get('tokens_after')}")
+        lines.append(f"  last scaling: #{a['id']} {a['role']} {change} {a['status']}: {a['reason'][:90]}")
+    return lines
+
+
 def render(overviews: list[dict]) -> str:
     lines = [f"{'deployment':<16} {'mode':<8} {'imbalance':>9} {'a2a':>6} {'prefix':>6} {'mtp':>6} "
              f"{'run/wait':>9} {'placement':>10} {'agents':>9}  last action"]
@@ -24,6 +57,7 @@ def render(overviews: list[dict]) -> str:
                      f"{_fmt(o['mtp_acceptance'], '.0%'):>6} "
                      f"{o['queue']['running']:>4}/{o['queue']['waiting']:<4} {versions:>10} "
                      f"{o['agents']['fresh']:>3}/{o['agents']['total']:<3} fresh  {last}")
+        lines += render_pools(o)
     return "\n".join(lines)
 
 

@@ -46,9 +46,59 @@ class ControllerMetrics:
                                    ["deployment", "role", "cause"], registry=registry)
         self.leader = Gauge("moectl_controller_leader", "1 while this replica leads: it reconciles and writes",
                             registry=registry)
+        # the pool planner (controlplane/reconcile_pools.py), per deployment with a latency SLO
+        pool = ["deployment", "role"]
+        self.pool_replicas = Gauge("moectl_controller_pool_replicas", "Instances per pool: ready, starting "
+                                   "(asked for, not serving yet), draining (leaving)", [*pool, "state"],
+                                   registry=registry)
+        self.pool_target = Gauge("moectl_controller_pool_target_replicas", "Instances the pool planner wants",
+                                 pool, registry=registry)
+        self.pool_bounds = Gauge("moectl_controller_pool_replica_bounds", "The policy's replica bounds",
+                                 [*pool, "bound"], registry=registry)
+        self.pool_decisions = Counter("moectl_controller_pool_decisions_total", "Pool planner decisions per pool "
+                                      "and pass, by kind (predictive, reactive, consolidate, budget, hold, keep)",
+                                      [*pool, "kind"], registry=registry)
+        self.pool_predicted = Gauge("moectl_controller_pool_predicted_seconds", "The binding SLO's percentile "
+                                    "the planner predicts at its target size", [*pool, "slo"], registry=registry)
+        self.slo_target = Gauge("moectl_controller_slo_target_seconds", "The policy's latency targets",
+                                ["deployment", "slo"], registry=registry)
+        self.slo_measured = Gauge("moectl_controller_slo_measured_seconds", "The latency targets' percentiles "
+                                  "measured by the routers over the last window", ["deployment", "slo"],
+                                  registry=registry)
+        self.request_rate = Gauge("moectl_controller_request_rate", "Requests per second: measured (last window), "
+                                  "planned (what the pools are sized for), forecast (last predictive step)",
+                                  ["deployment", "source"], registry=registry)
+        self.threshold = Gauge("moectl_controller_local_prefill_threshold_tokens", "The PD-aware threshold in force",
+                               ["deployment"], registry=registry)
+
+    def observe_pool_plan(self, deployment: str, plan: dict) -> None:
+        """plan: a deployment's pool plan as people read it (controlplane/reconcile_pools.py `summary`)."""
+        for role, pool in plan["pools"].items():
+            for state in ("ready", "starting", "draining"):
+                self.pool_replicas.labels(deployment, role, state).set(pool[state])
+            for bound in ("min", "max"):
+                self.pool_bounds.labels(deployment, role, bound).set(pool[bound])
+            decision = pool["decision"]
+            self.pool_target.labels(deployment, role).set(decision["target"])
+            self.pool_decisions.labels(deployment, role, decision["kind"]).inc()
+            predicted = decision["predicted"]
+            if predicted and predicted.get("seconds") is not None:
+                self.pool_predicted.labels(deployment, role, predicted["slo"]).set(predicted["seconds"])
+        for name, seconds in plan["targets"].items():
+            self.slo_target.labels(deployment, name).set(seconds)
+            measured = plan["measured"].get(name)
+            if measured is not None:
+                self.slo_measured.labels(deployment, name).set(measured)
+        for source, load in (("measured", plan["measured"]), ("planned", plan["load"]),
+                             ("forecast", plan["forecast"])):
+            if load and load.get("request_rate") is not None:
+                self.request_rate.labels(deployment, source).set(load["request_rate"])
+        if plan["threshold"]["tokens"] is not None:
+            self.threshold.labels(deployment).set(plan["threshold"]["tokens"])
 
     def observe_pass(self, plans: list[Plan], num_errors: int, seconds: float, *, is_leading: bool = True,
-                     reaches: Sequence[RoutingReach] = ()) -> None:
+                     pool_plans: dict | None = None, reaches: Sequence[RoutingReach] = ()) -> None:
+        """pool_plans: deployment -> the pass's pool plan (an object with `summary`)."""
         self.leader.set(1 if is_leading else 0)
         self.pass_seconds.observe(seconds)
         self.pass_errors.inc(num_errors)
@@ -57,6 +107,8 @@ class ControllerMetrics:
             measured = plan.inputs.get("measured_imbalance")
             if measured:
                 self.imbalance.labels(plan.deployment, plan.role).set(measured[-1])
+        for deployment, outcome in (pool_plans or {}).items():
+            self.observe_pool_plan(deployment, outcome.summary)
         if not is_leading:  # the leader judges the pools now; a verdict kept here would go stale and keep alerting
             for gauge in (self.routing_limit_violation, self.routing_over_limit, self.parked, self.mtp_diagnosis):
                 gauge.clear()

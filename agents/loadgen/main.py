@@ -1,8 +1,10 @@
 """`moectl loadgen`: Poisson arrivals against the router's OpenAI API, with a mix of text kinds that
 drifts over time (code vs prose, so expert hotness moves) and shared system prefixes (so the prefix
-cache hits). Prints throughput and TTFT/ITL percentiles every `--report-seconds`.
+cache hits). Prints throughput and TTFT/ITL percentiles every `--report-seconds`. `--schedule` changes
+the rate over time (a step up in traffic and back), optionally repeating.
 
   python -m agents.loadgen --url http://127.0.0.1:8800 --rate 4
+  python -m agents.loadgen --url http://127.0.0.1:8800 --schedule 0:2,60:8,180:2 --schedule-period 300
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class Stats:
                 f"| code share {code_share:.2f}")
 
 
+MAX_FAILURES_SHOWN = 5  # per run
 # what a chat request adds around the prompt (the router's "user: ...\nassistant:" layout), with room to spare
 CHAT_OVERHEAD_BYTES = 24
 
@@ -86,55 +89,89 @@ class Workload:
         return kind, prefix + text[start : start + length].encode("ascii", "ignore").decode()
 
 
-async def one_request(client: httpx.AsyncClient, workload: Workload, stats: Stats, max_tokens: int) -> None:
+async def one_request(client: httpx.AsyncClient, workload: Workload, sinks: tuple[Stats, ...],
+                      max_tokens: int) -> None:
+    """One streamed request; its outcome and latencies go to every Stats in `sinks` (this report's, the run's)."""
     kind, prompt = workload.prompt()
     is_chat = workload.rng.random() < 0.2
     path = "/v1/chat/completions" if is_chat else "/v1/completions"
     body = {"model": "moectl-tiny", "max_tokens": max_tokens, "stream": True}
     body |= {"messages": [{"role": "user", "content": prompt}]} if is_chat else {"prompt": prompt}
     started = last = time.perf_counter()
-    num_chunks = 0
+    ttft, itl = [], []
+
+    def failed(why: str) -> None:
+        for stats in sinks:
+            stats.num_failed += 1
+        if sinks[-1].num_failed <= MAX_FAILURES_SHOWN:  # why the first ones failed; the count says the rest
+            print(f"loadgen: request failed after {time.perf_counter() - started:.1f}s: {why}", flush=True)
+
     try:
         async with client.stream("POST", path, json=body) as response:
             if response.status_code != 200:
-                stats.num_failed += 1
-                return
+                return failed(f"{response.status_code} {(await response.aread())[:300].decode(errors='replace')}")
             async for line in response.aiter_lines():
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue
-                if "error" in json.loads(line[6:]):
-                    stats.num_failed += 1
-                    return
+                if "error" in (chunk := json.loads(line[6:])):
+                    return failed(f"error in stream after {len(ttft) + len(itl)} chunks: {chunk['error']}")
                 now = time.perf_counter()
-                (stats.ttft if num_chunks == 0 else stats.itl).append(now - (started if num_chunks == 0 else last))
-                last, num_chunks = now, num_chunks + 1
-    except httpx.HTTPError:
-        stats.num_failed += 1
-        return
-    stats.num_done += 1
-    stats.num_tokens += num_chunks
+                (itl if ttft else ttft).append(now - (last if ttft else started))
+                last = now
+    except httpx.HTTPError as exc:
+        return failed(f"{type(exc).__name__}: {exc}")
+    for stats in sinks:
+        stats.num_done += 1
+        stats.num_tokens += len(ttft) + len(itl)
+        stats.ttft += ttft
+        stats.itl += itl
+
+
+def parse_schedule(text: str) -> list[tuple[float, float]]:
+    """"0:2,60:8" -> [(0, 2.0), (60, 8.0)]: from each time (seconds) on, that rate (requests/s)."""
+    try:
+        steps = sorted((float(at), float(rate)) for at, rate in (item.split(":") for item in text.split(",")))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"schedule {text!r}: want SECONDS:RATE,SECONDS:RATE,...") from None
+    if not steps or steps[0][0] != 0 or any(rate <= 0 for _, rate in steps):
+        raise argparse.ArgumentTypeError(f"schedule {text!r}: must start at 0 with rates > 0")
+    return steps
+
+
+def rate_at(seconds: float, schedule: list[tuple[float, float]], period: float) -> float:
+    """The schedule's rate `seconds` after the start (repeating every `period` seconds when it is > 0)."""
+    if period > 0:
+        seconds %= period
+    return next(rate for at, rate in reversed(schedule) if at <= seconds)
 
 
 async def run(args: argparse.Namespace) -> int:
     workload = Workload(args.seed, args.period_seconds, args.min_chars, args.max_chars, args.max_context_bytes,
                         args.max_tokens)
     rng = random.Random(args.seed + 1)
-    stats, since = Stats(), time.monotonic()
-    deadline = time.monotonic() + args.duration if args.duration else math.inf
+    stats, since, total, num_skipped = Stats(), time.monotonic(), Stats(), 0
+    started = time.monotonic()
+    deadline = started + args.duration if args.duration else math.inf
+    schedule = args.schedule or [(0.0, args.rate)]
     tasks: set[asyncio.Task] = set()
     limits = httpx.Limits(max_connections=args.max_concurrency)
-    async with httpx.AsyncClient(base_url=args.url, timeout=120, limits=limits) as client:
+    async with httpx.AsyncClient(base_url=args.url, timeout=args.timeout, limits=limits) as client:
         while time.monotonic() < deadline:
-            await asyncio.sleep(rng.expovariate(args.rate))  # Poisson arrivals
+            rate = rate_at(time.monotonic() - started, schedule, args.schedule_period)
+            await asyncio.sleep(rng.expovariate(rate))  # Poisson arrivals
             if len(tasks) < args.max_concurrency:
-                task = asyncio.create_task(one_request(client, workload, stats, args.max_tokens))
+                task = asyncio.create_task(one_request(client, workload, (stats, total), args.max_tokens))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
+            else:
+                num_skipped += 1
             if time.monotonic() - since >= args.report_seconds:
                 print(stats.line(time.monotonic() - since, workload.code_share()), flush=True)
                 stats, since = Stats(), time.monotonic()
         await asyncio.gather(*tasks, return_exceptions=True)
     print(stats.line(max(1e-9, time.monotonic() - since), workload.code_share()), flush=True)
+    print(f"loadgen total: {total.num_done} done, {total.num_failed} failed, {num_skipped} not sent "
+          f"(--max-concurrency {args.max_concurrency} in flight)", flush=True)
     return 0
 
 
@@ -142,7 +179,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="moectl loadgen", description=__doc__.split("\n\n")[0])
     p.add_argument("--url", default="http://127.0.0.1:8800", help="router URL")
     p.add_argument("--rate", type=float, default=4.0, help="mean requests per second")
+    p.add_argument("--schedule", type=parse_schedule, default=None,
+                   help="rates over time, SECONDS:RATE,... from 0 (instead of --rate), e.g. 0:2,60:8,180:2")
+    p.add_argument("--schedule-period", type=float, default=0, help="repeat the schedule every N seconds (0: no)")
     p.add_argument("--duration", type=float, default=0, help="seconds (0: until Ctrl-C)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds a request may take before it counts as failed")
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--min-chars", type=int, default=40)
     p.add_argument("--max-chars", type=int, default=400)

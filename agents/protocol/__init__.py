@@ -1,7 +1,7 @@
 """The contract between agents and the controller: the only package both sides import.
 
 wire: what one round trip carries (Snapshot, DesiredState, compact arrays); group: moectl.v2, one snapshot per
-EP group (GroupSnapshot, RankRow); placement: the placement
+EP group (GroupSnapshot, RankRow); router: a router's window and the controller's answer to it; placement: the placement
 value and the numbers derived from it (replica counts, shares, per-GPU load, imbalance); grid: the
 window grid both sides file load on. Every public name is re-exported here.
 """
@@ -19,6 +19,7 @@ from agents.protocol.placement import (
     replica_counts,
     slot_load,
 )
+from agents.protocol.router import RouterState, RouterWindow
 from agents.protocol.wire import (
     MAX_ARRAY_ELEMENTS,
     MAX_COUNT,
@@ -34,6 +35,7 @@ from agents.protocol.wire import (
     Role,
     RoutingLimits,
     RunningPlacement,
+    ServingCounters,
     Snapshot,
     error_code,
 )
@@ -41,7 +43,8 @@ from agents.protocol.wire import (
 __all__ = [
     "GROUP_PROTOCOL_VERSION", "GroupSnapshot", "RankRow",
     "MAX_ARRAY_ELEMENTS", "MAX_COUNT", "MAX_SECONDS", "NAME_PATTERN", "PLACEMENT_UNKNOWN", "PROTOCOL_VERSION",
-    "Array", "DesiredState", "Identity", "LatencySummary", "ModelShape", "PlacementTable", "Role", "RoutingLimits",
-    "RunningPlacement", "Snapshot", "default_slot_to_expert", "error_code", "effective_share", "even_share",
+    "Array", "DesiredState", "Identity", "LatencySummary", "ModelShape", "PlacementTable", "Role", "RouterState",
+    "RouterWindow", "RoutingLimits", "RunningPlacement", "ServingCounters", "Snapshot", "default_slot_to_expert",
+    "error_code", "effective_share", "even_share",
     "gpu_load", "imbalance", "layer_imbalance", "replica_counts", "slot_load", "window_index", "window_start",
 ]

@@ -31,6 +31,7 @@ from agents.protocol.wire import (
     ModelShape,
     Role,
     RunningPlacement,
+    ServingCounters,
     Snapshot,
     _check_counts,
     _check_per_token,
@@ -72,6 +73,7 @@ class RankRow(_Frozen):
     routing_recall: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
     routing_groups_per_token: _Counts = Snapshot.model_fields["routing_groups_per_token"]
     routing_nodes_per_token: _Counts = Snapshot.model_fields["routing_nodes_per_token"]
+    serving: ServingCounters | None = Snapshot.model_fields["serving"]
 
     @model_validator(mode="after")
     def _check(self) -> RankRow:

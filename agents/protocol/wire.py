@@ -36,6 +36,15 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer, model_validator
 
 PROTOCOL_VERSION = "moectl.v1"
+
+
+def known_protocol(value: object) -> object:
+    """The `protocol` field's check, for every message that carries one."""
+    if value != PROTOCOL_VERSION:
+        raise ValueError(f"protocol {value!r} is not spoken here; this controller speaks {PROTOCOL_VERSION!r}")
+    return value
+
+
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"  # DNS label: also a Kubernetes object name
 
 _DTYPES = {"int64": np.dtype("<i8"), "float32": np.dtype("<f4"), "float64": np.dtype("<f8")}
@@ -146,6 +155,15 @@ class LatencySummary(_Frozen):
     p90: float | None = Field(default=None, ge=0, le=MAX_SECONDS, allow_inf_nan=False)
     p99: float | None = Field(default=None, ge=0, le=MAX_SECONDS, allow_inf_nan=False)
 
+    @classmethod
+    def of(cls, samples: list[float]) -> LatencySummary:
+        """The distribution of `samples` (seconds): count, sum and percentiles; empty when there are none."""
+        if not samples:
+            return cls()
+        values = np.asarray(samples, dtype=np.float64)
+        p50, p90, p99 = np.quantile(values, [0.5, 0.9, 0.99])
+        return cls(count=len(values), sum=float(values.sum()), p50=float(p50), p90=float(p90), p99=float(p99))
+
 
 class RunningPlacement(_Frozen):
     """The placement table a rank runs, sent only to a controller that refused the snapshot's
@@ -197,6 +215,23 @@ _Seconds = Field(default=0.0, ge=0, le=MAX_SECONDS, allow_inf_nan=False)
 MAX_TOP_K = 64  # routed experts per token a per-token histogram has room for (DeepSeek-V3 routes 8)
 
 
+class ServingCounters(_Frozen):
+    """One rank's serving work over a window: what the pool planner sizes pools from
+    (controlplane/plan_pools.py). Means are time-weighted over the window, idle time included; "at the
+    window's end" values are the last step's."""
+
+    busy_seconds: float = Field(default=0.0, ge=0, allow_inf_nan=False, description="time inside steps that ran work")
+    prefill_tokens: int = Field(default=0, ge=0, description="prompt tokens computed here (prefix-cache hits excluded)")
+    num_prefilled: int = Field(default=0, ge=0, description="requests whose prefill finished here")
+    queued_tokens: int = Field(default=0, ge=0, description="prompt tokens waiting for admission at the window's end")
+    num_waiting: int = Field(default=0, ge=0, description="requests not admitted at the window's end: no KV room or "
+                                                          "batch slot (hand-offs not yet imported included)")
+    batch_mean: float = Field(default=0.0, ge=0, allow_inf_nan=False, description="sequences running, mean")
+    kv_tokens_mean: float = Field(default=0.0, ge=0, allow_inf_nan=False, description="KV tokens held, mean")
+    kv_capacity_tokens: int = Field(default=0, ge=0, description="KV tokens this rank can hold")
+    max_batch: int = Field(default=0, ge=0, description="sequences this rank batches at most")
+
+
 class Snapshot(_Frozen):
     """One rank's counters over one window.
 
@@ -246,15 +281,15 @@ class Snapshot(_Frozen):
     routing_nodes_per_token: list[Annotated[int, Field(ge=0, le=MAX_COUNT)]] = Field(
         default=[], max_length=MAX_TOP_K + 1,
         description="the same by distinct nodes (EP ranks grouped by gpus_per_node) holding the chosen replicas")
+    serving: ServingCounters | None = Field(default=None, description="serving work for the pool planner; "
+                                                                      "absent from agents that do not measure it")
 
     @field_validator("protocol", mode="before")
     @classmethod
     def _known_protocol(cls, value: object) -> object:
         if value == "moectl.v2":
             raise ValueError("protocol 'moectl.v2' is a group snapshot: post it to /v2/agents/snapshot")
-        if value != PROTOCOL_VERSION:
-            raise ValueError(f"protocol {value!r} is not spoken here; this controller speaks {PROTOCOL_VERSION!r}")
-        return value
+        return known_protocol(value)
 
     @model_validator(mode="after")
     def _check(self) -> Snapshot:

@@ -3,7 +3,9 @@
 
 Long prompts go prefill rank -> KV hand-off -> decode rank; short ones (fewer uncached tokens than the
 PD-aware threshold) are prefilled by the decode rank itself. Its own metrics (`moectl_router_*`) are
-the user's view: queue, TTFT, ITL, routed tokens, KV transferred.
+the user's view: queue, TTFT, ITL, routed tokens, KV transferred; the same, per window, go to the
+controller (agents/router/report.py), whose answer sets the threshold. Instances come and go through the
+admin API (agents/router/admin.py): a draining one gets no new requests and is removed once idle.
 """
 
 from __future__ import annotations
@@ -22,9 +24,12 @@ from fastapi import FastAPI, HTTPException, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from agents.router.admin import admin_router
 from agents.router.metrics import RouterMetrics
 from agents.router.openai_api import ChatRequest, Completion, CompletionRequest, error_body
 from agents.router.policy import Endpoint, Route, block_hashes, route
+from agents.router.report import WindowReporter
+from agents.router.window import RouterWindows
 from agents.runtime.tokenizer import encode
 
 log = logging.getLogger("moectl.router")
@@ -38,41 +43,66 @@ class WorkerError(Exception):
 
 
 class Router:
+    """windows: where this router's windows are summed (None: none are kept, no controller to tell)."""
+
     def __init__(self, endpoints: list[Endpoint], *, model: str, local_prefill_threshold: int,
-                 registry: CollectorRegistry, poll_seconds: float = 0.5):
+                 registry: CollectorRegistry, poll_seconds: float = 0.5, windows: RouterWindows | None = None):
         self.endpoints, self.model, self.poll_seconds = endpoints, model, poll_seconds
-        self.threshold = local_prefill_threshold
+        self.threshold = self.default_threshold = local_prefill_threshold
         self.metrics = RouterMetrics(registry)
-        self.client: httpx.AsyncClient | None = None
+        self.windows = windows
+        self.client: httpx.AsyncClient | None = None  # requests to the worker ranks
+        # load polls and window reports: their own connections, so a surge of streaming requests never leaves
+        # them waiting for one (a rank that cannot be polled reads as unhealthy)
+        self.control: httpx.AsyncClient | None = None
 
     def of_role(self, role: str) -> list[Endpoint]:
         return [e for e in self.endpoints if e.role == role]
 
     def route(self, token_ids: list[int]) -> Route:
-        return route(token_ids, prefill=self.of_role("prefill"), decode=self.of_role("decode"),
-                     unified=self.of_role("unified"), default_threshold=self.threshold)
+        plan = route(token_ids, prefill=self.of_role("prefill"), decode=self.of_role("decode"),
+                     unified=self.of_role("unified"), threshold=self.threshold)
+        self.metrics.observe_route(plan, len(token_ids))
+        if self.windows is not None:
+            self.windows.arrived(plan.kind, len(token_ids))
+        return plan
+
+    def observe_tokens(self, plan: Route, num_before: int, num_new: int, since_start: float, since_last: float) -> None:
+        self.metrics.observe_tokens(num_before, num_new, since_start, since_last)
+        if self.windows is None:
+            return
+        if num_before == 0:
+            self.windows.first_token(plan.kind, since_start)
+        elif num_new:
+            self.windows.tokens(since_last / num_new, num_new)
+
+    def finish(self, finish_reason: str | None, num_tokens: int, seconds: float) -> None:
+        """A request the router answered ends: finished, or failed (no finish reason)."""
+        self.metrics.finish(finish_reason)
+        if self.windows is not None:
+            self.windows.finished(num_tokens, seconds, is_failed=finish_reason not in ("stop", "length"))
 
     async def poll(self) -> None:
-        """Refreshes every rank's load and health; the threshold rides along from the decode agents."""
+        """Refreshes every rank's load and health."""
         while True:
-            for endpoint in self.endpoints:
+            for endpoint in list(self.endpoints):  # the admin API may add or remove instances meanwhile
                 try:
-                    response = await self.client.get(f"{endpoint.url}/v1/internal/load", timeout=2.0)
+                    response = await self.control.get(f"{endpoint.url}/v1/internal/load", timeout=2.0)
                     load = response.json()
                     endpoint.num_running, endpoint.num_waiting = load["num_running"], load["num_waiting"]
                     endpoint.kv_cache_usage = load["kv_cache_usage"]
-                    endpoint.local_prefill_threshold = load.get("local_prefill_threshold")
                     endpoint.is_healthy = True
                 except (httpx.HTTPError, ValueError, KeyError):
                     endpoint.is_healthy = False
             self.metrics.set_endpoints(self.endpoints)
             await asyncio.sleep(self.poll_seconds)
 
-    async def generate(self, token_ids: list[int], body: dict) -> AsyncIterator[tuple[list[int], str | None]]:
-        """Yields (new token ids, finish reason or None) as the worker ranks produce them."""
-        plan = self.route(token_ids)
+    async def generate(self, plan: Route, token_ids: list[int], body: dict
+                       ) -> AsyncIterator[tuple[list[int], str | None]]:
+        """Yields (new token ids, finish reason or None) as the worker ranks produce them. The prefill rank's
+        part ends when its KV hand-off has arrived (it counts as in flight until then), the decode rank's at
+        the last token: a draining instance is idle once both are done."""
         hashes = block_hashes(token_ids)
-        self.metrics.observe_route(plan, len(token_ids))
         ends = [e for e in (plan.prefill, plan.decode) if e is not None]
         for endpoint in ends:
             endpoint.num_in_flight += 1
@@ -83,7 +113,11 @@ class Router:
                     yield item
                 return
             started = time.perf_counter()
-            response = await self.client.post(f"{plan.prefill.url}/v1/internal/prefill", json=body)
+            try:
+                response = await self.client.post(f"{plan.prefill.url}/v1/internal/prefill", json=body)
+            finally:
+                plan.prefill.num_in_flight -= 1
+                ends.remove(plan.prefill)
             _raise_for_worker(response)
             if not response.headers["content-type"].startswith("application/octet-stream"):
                 for line in response.text.splitlines():  # finished with its first token
@@ -91,7 +125,10 @@ class Router:
                     yield item["token_ids"], item["finish_reason"] if item["finished"] else None
                 return
             payload = response.content
-            self.metrics.observe_transfer(len(payload), time.perf_counter() - started)
+            seconds = time.perf_counter() - started
+            self.metrics.observe_transfer(len(payload), seconds)
+            if self.windows is not None:
+                self.windows.transferred(seconds)
             header = json.loads(payload[: payload.index(b"\n")])
             yield header["token_ids"][-1:], None  # the first token, before the hand-off: that is the TTFT
             async for item in self._stream(f"{plan.decode.url}/v1/internal/decode", content=payload,
@@ -131,9 +168,10 @@ async def texts(router: Router, request: CompletionRequest | ChatRequest, token_
     decoder, text, num_tokens = codecs.getincrementaldecoder("utf-8")(errors="replace"), "", 0
     started = last = time.perf_counter()
     stops = request.stops
-    async for new, finish_reason in router.generate(token_ids, body):
+    plan = router.route(token_ids)
+    async for new, finish_reason in router.generate(plan, token_ids, body):
         now = time.perf_counter()
-        router.metrics.observe_tokens(num_tokens, len(new), now - started, now - last)
+        router.observe_tokens(plan, num_tokens, len(new), now - started, now - last)
         num_tokens, last = num_tokens + len(new), now
         piece = decoder.decode(bytes(new), final=finish_reason is not None)
         hit = next((s for s in stops if s in text + piece), None)
@@ -147,16 +185,28 @@ async def texts(router: Router, request: CompletionRequest | ChatRequest, token_
             return
 
 
-def create_app(router: Router) -> FastAPI:
+def create_app(router: Router, *, admin_token: str = "", reporter: WindowReporter | None = None) -> FastAPI:
+    """admin_token: opens the admin API (agents/router/admin.py); reporter: posts the router's windows to
+    the controller (needs `router.windows`)."""
+
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI):
-        router.client = httpx.AsyncClient(timeout=httpx.Timeout(300.0, connect=5.0))
-        poller = asyncio.create_task(router.poll())
+        # no cap on connections: requests in flight are bounded by the clients, and a capped pool makes the
+        # ones over it wait for a connection as if the ranks were slow
+        router.client = httpx.AsyncClient(timeout=httpx.Timeout(300.0, connect=5.0),
+                                          limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
+        router.control = httpx.AsyncClient(timeout=5.0)
+        tasks = [asyncio.create_task(router.poll())]
+        if reporter is not None:
+            tasks.append(asyncio.create_task(reporter.run()))
         yield
-        poller.cancel()
+        for task in tasks:
+            task.cancel()
         await router.client.aclose()
+        await router.control.aclose()
 
     app = FastAPI(title="moectl router", version="0.1.0", lifespan=lifespan)
+    app.include_router(admin_router(router.endpoints, admin_token))
 
     async def complete(request: CompletionRequest | ChatRequest, chat: bool) -> Response:
         try:
@@ -166,11 +216,11 @@ def create_app(router: Router) -> FastAPI:
         completion = Completion(request.model or router.model, chat)
         pieces = texts(router, request, token_ids)
         router.metrics.in_flight.inc()
+        started = time.perf_counter()
         try:
             first = await anext(pieces)  # worker errors surface as HTTP errors before any byte is sent
         except (WorkerError, LookupError, httpx.HTTPError) as exc:
-            router.metrics.in_flight.dec()
-            router.metrics.requests.labels("failed").inc()
+            router.finish(None, 0, time.perf_counter() - started)
             status = exc.status if isinstance(exc, WorkerError) and exc.status < 500 else 503
             return JSONResponse(error_body(str(exc), "server_error" if status >= 500 else "invalid_request_error"),
                                 status_code=status)
@@ -180,23 +230,26 @@ def create_app(router: Router) -> FastAPI:
                 async for item in pieces:
                     text, finish_reason, num_tokens = text + item[0], item[1], item[2]
             except (WorkerError, httpx.HTTPError) as exc:
+                finish_reason = None
                 return JSONResponse(error_body(str(exc), "server_error"), status_code=503)
             finally:
-                router.metrics.finish(finish_reason)
+                router.finish(finish_reason, num_tokens, time.perf_counter() - started)
             return JSONResponse(completion.full(text, finish_reason or "length", len(token_ids), num_tokens))
 
         async def events():
-            piece, finish_reason, _ = first
+            piece, finish_reason, num_tokens = first
             is_first = True
             try:
                 yield completion.chunk(piece, finish_reason, is_first=True)
                 is_first = False
-                async for piece, finish_reason, _ in pieces:
+                async for piece, finish_reason, count in pieces:
+                    num_tokens = count
                     yield completion.chunk(piece, finish_reason)
             except (WorkerError, httpx.HTTPError) as exc:
+                finish_reason = None
                 yield f"data: {json.dumps(error_body(str(exc), 'server_error'))}\n\n"
             finally:
-                router.metrics.finish(finish_reason)
+                router.finish(finish_reason, num_tokens, time.perf_counter() - started)
             if is_first is False:
                 yield "data: [DONE]\n\n"
 

@@ -1,5 +1,7 @@
 """`moectl router`: the OpenAI-compatible front of a deployment, routing each request to worker ranks
-(the app and its routing are in agents/router/app.py).
+(the app and its routing are in agents/router/app.py). With `--controller` it reports a window of what
+it served to the controller each window and takes the PD-aware threshold from its answer; with
+`--admin-token` instances can be added, drained and removed while it serves (agents/router/admin.py).
 
   python -m agents.router --port 8800 --prefill http://127.0.0.1:8701,http://127.0.0.1:8702 \
       --decode http://127.0.0.1:8711,http://127.0.0.1:8712
@@ -9,12 +11,17 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import socket
 import sys
+import time
 
 from prometheus_client import CollectorRegistry
 
 from agents.router.app import Router, create_app
 from agents.router.policy import Endpoint
+from agents.router.report import WindowReporter
+from agents.router.window import RouterWindows
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -26,6 +33,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model", default="moectl-tiny", help="the model name clients ask for")
     p.add_argument("--local-prefill-threshold", type=int, default=64,
                    help="prompts with fewer uncached tokens prefill on the decode rank (until the controller says)")
+    p.add_argument("--deployment", default="tiny", help="the deployment it fronts, as its workers report it")
+    p.add_argument("--name", default="", help="this router among the deployment's (default: HOST-PORT)")
+    p.add_argument("--controller", default=os.environ.get("MOECTL_URL", ""),
+                   help="controller URL to report windows to ('': none)")
+    p.add_argument("--agent-token", default=os.environ.get("MOECTL_AGENT_TOKEN", ""))
+    p.add_argument("--window-seconds", type=float, default=float(os.environ.get("MOECTL_WINDOW_SECONDS", 5.0)))
+    p.add_argument("--admin-token", default=os.environ.get("MOECTL_ROUTER_ADMIN_TOKEN", ""),
+                   help="bearer token of the admin API (instances added, drained, removed); '': the API is off")
     return p.parse_args(argv)
 
 
@@ -39,12 +54,17 @@ def main(argv: list[str] | None = None) -> int:
     disable_created_metrics()
     endpoints = [Endpoint(url.strip().rstrip("/"), role) for role in ("prefill", "decode", "unified")
                  for url in getattr(args, role).split(",") if url.strip()]
-    if not endpoints:
-        print("error: give --unified, or --prefill and --decode, rank URLs", file=sys.stderr)
+    if not endpoints and not args.admin_token:
+        print("error: give --unified, or --prefill and --decode, rank URLs (or --admin-token to add instances "
+              "later)", file=sys.stderr)
         return 2
+    windows = RouterWindows(args.deployment, args.name or f"{socket.gethostname()}-{args.port}"[:128],
+                            args.window_seconds, time.time()) if args.controller else None
     router = Router(endpoints, model=args.model, local_prefill_threshold=args.local_prefill_threshold,
-                    registry=CollectorRegistry())
-    server = uvicorn.Server(uvicorn.Config(create_app(router), host=args.host, port=args.port, log_level="warning"))
+                    registry=CollectorRegistry(), windows=windows)
+    reporter = WindowReporter(router, args.controller, args.agent_token) if args.controller else None
+    app = create_app(router, admin_token=args.admin_token, reporter=reporter)
+    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning"))
     print(f"OpenAI API on http://{args.host}:{args.port}/v1", flush=True)
     try:
         server.run()

@@ -1,5 +1,6 @@
 """Which rank serves a request: prefix-cache affinity and load for prefill, load for decode, and the
-PD-aware threshold that keeps short prompts on the decode instance.
+PD-aware threshold that keeps short prompts on the decode instance. A draining instance's ranks get no
+new requests.
 
 The router cannot see the workers' caches, so it remembers which block hashes it sent where (an
 LRU per endpoint, as llm-d's approximate prefix-cache scorer does): affinity is the share of the
@@ -27,15 +28,19 @@ def block_hashes(token_ids: list[int], block_size: int = BLOCK_SIZE) -> list[int
 
 @dataclass
 class Endpoint:
+    """One rank of an instance. num_in_flight: requests the router has there, counted until the rank's part
+    is done (a prefill rank's when its KV hand-off has arrived, a decode rank's at the last token)."""
+
     url: str
     role: str  # prefill | decode | unified
+    instance: str = ""  # the instance (EP group) the rank belongs to; default: the URL
     max_blocks: int = 8192
     num_in_flight: int = 0
     num_running: int = 0
     num_waiting: int = 0
     kv_cache_usage: float = 0.0
-    local_prefill_threshold: int | None = None
     is_healthy: bool = True
+    is_draining: bool = False
     blocks: OrderedDict = field(default_factory=OrderedDict)
 
     def affinity(self, hashes: list[int]) -> float:
@@ -59,9 +64,14 @@ class Endpoint:
         return self.num_in_flight + self.num_waiting + 0.1 * self.num_running
 
 
+    def __post_init__(self) -> None:
+        self.instance = self.instance or self.url
+
+
 def _candidates(endpoints: list[Endpoint]) -> list[Endpoint]:
-    healthy = [e for e in endpoints if e.is_healthy]
-    return healthy or endpoints  # fail open: a stale health view must not stop all traffic
+    serving = [e for e in endpoints if not e.is_draining]
+    healthy = [e for e in serving if e.is_healthy]
+    return healthy or serving  # fail open: a stale health view must not stop all traffic
 
 
 def pick_by_affinity(endpoints: list[Endpoint], hashes: list[int]) -> tuple[Endpoint, float]:
@@ -82,16 +92,16 @@ class Route:
 
 
 def route(token_ids: list[int], *, prefill: list[Endpoint], decode: list[Endpoint], unified: list[Endpoint],
-          default_threshold: int) -> Route:
+          threshold: int) -> Route:
+    """threshold: prompts with fewer uncached tokens prefill on the decode rank (PD-aware)."""
     hashes = block_hashes(token_ids)
+    prefill, decode, unified = (_candidates(e) for e in (prefill, decode, unified))
     if unified and not (prefill and decode):
         endpoint, affinity = pick_by_affinity(unified, hashes)
         return Route("unified", None, endpoint, affinity)
     if not decode:
-        raise LookupError("no decode or unified instance to serve from")
+        raise LookupError("no decode or unified instance is serving (none registered, or all draining)")
     target = pick_by_load(decode)
-    # the controller may move the threshold; it rides the decode agents' desired state
-    threshold = target.local_prefill_threshold if target.local_prefill_threshold is not None else default_threshold
     uncached = len(token_ids) * (1.0 - target.affinity(hashes))
     if not prefill or uncached < threshold:
         return Route("local", None, target, target.affinity(hashes))

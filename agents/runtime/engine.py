@@ -137,6 +137,7 @@ class Engine:
             if seq.first_scheduled_time is None:
                 seq.first_scheduled_time = now
         num_tokens = sum(len(s) - s.num_computed_tokens + len(s.draft_token_ids) for s in seqs)
+        num_prefill_tokens = sum(len(s) - s.num_computed_tokens for s in seqs) if is_prefill else 0
         result = self.runner.run(seqs) if has_work else None
         now = time.monotonic()
         outputs = []
@@ -170,6 +171,11 @@ class Engine:
             placement_version=self.placement.version,
             routing_version=self.routing_limits.version,
             outputs=outputs,
+            num_prefill_tokens=num_prefill_tokens,
+            num_waiting_tokens=sum(len(s) for s in self.scheduler.waiting),
+            num_kv_tokens=sum(len(s) for s in self.scheduler.running),
+            kv_capacity_tokens=self.cfg.num_kv_blocks * self.cfg.block_size,
+            max_num_seqs=self.cfg.max_num_seqs,
         )
         stats.step_seconds = time.perf_counter() - t0
         self.num_steps += 1

@@ -78,6 +78,13 @@ class StepStats:
     placement_version: int = 0
     routing_version: int = 0
     outputs: list[RequestOutput] = field(default_factory=list)
+    # what the pool planner sizes pools from: prompt tokens computed this step (cache hits and drafts
+    # excluded), prompt tokens waiting for admission, KV tokens held, and the rank's limits
+    num_prefill_tokens: int = 0
+    num_waiting_tokens: int = 0
+    num_kv_tokens: int = 0
+    kv_capacity_tokens: int = 0
+    max_num_seqs: int = 0
 
     @property
     def all2all_seconds(self) -> float:

@@ -54,6 +54,9 @@ class SimConfig:
     drift_sigma: float = 0.05  # lognormal popularity walk, per simulated second
     swing_period_seconds: float = 120.0  # code <-> prose swing of the hot experts
     is_paced: bool = True  # sleep the simulated step time, so a sim worker runs at a real rate
+    kv_capacity_tokens: int = 65536
+    max_num_seqs: int = 64
+    mean_context_tokens: int = 300  # of a sequence in the batch: the KV tokens it holds
     is_group_limit_bypassed: bool = False  # the seeds' incident: the router silently ignores the group limit
     seed: int = 0
 
@@ -189,7 +192,9 @@ class SimEngine:
             spec_draft_tokens=num_drafts * cfg.num_speculative_tokens,
             spec_accepted_tokens=sum(accepted_by_position), spec_accepted_by_position=accepted_by_position,
             placement_version=self.placement.version, routing_version=self.routing_limits.version,
-            outputs=outputs)
+            outputs=outputs, num_prefill_tokens=num_prefill,
+            num_kv_tokens=min(cfg.kv_capacity_tokens, num_decode_seqs * cfg.mean_context_tokens),
+            kv_capacity_tokens=cfg.kv_capacity_tokens, max_num_seqs=cfg.max_num_seqs)
         self.num_steps += 1
         return outputs, stats
 

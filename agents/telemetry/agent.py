@@ -78,10 +78,11 @@ class Agent:
                                      **(poster_kwargs or {})).start() if controller_url and is_poster else None
         self._set_info()
 
-    def on_step(self, stats: StepStats) -> None:
+    def on_step(self, stats: StepStats, num_waiting_handoffs: int = 0) -> None:
+        """num_waiting_handoffs: KV hand-offs the serving loop holds until the engine has room for them."""
         samples = self.timer.observe(stats)
         self.exporter.observe_step(stats, samples)
-        self.windows.add(stats, samples)
+        self.windows.add(stats, samples, num_waiting_handoffs)
 
     def tick(self, now: float | None = None) -> ClosedWindow | None:
         """Call between steps: applies a new answer and closes the window once it is over."""

@@ -14,19 +14,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from torch import Tensor
 
-from agents.protocol import Array, Identity, LatencySummary, ModelShape, Snapshot
+from agents.protocol import Array, Identity, LatencySummary, ModelShape, ServingCounters, Snapshot
 from agents.protocol.grid import window_index, window_start
 from agents.runtime.stats import StepStats
 from agents.telemetry.latency import LatencySamples
-
-
-def summarize(samples: list[float]) -> LatencySummary:
-    if not samples:
-        return LatencySummary()
-    values = np.asarray(samples, dtype=np.float64)
-    p50, p90, p99 = np.quantile(values, [0.5, 0.9, 0.99])
-    return LatencySummary(count=len(values), sum=float(values.sum()), p50=float(p50), p90=float(p90),
-                          p99=float(p99))
 
 
 @dataclass
@@ -57,8 +48,19 @@ class WindowSums:
     placement_version: int = 0
     ttft: list[float] = field(default_factory=list)
     itl: list[float] = field(default_factory=list)
+    # serving work (ServingCounters); batch and KV are integrated over wall time between step ends
+    busy_seconds: float = 0.0
+    prefill_tokens: int = 0
+    num_prefilled: int = 0
+    queued_tokens: int = 0
+    num_waiting_handoffs: int = 0
+    batch_seconds: float = 0.0
+    kv_token_seconds: float = 0.0
+    kv_capacity_tokens: int = 0
+    max_batch: int = 0
+    last_step_at: float | None = None
 
-    def add(self, stats: StepStats, samples: LatencySamples) -> None:
+    def add(self, stats: StepStats, samples: LatencySamples, num_waiting_handoffs: int = 0) -> None:
         moe = stats.moe
         self.expert_tokens = _accumulate(self.expert_tokens, moe.expert_tokens)
         self.slot_tokens = _accumulate(self.slot_tokens, moe.slot_tokens)
@@ -85,6 +87,24 @@ class WindowSums:
         self.placement_version = stats.placement_version  # the version the window ended on
         self.ttft += samples.ttft
         self.itl += samples.itl
+        if stats.num_scheduled_tokens:
+            self.busy_seconds += stats.step_seconds
+        self.prefill_tokens += stats.num_prefill_tokens
+        self.num_prefilled += len(samples.ttft)
+        self.queued_tokens, self.num_waiting_handoffs = stats.num_waiting_tokens, num_waiting_handoffs
+        held = stats.step_seconds if self.last_step_at is None else max(0.0, stats.timestamp - self.last_step_at)
+        self.batch_seconds += stats.num_running * held
+        self.kv_token_seconds += stats.num_kv_tokens * held
+        self.kv_capacity_tokens, self.max_batch = stats.kv_capacity_tokens, stats.max_num_seqs
+        self.last_step_at = stats.timestamp
+
+    def serving(self, window_seconds: float) -> ServingCounters:
+        return ServingCounters(busy_seconds=self.busy_seconds, prefill_tokens=self.prefill_tokens,
+                               num_prefilled=self.num_prefilled, queued_tokens=self.queued_tokens,
+                               num_waiting=self.requests_waiting + self.num_waiting_handoffs,
+                               batch_mean=self.batch_seconds / window_seconds,
+                               kv_tokens_mean=self.kv_token_seconds / window_seconds,
+                               kv_capacity_tokens=self.kv_capacity_tokens, max_batch=self.max_batch)
 
 
 def _accumulate(total: Tensor | None, step: Tensor) -> Tensor:
@@ -119,8 +139,8 @@ class WindowBuilder:
     def index_at(self, now: float) -> int:
         return window_index(now, self.window_seconds)
 
-    def add(self, stats: StepStats, samples: LatencySamples) -> None:
-        self.current.add(stats, samples)
+    def add(self, stats: StepStats, samples: LatencySamples, num_waiting_handoffs: int = 0) -> None:
+        self.current.add(stats, samples, num_waiting_handoffs)
         self.placement_version = stats.placement_version
 
     def roll(self, now: float) -> ClosedWindow | None:
@@ -135,7 +155,8 @@ class WindowBuilder:
         if index <= self.current.index:
             return None
         closed = self.close(self.current)
-        self.current = WindowSums(index)
+        last_step_at, self.current = self.current.last_step_at, WindowSums(index)
+        self.current.last_step_at = last_step_at  # time since the last step counts in the window it ends in
         return closed
 
     def relabel(self, index: int) -> None:
@@ -171,10 +192,11 @@ class WindowBuilder:
             spec_accepted_tokens=min(sums.spec_accepted_tokens, sums.spec_draft_tokens),
             spec_accepted_by_position=_by_position(sums),
             requests_running=sums.requests_running, requests_waiting=sums.requests_waiting,
-            ttft=summarize(sums.ttft), itl=summarize(sums.itl),
+            ttft=LatencySummary.of(sums.ttft), itl=LatencySummary.of(sums.itl),
             routing_recall=min(1.0, int(kept.sum()) / num_total) if num_total else None,
             routing_groups_per_token=self._per_token(sums.groups_per_token),
-            routing_nodes_per_token=self._per_token(sums.nodes_per_token))
+            routing_nodes_per_token=self._per_token(sums.nodes_per_token),
+            serving=sums.serving(self.window_seconds))
         dropped = int(_host(sums.dropped_tokens, (num_layers,)).sum())
         return ClosedWindow(snapshot, expert_tokens, slot_tokens, recall, dropped)
 

@@ -64,7 +64,7 @@ class EngineLoop:
         while True:
             self._drain()
             outputs, stats = self.engine.step()
-            self.agent.on_step(stats)
+            self.agent.on_step(stats, len(self.pending_imports))
             self._deliver(outputs)
             self.agent.tick()
             self.load = {"num_running": stats.num_running, "num_waiting": stats.num_waiting + len(self.pending_imports),

@@ -12,6 +12,7 @@ the router sends requests to ranks; expert parallelism happens inside the group.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -40,6 +41,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--api-token", default=os.environ.get("MOECTL_API_TOKEN", ""),
                    help="operator token: registers the deployment if the controller does not know it")
     p.add_argument("--mode", default="auto", help="policy mode when this worker registers the deployment")
+    p.add_argument("--policy", type=json.loads, default={},
+                   help="more policy fields (JSON) when this worker registers the deployment")
     p.add_argument("--window-seconds", type=float, default=float(os.environ.get("MOECTL_WINDOW_SECONDS", 5.0)))
     p.add_argument("--checkpoint", default="", help="checkpoint directory (default: the shipped one)")
     # one MTP module drafts one token ahead (t+2), as DeepSeek-V3's does; a second draft chains the module past the
@@ -144,7 +147,7 @@ def run_rank(args: argparse.Namespace) -> int:
                   api_token=args.api_token if args.rank == 0 else "",  # one registrant: no race to create it
                   window_seconds=args.window_seconds, runtime=built.runtime,
                   num_speculative_tokens=args.num_speculative_tokens, max_batched_tokens=built.max_batched_tokens,
-                  policy={"mode": args.mode, "cooldown_seconds": 3 * args.window_seconds},
+                  policy={"mode": args.mode, "cooldown_seconds": 3 * args.window_seconds} | args.policy,
                   group=group if args.snapshots == "group" else None)
     loop = EngineLoop(built.engine, agent)
     info = {"role": args.role, "instance": args.instance, "ep_rank": args.rank, "ep_size": args.ep_size,

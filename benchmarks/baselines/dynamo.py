@@ -9,131 +9,31 @@ context). It forecasts next interval's request count, isl and osl, then
     prefill: P = ceil(num_req * isl / interval * min(1, p) / thpt_per_gpu(isl) / gpus_per_prefill)
     decode:  D = ceil(num_req * osl / interval / best_thpt_per_gpu(itl_target / d, isl + osl/2) / gpus_per_decode)
 each at least `min_endpoint`, then, over the GPU budget, scaled proportionally (prefill rounded, decode
-takes the rest). The profile interpolation is Dynamo's: cubic in prompt length for prefill; a cubic
-griddata over (KV usage, context) on a 100x100 grid, NaN filled by nearest, for decode.
+takes the rest). The profile interpolation is Dynamo's (dynamo_interpolation.py).
 
 Defaults are the published ones: adjustment_interval 180 s, min_endpoint 1, correction on, the
 throughput (SLA) loop only (load-based scaling is off by default). With `enable_load_scaling` it adds
-the load-based loop of its current releases (`core/load_scaling.py`, notes section 1.5) every window:
-1-D regressions of step time on the last 64 per-engine samples (prefill: prompt tokens per step;
-decode: KV tokens), at least 5 of them; +1 when every engine's estimated TTFT (its queue prefilled in
-chunks of max_num_batched_tokens, then its own prompt) or ITL is over target; -1 only when
-consolidation is safe (prefill: the queue x N/(N-1) keeps the queue-induced TTFT under 80 % of what
-the target leaves after the prompt's own prefill; decode: KV x N/(N-1) fits and keeps ITL under 80 %
-of target); the SLA loop's answer is its floor. Two deliberate, documented
-substitutions: the default predictor is `arima` (pmdarima.auto_arima), which is not a dependency
-here, so the `kalman` predictor Dynamo ships (local linear trend, q_level 1.0, q_trend 0.1, r 10.0,
-min points 5; its docs recommend it for bursty traffic) stands in; and the targets it is given are
-our policy's p90 TTFT and ITL targets, which it compares with averages, as it does. As in its
-Kubernetes connector, it does not scale while the deployment is not ready (a replica starting), and
-it does not drain: the benchmark removes its replicas at once (its documented limitation).
+the load-based loop of its current releases every window (dynamo_load.py: +1 when every engine is over
+target, -1 only when consolidation is safe); the SLA loop's answer is its floor. Two deliberate,
+documented substitutions: the default predictor is `arima` (pmdarima.auto_arima), which is not a
+dependency here, so the `kalman` predictor Dynamo ships (dynamo_kalman.py; its docs recommend it for
+bursty traffic) stands in; and the targets it is given are our policy's p90 TTFT and ITL targets,
+which it compares with averages, as it does. As in its Kubernetes connector, it does not scale while
+the deployment is not ready (a replica starting), and it does not drain: the benchmark removes its
+replicas at once (its documented limitation).
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
 from dataclasses import dataclass, field
 
-import numpy as np
-from scipy.interpolate import griddata, interp1d
-
+from benchmarks.baselines.dynamo_interpolation import Interpolators
+from benchmarks.baselines.dynamo_kalman import Kalman
+from benchmarks.baselines.dynamo_load import LoadLoop
 from benchmarks.pdsim.profile import Profile
 from controlplane.solve.pool_decision import DecisionKind, PoolDecision, PoolPlan
 from controlplane.solve.pool_view import ROLES, PoolsView
-
-RESOLUTION = 100
-
-
-class Kalman:
-    """Dynamo's KalmanPredictor: level + trend, predict the next interval's value."""
-
-    def __init__(self, q_level: float = 1.0, q_trend: float = 0.1, r: float = 10.0, min_points: int = 5) -> None:
-        self.x = np.zeros(2)
-        self.p = np.eye(2) * 1000.0
-        self.f = np.array([[1.0, 1.0], [0.0, 1.0]])
-        self.q = np.diag([q_level, q_trend])
-        self.r = r
-        self.min_points = min_points
-        self.values: list[float] = []
-
-    def add(self, value: float) -> None:
-        value = 0.0 if math.isnan(value) else value
-        self.values.append(value)
-        if len(self.values) == 1:
-            self.x = np.array([value, 0.0])
-            return
-        self.x = self.f @ self.x  # predict
-        self.p = self.f @ self.p @ self.f.T + self.q
-        gain = self.p[:, 0] / (self.p[0, 0] + self.r)  # update with H = [1, 0]
-        self.x = self.x + gain * (value - self.x[0])
-        self.p = self.p - np.outer(gain, self.p[0])
-
-    def predict(self) -> float:
-        if len(self.values) < self.min_points:
-            return self.values[-1] if self.values else 0.0
-        return float((self.f @ self.x)[0])
-
-
-class Interpolators:
-    def __init__(self, profile: Profile) -> None:
-        self.min_isl, self.max_isl = profile.prefill_isl.min(), profile.prefill_isl.max()
-        self.ttft = interp1d(profile.prefill_isl, profile.prefill_ttft, kind="cubic")
-        self.thpt = interp1d(profile.prefill_isl, profile.prefill_thpt_per_gpu, kind="cubic")
-        self.max_kv_tokens = profile.max_kv_tokens
-        self.xi = np.linspace(0, 1, RESOLUTION)
-        self.yi = np.linspace(0, profile.y_context_length.max(), RESOLUTION)
-        grid = np.meshgrid(self.xi, self.yi)
-        points = (profile.x_kv_usage, profile.y_context_length)
-
-        def surface(values: np.ndarray) -> np.ndarray:
-            cubic = griddata(points, values, tuple(grid), method="cubic")
-            nearest = griddata(points, values, tuple(grid), method="nearest")
-            return np.where(np.isnan(cubic), nearest, cubic)
-
-        self.itl_grid, self.thpt_grid = surface(profile.z_itl), surface(profile.z_thpt_per_gpu)
-
-    def prefill_ttft(self, isl: float) -> float:
-        return float(self.ttft(min(max(isl, self.min_isl), self.max_isl)))
-
-    def prefill_thpt_per_gpu(self, isl: float) -> float:
-        return float(self.thpt(min(max(isl, self.min_isl), self.max_isl)))
-
-    def _index(self, values: np.ndarray, value: float) -> int:
-        return int(np.clip(np.round((value - values[0]) / (values[1] - values[0])), 0, RESOLUTION - 1))
-
-    def decode_itl(self, concurrency: float, context: float) -> float:
-        usage = concurrency * context / self.max_kv_tokens
-        return float(self.itl_grid[self._index(self.yi, context), self._index(self.xi, usage)])
-
-    def best_decode_thpt_per_gpu(self, itl: float, context: float) -> float:
-        """The highest throughput/GPU whose ITL is within `itl` at this context (scanned from high usage down)."""
-        row = self._index(self.yi, context)
-        for column in range(RESOLUTION - 1, -1, -1):
-            if self.itl_grid[row, column] <= itl:
-                return float(self.thpt_grid[row, column])
-        return float(self.thpt_grid[row, 0])
-
-
-class StepRegression:
-    """Step seconds against one load variable, over the last `max_samples` engine samples."""
-
-    def __init__(self, max_samples: int = 64, min_observations: int = 5) -> None:
-        self.samples: deque = deque(maxlen=max_samples)
-        self.min_observations = min_observations
-
-    def add(self, load: float, seconds: float) -> None:
-        self.samples.append((load, seconds))
-
-    def fit(self) -> tuple[float, float] | None:
-        """(seconds at no load, seconds per unit of load), or None with too few samples."""
-        if len(self.samples) < self.min_observations:
-            return None
-        x, y = np.array(self.samples).T
-        if np.ptp(x) == 0:
-            return float(y.mean()), 0.0
-        slope, intercept = np.polyfit(x, y, 1)
-        return max(float(intercept), 0.0), max(float(slope), 0.0)
 
 
 @dataclass
@@ -151,7 +51,7 @@ class DynamoSla:
     name: str = "dynamo-sla"
     interpolators: Interpolators = field(init=False)
     predictors: dict = field(init=False)
-    regressions: dict = field(init=False)
+    load_loop: LoadLoop = field(init=False)
     floor: dict = field(init=False)  # the SLA loop's last answer, the load loop's lower bound
     p_correction: float = 1.0
     d_correction: float = 1.0
@@ -159,7 +59,8 @@ class DynamoSla:
     def __post_init__(self) -> None:
         self.interpolators = Interpolators(self.profile)
         self.predictors = {name: Kalman() for name in ("num_req", "isl", "osl")}
-        self.regressions = {role: StepRegression() for role in ROLES}
+        self.load_loop = LoadLoop(self.ttft_target, self.itl_target, self.max_num_batched_tokens,
+                                  self.load_scaling_down_sensitivity)
         self.floor = {role: self.min_endpoint for role in ROLES}
 
     def _observe(self, view: PoolsView) -> dict | None:
@@ -217,41 +118,6 @@ class DynamoSla:
             f"predicted {num_req:.0f} req/{self.adjustment_interval:.0f}s isl {isl:.0f} osl {osl:.0f}; "
             f"correction p={self.p_correction:.2f} d={self.d_correction:.2f}")
 
-    def _load(self, view: PoolsView) -> dict:
-        """The load loop, every window: role -> -1, 0 or +1."""
-        latest, out = view.latest, {}
-        isl = latest.mean_input_tokens or 0.0
-        osl = latest.mean_output_tokens or 0.0
-        for role in ROLES:
-            engines = [r for r in latest.of_role(role) if r.num_steps]
-            for r in engines:
-                load = r.prefill_tokens / r.num_steps if role == "prefill" else r.kv_tokens
-                self.regressions[role].add(load, r.busy_seconds / r.num_steps)
-            fit = self.regressions[role].fit()
-            n = view.pools[role].num_ready
-            if fit is None or not engines or n == 0:
-                out[role] = 0
-                continue
-            base, per_unit = fit
-            if role == "prefill":
-                def ttft(queued: float, base=base, per_unit=per_unit) -> float:
-                    tokens = queued + isl
-                    return math.ceil(tokens / self.max_num_batched_tokens) * base + per_unit * tokens
-                own = ttft(0.0)
-                is_up = all(ttft(r.queued_tokens) > self.ttft_target for r in engines)
-                is_down = n > 1 and all(ttft(r.queued_tokens * n / (n - 1)) - own
-                                        < (self.ttft_target - own) * self.load_scaling_down_sensitivity
-                                        for r in engines)
-            else:
-                def kv(r) -> float:
-                    return r.kv_tokens + r.num_waiting * (isl + osl)
-                is_up = all(base + per_unit * kv(r) > self.itl_target for r in engines)
-                is_down = n > 1 and all(kv(r) * n / (n - 1) < r.kv_capacity_tokens and base + per_unit * kv(r) * n
-                                        / (n - 1) < self.itl_target * self.load_scaling_down_sensitivity
-                                        for r in engines)
-            out[role] = 1 if is_up else -1 if is_down else 0
-        return out
-
     def plan(self, view: PoolsView) -> PoolPlan:
         current = {role: view.pools[role].num_serving for role in ROLES}
 
@@ -270,7 +136,7 @@ class DynamoSla:
             if targets is not None and self.enable_load_scaling:
                 self.floor, targets = targets, None
         if self.enable_load_scaling:
-            step = self._load(view)
+            step = self.load_loop.step(view)
             targets = dict(zip(ROLES, self._budget(*(max(current[role] + step[role], self.floor[role])
                                                       for role in ROLES), view.gpu_budget), strict=True))
             reason = f"load loop {step}, throughput floor {self.floor}"

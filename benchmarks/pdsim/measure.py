@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from agents.protocol import LatencySummary
-from benchmarks.pdsim.replicas import DecodeReplica, PrefillReplica, Replica
+from benchmarks.pdsim.decode_replica import DecodeReplica
+from benchmarks.pdsim.replicas import PrefillReplica, Replica
 from benchmarks.pdsim.requests import Requests
 from controlplane.solve.pool_view import PoolWindow, ReplicaWindow
 

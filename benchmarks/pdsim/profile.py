@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from benchmarks.pdsim.cost import EngineCost
-from benchmarks.pdsim.replicas import DecodeReplica, PrefillReplica
+from benchmarks.pdsim.decode_replica import DecodeReplica
+from benchmarks.pdsim.replicas import PrefillReplica
 from benchmarks.pdsim.requests import Requests
 
 PREFILL_POINTS = 16  # Dynamo's interpolation granularity: 16 prefill points, 6 decode context lengths

@@ -7,6 +7,7 @@ import functools
 from sqlalchemy.orm import Session
 
 from controlplane.actuate.placement import PLACEMENT
+from controlplane.api import pool_overview
 from controlplane.api.schemas import (
     ActionOut,
     AgentsHealth,
@@ -79,7 +80,8 @@ def build(session: Session, deployment: Deployment, settings: Settings, now: flo
           num_actions: int = 10) -> Overview:
     policy_version, policy = policies.active(session, deployment)
     pool_views, last_windows, role_of = [], [], {}
-    for pool in deployments.pools_of(session, deployment):
+    all_pools = deployments.pools_of(session, deployment)
+    for pool in all_pools:
         role_of[pool.id] = pool.role
         state = pools.read_state(session, deployment, pool, now=now, settings=settings, num_windows=MAX_HISTORY)
         health, applied = _agents(session, pool, state, now=now, settings=settings)
@@ -121,5 +123,6 @@ def build(session: Session, deployment: Deployment, settings: Settings, now: flo
                             gone=sum(p.agents.gone for p in pool_views)),
         pools=pool_views,
         last_actions=[action_out(a, role_of) for a in actions.recent(session, deployment, limit=num_actions)],
-        updated_at=now)
+        updated_at=now, pool_plan=pool_overview.plan_out(session, deployment, all_pools),
+        pool_history=pool_overview.history(session, deployment, all_pools, settings, now, MAX_HISTORY))
 

@@ -109,6 +109,66 @@ class ActionOut(BaseModel):
     updated_at: float
 
 
+class PoolDecisionOut(BaseModel):
+    kind: str = Field(description="predictive, reactive, consolidate, budget, hold or keep")
+    current: int = Field(description="replicas when decided: ready + starting")
+    target: int
+    reason: str
+    predicted: dict = Field(description="the binding SLO at the target size: slo, seconds, target_seconds, replicas")
+
+
+class PoolSizing(BaseModel):
+    role: str
+    replicas: int | None = Field(description="the size moectl set last; null: never sized by moectl")
+    ready: int
+    starting: int = Field(description="asked for, not serving yet")
+    draining: int = Field(description="leaving: finishing their requests, taking no new ones")
+    min: int
+    max: int
+    gpus_per_replica: int
+    decision: PoolDecisionOut
+
+
+class LoadOut(BaseModel):
+    request_rate: float = Field(description="requests/s")
+    method: str = Field(description="measured, or the forecaster chosen by backtest (+ surge x its error)")
+    horizon_seconds: float
+    is_backtested: bool
+    prompt_tokens: float
+    output_tokens: float
+    remote_share: float = Field(description="share of requests prefilled on the prefill pool")
+    at: float | None = Field(default=None, description="when this forecast was made")
+
+
+class ThresholdOut(BaseModel):
+    tokens: int | None = Field(description="the PD-aware local-prefill threshold in force; null: unknown yet")
+    decision: dict | None = Field(description="the planner's last step of it: current, target, reason")
+
+
+class PoolPlanOut(BaseModel):
+    """The pool planner's latest plan (controlplane/reconcile_pools.py), each pass."""
+
+    at: float
+    slo: dict[str, float] = Field(description="target name (ttft_p90, itl_p99, ...) -> seconds")
+    gpu_budget: int | None
+    pools: list[PoolSizing]
+    load: LoadOut | None = Field(description="what the pools are sized for now")
+    forecast: LoadOut | None = Field(description="the last predictive step's forecast")
+    threshold: ThresholdOut
+    measured: dict = Field(description="the last window, from the routers: request_rate, ttft_p90, ttft_p99, "
+                                       "itl_p90, itl_p99, local_prefill_share, mean input/output tokens")
+
+
+class PoolPoint(BaseModel):
+    """One window of the deployment as the routers and the instances measured it."""
+
+    end: float
+    request_rate: float | None
+    ttft_p90: float | None
+    itl_p90: float | None
+    replicas: dict[str, int] = Field(description="role -> instances that reported the window")
+
+
 class Overview(BaseModel):
     deployment: str
     model: ModelShape
@@ -128,6 +188,9 @@ class Overview(BaseModel):
     pools: list[PoolOverview]
     last_actions: list[ActionOut]
     updated_at: float
+    pool_plan: PoolPlanOut | None = Field(default=None, description="replicas per pool, SLO, forecast and the "
+                                                                    "pool planner's decisions; null: not planned")
+    pool_history: list[PoolPoint] = Field(default=[], description="the deployment's serving windows, oldest first")
 
 
 class DeploymentSummary(BaseModel):

@@ -32,7 +32,7 @@ def check_snapshot(snapshot: Snapshot, model: ModelShape, pool: PoolShape | None
     _check_fit(ident.deployment, ident.role, snapshot.model, model, pool,
                PoolShape(ident.ep_size, ident.slots_per_rank))
     _check_version(ident.role, "", snapshot.placement_version, snapshot.running_placement is not None, latest_version)
-    _check_time(snapshot.window_start, snapshot.window_seconds, now, max_age_seconds)
+    check_window_time(snapshot.window_start, snapshot.window_seconds, now, max_age_seconds)
 
 
 def check_group(group: GroupSnapshot, model: ModelShape, pool: PoolShape | None, latest_version: int,
@@ -43,7 +43,7 @@ def check_group(group: GroupSnapshot, model: ModelShape, pool: PoolShape | None,
     ahead = max(group.ranks, key=lambda r: r.placement_version)
     _check_version(group.role, f"rank {ahead.rank} ran ", ahead.placement_version,
                    group.running_placement is not None, latest_version)
-    _check_time(group.window_start, group.window_seconds, now, max_age_seconds)
+    check_window_time(group.window_start, group.window_seconds, now, max_age_seconds)
 
 
 def _check_fit(deployment: str, role: Role, sent: ModelShape, model: ModelShape, pool: PoolShape | None,
@@ -68,11 +68,12 @@ def _check_version(role: Role, who: str, version: int, has_table: bool, latest_v
                                     f"it runs, and it is adopted", code=PLACEMENT_UNKNOWN)
 
 
-def _check_time(window_start: float, window_seconds: float, now: float, max_age_seconds: float) -> None:
+def check_window_time(window_start: float, window_seconds: float, now: float, max_age_seconds: float) -> None:
+    """A window (an agent's or a router's) neither too old to plan with nor from the future."""
     window_end = window_start + window_seconds
     if window_end < now - max_age_seconds:
         raise SnapshotRejected(422, f"window ended {now - window_end:.0f}s ago; the controller accepts "
                                     f"windows up to {max_age_seconds:.0f}s old")
     if window_start > now + MAX_FUTURE_SECONDS:
         raise SnapshotRejected(422, f"window starts {window_start - now:.0f}s in the future; "
-                                    f"check the agent's clock")
+                                    f"check the clock of the agent or router that sent it")

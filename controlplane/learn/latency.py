@@ -5,8 +5,12 @@ the prompt tokens/s it was offered. Queue time grows as rho/(1-rho) with the uti
 of one prompt's service time, so the fit is TTFT_q = a + b * s * rho/(1-rho) + c * s with s = prompt
 tokens / capacity and non-negative a, b, c; capacity (prompt tokens per busy second) is read from the
 windows themselves. The form extrapolates to loads not yet seen, which a scale-down must predict.
-Decode: ITL (per token) against batch size, KV tokens read and local-prefill tokens/s, linear with
-non-negative coefficients, which is what a decode step costs.
+Decode: ITL (per token) against the batch while the engine runs, KV tokens read and local-prefill tokens/s,
+linear with non-negative coefficients, which is what a decode step costs. A window's batch and KV tokens are
+averaged over the window, idle time included, and its tokens come only while it runs, so both are read per busy
+second (a window idle half the time at one sequence is a batch of one, not half); windows are weighted by the
+token gaps they measured, so the fit is per token as Little's law reads it (a mostly idle window's one gap, a
+prefill stall included, would otherwise weigh as much as a busy window's hundreds).
 
 Windows in which a prefill replica finished fewer than MIN_REQUESTS prompts are left out (their
 percentiles are mostly noise), the others weighted by their request count; so are windows that end
@@ -20,7 +24,7 @@ Arrays are [n] over replica windows; seconds, tokens, tokens/s.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import sklearn
@@ -59,9 +63,11 @@ class PrefillLatency:
     coefficients: dict  # percentile -> (a, b, c)
     num_samples: int
 
-    def ttft(self, percentile: int, tokens_per_second: float, mean_prompt_tokens: float) -> float:
+    def ttft(self, percentile: int, tokens_per_second: float, mean_prompt_tokens: float,
+             max_utilisation: float = MAX_UTILISATION) -> float:
+        """TTFT at `percentile`; inf past `max_utilisation` of the capacity (a queue with no bound)."""
         rho = tokens_per_second / self.capacity
-        if rho >= MAX_UTILISATION:
+        if rho > max_utilisation or rho >= MAX_UTILISATION:
             return float("inf")
         a, b, c = self.coefficients[percentile]
         service = mean_prompt_tokens / self.capacity
@@ -98,6 +104,8 @@ def fit_prefill(age, window_seconds: float, prompt_tokens, busy_seconds, num_pre
 
 @dataclass(frozen=True)
 class DecodeLatency:
+    """ITL of a running decode engine: batch and KV tokens are those of its steps (one sequence at least)."""
+
     coefficients: dict  # "mean" | 90 | 99 -> (intercept, per sequence, per KV token, per local-prefill token/s)
     num_samples: int
 
@@ -106,18 +114,26 @@ class DecodeLatency:
         return a + per_sequence * batch + per_kv * kv_tokens + per_local * local_tokens_per_second
 
 
-def fit_decode(age, window_seconds: float, batch, kv_tokens, local_prompt_tokens, itl_mean, itl_p90, itl_p99, *,
-               cold_start_windows: int = COLD_START_WINDOWS, min_samples: int = MIN_SAMPLES) -> DecodeLatency | None:
-    """Replica windows of the decode pool -> DecodeLatency, or None with too few warm windows."""
+def fit_decode(age, window_seconds: float, batch, kv_tokens, local_prompt_tokens, itl_mean, itl_p90, itl_p99,
+               num_gaps=None, busy_seconds=None, *, cold_start_windows: int = COLD_START_WINDOWS,
+               min_samples: int = MIN_SAMPLES) -> DecodeLatency | None:
+    """Replica windows of the decode pool -> DecodeLatency, or None with too few warm windows.
+    num_gaps: token gaps each window's ITL was measured over (the fit's weights; None: equal);
+    busy_seconds: time each window ran steps (None: busy throughout)."""
     batch = np.asarray(batch, np.float64)
     mask = _usable(age, cold_start_windows, itl_mean, itl_p90, itl_p99) & (batch > 0)
     if mask.sum() < min_samples:
         return None
-    features = np.column_stack([batch, np.asarray(kv_tokens, np.float64),
+    running = np.ones_like(batch)  # share of the window the engine ran steps
+    if busy_seconds is not None:
+        busy = np.asarray(busy_seconds, np.float64)
+        running = np.where(busy > 0, np.minimum(busy / window_seconds, 1.0), 1.0)
+    features = np.column_stack([batch / running, np.asarray(kv_tokens, np.float64) / running,
                                 np.asarray(local_prompt_tokens, np.float64) / window_seconds])[mask]
+    weight = None if num_gaps is None else np.asarray(num_gaps, np.float64)[mask]
     coefficients = {}
     for statistic, column in zip(("mean", *PERCENTILES), (itl_mean, itl_p90, itl_p99), strict=True):
-        a, coef = _fit(features, np.asarray(column, np.float64)[mask])
+        a, coef = _fit(features, np.asarray(column, np.float64)[mask], weight)
         coefficients[statistic] = (a, *coef.tolist())
     return DecodeLatency(coefficients, int(mask.sum()))
 
@@ -125,15 +141,22 @@ def fit_decode(age, window_seconds: float, batch, kv_tokens, local_prompt_tokens
 @dataclass(frozen=True)
 class PoolLatency:
     """Both pools' fits behind one object (the LatencyModel shape of controlplane/solve/pool_capacity.py);
-    a pool without a fit answers None. kv_capacity_tokens, max_batch: one decode replica's limits."""
+    a pool without a fit answers None. kv_capacity_tokens, max_batch: one decode replica's limits;
+    max_prefill_utilisation: past it, a prefill replica's TTFT is planned as unbounded."""
 
     prefill: PrefillLatency | None
     decode: DecodeLatency | None
     kv_capacity_tokens: float
     max_batch: int
+    max_prefill_utilisation: float = MAX_UTILISATION
 
     def prefill_ttft(self, percentile: int, tokens_per_second: float, mean_prompt_tokens: float) -> float | None:
-        return None if self.prefill is None else self.prefill.ttft(percentile, tokens_per_second, mean_prompt_tokens)
+        if self.prefill is None:
+            return None
+        return self.prefill.ttft(percentile, tokens_per_second, mean_prompt_tokens, self.max_prefill_utilisation)
+
+    def with_prefill_ceiling(self, max_utilisation: float) -> PoolLatency:
+        return replace(self, max_prefill_utilisation=max_utilisation)
 
     def decode_itl(self, statistic, batch: float, kv_tokens: float, local_tokens_per_second: float) -> float | None:
         return None if self.decode is None else self.decode.itl(statistic, batch, kv_tokens, local_tokens_per_second)

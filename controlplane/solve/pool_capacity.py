@@ -3,8 +3,10 @@
 Prefill: the prompt tokens/s the prefill pool gets, spread evenly, against the model's per-replica
 TTFT. Decode: a replica's batch B settles where B = demand x ITL(B) (Little's law: sequences in the
 batch = tokens/s they need x seconds per token); no settled B under the batch and KV limits means the
-pool cannot carry the load at that size. The model is any object with this module's `LatencyModel`
-shape (controlplane/learn/latency.py fits one). Seconds, tokens, tokens/s, requests/s.
+pool cannot carry the load at that size. B is averaged over time, idle included, while ITL is that of the
+steps that run, at least one sequence each: under one sequence, B is the share of time the engine runs. The
+model is any object with this module's `LatencyModel` shape (controlplane/learn/latency.py fits one).
+Seconds, tokens, tokens/s, requests/s.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ class LatencyModel(Protocol):
 
     def decode_itl(self, statistic, batch: float, kv_tokens: float, local_tokens_per_second: float) -> float | None:
         """ITL ("mean", 90 or 99) of one decode replica at that batch; None: not fitted."""
+
+    def with_prefill_ceiling(self, max_utilisation: float) -> LatencyModel:
+        """The same model, its prefill TTFT infinite past `max_utilisation` of a replica's capacity."""
 
 
 @dataclass(frozen=True)
@@ -87,7 +92,8 @@ def settled_batch(model: LatencyModel, load: LoadForecast, replicas: int) -> flo
     context = load.prompt_tokens + load.output_tokens / 2
     batch = 0.0
     for _ in range(MAX_ITERATIONS):
-        itl = model.decode_itl("mean", batch, batch * context, local)
+        running = max(batch, 1.0)
+        itl = model.decode_itl("mean", running, running * context, local)
         if itl is None:
             return None
         following = demand * itl
@@ -113,7 +119,8 @@ def predict_decode(model: LatencyModel, load: LoadForecast, replicas: int,
     for target in targets:
         if target.metric != "itl":
             continue
-        seconds = model.decode_itl(target.percentile, batch, batch * context, local)
+        running = max(batch, 1.0)
+        seconds = model.decode_itl(target.percentile, running, running * context, local)
         if seconds is None:
             return None
         out[target.name] = float("inf") if is_full or batch == float("inf") else seconds

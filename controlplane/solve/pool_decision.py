@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
+from controlplane.solve.pool_capacity import LoadForecast
 from controlplane.solve.pool_view import PoolRole, PoolsView
 
 
@@ -76,6 +77,7 @@ class PoolPlan:
     at: float
     decisions: tuple[PoolDecision, ...]  # one per pool
     threshold: ThresholdDecision | None = None
+    load: LoadForecast | None = None  # what it sized for: the forecast on a predictive tick, else the load now
 
     def decision(self, role: PoolRole) -> PoolDecision:
         return next(d for d in self.decisions if d.role == role)

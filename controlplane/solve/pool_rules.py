@@ -24,6 +24,10 @@ class PoolRules:
     consolidate_margin: float = 0.75
     decode_plan_margin: float = 0.9
     decode_consolidate_margin: float = 0.85
+    # prefill planned at most this busy (offered prompt tokens / capacity): chunked prefill serves a long
+    # prompt in several steps, so its TTFT is met only if it finds a replica free at once; past ~0.7 the
+    # few such prompts wait behind others (the tail beyond p99 that per-window percentiles do not show)
+    max_prefill_utilisation: float = 0.7
     max_step_down_share: float = 0.34  # of the pool, at least one replica
     max_reactive_share: float = 0.5  # of the pool, at least one replica
     min_reactive_gain: float = 0.1  # a breach one more replica is predicted to cut by less is not acted on

@@ -115,7 +115,8 @@ class PoolWindow:
     def columns(self) -> dict[PoolRole, dict[str, np.ndarray]]:
         """role -> name -> [replicas] the replica windows as arrays (latencies NaN where not measured):
         age_windows, busy_seconds, prefill_tokens, num_prefilled, queued_tokens, batch, kv_tokens, ttft_mean,
-        ttft_p90, ttft_p99, itl_mean, itl_p90, itl_p99. Computed once per window; learners read many windows at once."""
+        ttft_p90, ttft_p99, itl_mean, itl_p90, itl_p99, itl_count (token gaps measured, 0 where none). Computed once
+        per window; learners read many windows at once."""
         def value(summary: LatencySummary | None, name: str) -> float:
             if summary is None or summary.count == 0:
                 return np.nan
@@ -134,6 +135,7 @@ class PoolWindow:
             for metric in ("ttft", "itl"):
                 for name in ("mean", "p90", "p99"):
                     out[role][f"{metric}_{name}"] = np.array([value(getattr(r, metric), name) for r in mine])
+            out[role]["itl_count"] = np.array([0.0 if r.itl is None else float(r.itl.count) for r in mine])
         return out
 
 

@@ -133,6 +133,8 @@ def plan_pools(view: PoolsView, model: LatencyModel | None, now_load: LoadForeca
                forecast: LoadForecast | None, rules: PoolRules = PoolRules()) -> PoolPlan:
     """model: per-replica latency (None before enough data); now_load: the measured load; forecast:
     the load to plan for, given on predictive ticks (None otherwise)."""
+    if model is not None:
+        model = model.with_prefill_ceiling(rules.max_prefill_utilisation)
     problem = _stale_or_missing(view, rules)
     if problem is not None:
         return PoolPlan(view.now, tuple(
@@ -160,4 +162,4 @@ def plan_pools(view: PoolsView, model: LatencyModel | None, now_load: LoadForeca
     if is_tick:
         threshold = step_threshold(view.now, view.local_prefill_threshold, view.windows, view.targets,
                                    view.threshold_history, rules.threshold)
-    return PoolPlan(view.now, tuple(decisions[role] for role in ROLES), threshold)
+    return PoolPlan(view.now, tuple(decisions[role] for role in ROLES), threshold, load)

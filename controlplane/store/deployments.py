@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from agents.protocol import Identity, ModelShape, default_slot_to_expert
 from controlplane.desired import Policy
-from controlplane.store import placements, policies, pool_sizes, routing_limits
+from controlplane.store import placements, policies, pool_sizes, prefill_thresholds, routing_limits
 from controlplane.store.batches import delete_some
 from controlplane.store.tables import Action, Agent, Deployment, LoadWindow, Placement, Pool
 from controlplane.store.timestamps import utc
@@ -76,6 +76,7 @@ def create_pool(session: Session, *, deployment: Deployment, identity: Identity,
     placements.add(session, pool=pool, version=0, slot_to_expert=table, slot_share=None, action_id=None, now=now)
     routing_limits.add(session, pool=pool, version=0, topk_group=None, action_id=None, now=now)
     pool_sizes.add(session, pool=pool, version=0, replicas=None, action_id=None, now=now)
+    prefill_thresholds.add(session, pool=pool, version=0, tokens=None, action_id=None, now=now)
     return pool
 
 

@@ -80,6 +80,13 @@ def read_state(session: Session, deployment: Deployment, pool: Pool, *, now: flo
                                                   statuses=(actions.APPLIED, actions.VERIFIED, actions.ROLLED_BACK)))
 
 
+def fresh_instances(session: Session, pool: Pool, settings: Settings, now: float) -> int:
+    """Instances of the pool with an agent that reported within the staleness limit."""
+    since = now - settings.stale_after_windows * settings.window_seconds
+    return session.scalar(select(func.count(distinct(Agent.instance)))
+                          .where(Agent.pool_id == pool.id, Agent.last_seen >= since)) or 0
+
+
 def _recall_reference(session: Session, action_id: int | None) -> float | None:
     """The recall under the model's own limit, as the action that made the routing limit in force recorded it."""
     action = session.get(Action, action_id) if action_id is not None else None
@@ -89,14 +96,12 @@ def _recall_reference(session: Session, action_id: int | None) -> float | None:
 def other_pools_gpus(session: Session, deployment: Deployment, pool: Pool, settings: Settings, now: float) -> int:
     """GPUs the deployment's other pools use: each one's size (moectl's latest, else its instances reporting
     fresh windows) times the GPUs of an instance (its EP size)."""
-    since = now - settings.stale_after_windows * settings.window_seconds
     total = 0
     for other in deployments.pools_of(session, deployment):
         if other.id == pool.id:
             continue
         replicas = pool_sizes.latest(session, other).replicas
         if replicas is None:
-            replicas = session.scalar(select(func.count(distinct(Agent.instance)))
-                                      .where(Agent.pool_id == other.id, Agent.last_seen >= since)) or 0
+            replicas = fresh_instances(session, other, settings, now)
         total += replicas * other.ep_size
     return total

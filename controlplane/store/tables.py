@@ -147,6 +147,56 @@ class PoolSize(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
+class PrefillThreshold(Base):
+    """The PD-aware local-prefill threshold (tokens) the routers are told, versioned on the decode pool like
+    placements; version 0 (None) leaves it to the policy's `local_prefill_threshold`, or the router's default."""
+
+    __tablename__ = "prefill_thresholds"
+    __table_args__ = (UniqueConstraint("pool_id", "version"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    pool_id: Mapped[int] = mapped_column(ForeignKey("pools.id", ondelete="CASCADE"), index=True)
+    version: Mapped[int] = mapped_column(Integer)
+    tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    action_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class ReplicaWindow(Base):
+    """One instance's serving work over one window, its ranks' reports merged (collect/serving.py)."""
+
+    __tablename__ = "replica_windows"
+    __table_args__ = (UniqueConstraint("pool_id", "instance", "window_index"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    pool_id: Mapped[int] = mapped_column(ForeignKey("pools.id", ondelete="CASCADE"), index=True)
+    instance: Mapped[str] = mapped_column(String(128))
+    window_index: Mapped[int] = mapped_column(Integer)
+    age_windows: Mapped[int] = mapped_column(Integer)  # windows the instance reported before this one (fewest rank)
+    num_reports: Mapped[int] = mapped_column(Integer, default=0)
+    counters: Mapped[dict] = mapped_column(JSON)
+
+
+class RouterWindow(Base):
+    """One router's window of a deployment: arrivals, lengths, end-to-end latencies (collect/serving.py)."""
+
+    __tablename__ = "router_windows"
+    __table_args__ = (UniqueConstraint("deployment_id", "router", "window_index"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    deployment_id: Mapped[int] = mapped_column(ForeignKey("deployments.id", ondelete="CASCADE"), index=True)
+    router: Mapped[str] = mapped_column(String(128))
+    window_index: Mapped[int] = mapped_column(Integer)
+    window_seconds: Mapped[float] = mapped_column(Float)
+    counters: Mapped[dict] = mapped_column(JSON)
+
+
+class PoolPlan(Base):
+    """The pool planner's latest plan of a deployment, for people: sizes, reasons, forecast, threshold."""
+
+    __tablename__ = "pool_plans"
+    deployment_id: Mapped[int] = mapped_column(ForeignKey("deployments.id", ondelete="CASCADE"), primary_key=True)
+    at: Mapped[float] = mapped_column(Float)
+    plan: Mapped[dict] = mapped_column(JSON)
+
+
 class Leader(Base):
     """Leader election through the database (`controlplane.leader.database`): one row per election, taken
     and renewed by compare-and-set; `term` grows by one with every change of holder."""

@@ -1,6 +1,6 @@
-"""A knob's versions per pool (placements, routing limits, pool sizes) are rows of one shape: pool_id, version,
-action_id (the action that made it), created_at. Version 0, the agents' default, exists from the
-pool's creation, so the latest always exists."""
+"""A knob's versions per pool (placements, routing limits, pool sizes, prefill thresholds) are rows of one
+shape: pool_id, version, action_id (the action that made it), created_at. Version 0, the agents' default,
+exists from the pool's creation, so the latest always exists."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from controlplane.store.batches import delete_some
-from controlplane.store.tables import Placement, Pool, PoolSize, RoutingLimit
+from controlplane.store.tables import Placement, Pool, PoolSize, PrefillThreshold, RoutingLimit
 from controlplane.store.timestamps import utc
 
-Row = TypeVar("Row", Placement, RoutingLimit, PoolSize)
+Row = TypeVar("Row", Placement, RoutingLimit, PoolSize, PrefillThreshold)
 
 
 def latest(session: Session, row_type: type[Row], pool: Pool) -> Row:

@@ -12,6 +12,7 @@ import { Heatmap } from "./heatmap.js";
 import { OverviewCharts, renderTiles } from "./overview.js";
 import { PlacementView } from "./placement.js";
 import { PolicyEditor } from "./policy.js";
+import { PoolsPanel } from "./pools.js";
 import { Timeline } from "./timeline.js";
 
 const POLL_MS = 2000;
@@ -29,6 +30,7 @@ const heatmap = new Heatmap($("heatmap"), $("heatmap-tip"), { onPickLayer: (laye
 const gpuBars = new GpuBars($("gpu-bars"), $("gpu-tip"));
 const placement = new PlacementView($("placement-grid"), $("placement-tip"), $("placement-summary"), $("placement-gpu"));
 const charts = new OverviewCharts($("chart-imbalance"), $("chart-ratios"));
+const pools = new PoolsPanel($("pools"));
 const policy = new PolicyEditor($("policy"), { onSaved: (saved) => { state.policy = saved.policy; poll(); } });
 const timeline = new Timeline($("timeline-strip"), document.querySelector("#timeline tbody"), {
   onApprove: (id) => act(() => api.approve(id), `approved #${id}`),
@@ -167,6 +169,7 @@ function renderOverview() {
   renderTiles($("tiles"), o, state.policy);
   $("overview-sub").textContent = `${o.deployment} · ${o.model.name}: ${o.model.num_layers} MoE layers × ${o.model.num_experts} experts, top-${o.model.top_k}`;
   charts.update(o, state.role, state.actions, state.policy);
+  pools.update(o, state.actions);
   const starts = o.pools.flatMap((p) => p.history.map((h) => h.start));
   const oldest = Math.min(...starts, ...state.actions.map((a) => a.created_at), o.updated_at - 60);
   timeline.setData(state.actions, [oldest, o.updated_at], state.me.role);

@@ -25,6 +25,11 @@ const limitText = (v) => (v === null || v === undefined ? "model's own" : String
 /** The change and the effect it aims at: which signal, which way, from what to what. */
 function predicted(a) {
   const p = a.predicted || {};
+  if (p.replicas_after !== undefined) {
+    const slo = p.slo ? `; ${p.slo} ${(p.seconds * 1000).toFixed(0)} ms (target ${(p.target_seconds * 1000).toFixed(0)} ms)` : "";
+    return `${p.replicas_before ?? "unsized"} → ${p.replicas_after} replicas${slo}`;
+  }
+  if (p.tokens_after !== undefined) return `local prefill below ${p.tokens_before} → ${p.tokens_after} tokens`;
   const e = p.effect;
   const knob = p.topk_group_after !== undefined ? `topk_group ${limitText(p.topk_group_before)} → ${limitText(p.topk_group_after)}`
     : p.moved_slots !== undefined ? `${p.moved_slots} slots` : "";
@@ -42,6 +47,8 @@ function measured(a) {
     const ok = a.status === "verified" ? "✓" : a.status === "rolled_back" || a.status === "failed" ? "✗" : "";
     parts.push(`${ok} ${SIGNAL_TEXT[e.signal] || e.signal} ${fmt(m[`${e.signal}_after`])}`.trim());
   } else if (m.imbalance_after !== undefined) parts.push(`imbalance ${fmt(m.imbalance_after)}`);
+  if (m.replicas_running !== undefined) parts.push(`${m.replicas_running} running`);
+  if (m.leaving && m.leaving.length) parts.push(`drained: ${m.leaving.join(", ")}`);
   if (m.verdict) parts.push(m.verdict);
   if (m.parked) parts.push("knob parked");
   if (m.approved_by) parts.push(`approved by ${m.approved_by}`);

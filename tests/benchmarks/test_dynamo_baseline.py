@@ -1,4 +1,4 @@
-"""The Dynamo-style planner (benchmarks/baselines/dynamo.py): its predictor, its profile interpolation,
+"""The Dynamo-style planner (benchmarks/baselines/dynamo*.py): its predictor, its profile interpolation,
 its replica formula, its readiness guard and its load loop, behind our pool planner interface."""
 
 from __future__ import annotations
@@ -9,7 +9,9 @@ from dataclasses import replace
 import pytest
 from support.pools import view, window
 
-from benchmarks.baselines.dynamo import DynamoSla, Interpolators, Kalman
+from benchmarks.baselines.dynamo import DynamoSla
+from benchmarks.baselines.dynamo_interpolation import Interpolators
+from benchmarks.baselines.dynamo_kalman import Kalman
 from benchmarks.pdsim.cost import EngineCost
 from benchmarks.pdsim.profile import profile
 from controlplane.solve.pool_decision import PoolPlanner

@@ -8,7 +8,14 @@ from pydantic import ValidationError
 from support.pools import view, window
 
 from controlplane.desired import LatencySlo, Policy
-from controlplane.plan_pools import MoectlPoolPlanner, fit_latency, forecast_load, rules_of, targets_of
+from controlplane.plan_pools import (
+    MoectlPoolPlanner,
+    fit_latency,
+    forecast_load,
+    planner_for,
+    rules_of,
+    targets_of,
+)
 from controlplane.solve.pool_decision import DecisionKind, PoolPlanner
 from controlplane.solve.pool_load import load_series, measured_load
 from controlplane.solve.pool_view import SloTarget
@@ -22,6 +29,8 @@ def test_policy_slo_becomes_targets_and_rules():
     assert (rules.cooldown_seconds, rules.predictive_interval_seconds, rules.threshold.cooldown_seconds) == \
         (120, 60, 120)
     assert Policy().slo is None  # pools are not planned unless asked
+    # the load "now" spans 20 s whatever the window: 2 s windows' rates are a few arrivals each
+    assert planner_for(policy, 2.0, 15.0).load_windows == 10 and planner_for(policy, 10.0, 120.0).load_windows == 2
 
 
 @pytest.mark.parametrize("slo, message", [

@@ -17,7 +17,7 @@ from controlplane.collect.aggregate import to_report
 from controlplane.desired import Mode, Policy, VerifyOutcome
 from controlplane.parking import KnobInputs
 from controlplane.prune import Pruning, prune_all
-from controlplane.store import actions, alerts, audit, deployments, parks, placements, requests, windows
+from controlplane.store import actions, alerts, audit, deployments, parks, placements, requests, serving, windows
 from controlplane.store.tables import (
     Action,
     Agent,
@@ -26,7 +26,9 @@ from controlplane.store.tables import (
     KnobPark,
     LoadWindow,
     Placement,
+    ReplicaWindow,
     Request,
+    RouterWindow,
 )
 
 T0 = 1_800_000_000.0
@@ -80,6 +82,10 @@ def fill(sessions, settings) -> dict[str, int]:
             report = to_report(snapshot(window_start=T0 + 10 * index), settings.window_seconds)
             windows.add_report(session, pool=pool, report=report, current_version=0,
                                grid_seconds=settings.window_seconds, empty=deployments.zeros_for(deployment, pool))
+            serving.add_replica_report(session, pool=pool, instance="tiny-decode-0", window_index=index,
+                                       age_windows=index, counters={"busy_seconds": 1.0})
+            serving.add_router_window(session, deployment=deployment, router="router-0", window_index=index,
+                                      window_seconds=settings.window_seconds, counters={"num_arrivals": 1.0})
         return {"waiting": waiting.id, "v5": applied[4].id, "v6": applied[5].id, "recent": recent.id}
 
 
@@ -101,7 +107,11 @@ def test_the_job_deletes_the_old_and_keeps_what_is_in_force(sessions, settings):
         assert count(session, AuditEvent) == 0
         assert [p.reason for p in session.scalars(select(KnobPark))] == ["stands"]  # released ones go
         assert count(session, LoadWindow) == settings.history_windows + 2
-    assert pruned == {"load_windows": 8, "placement_versions": 3, "routing_versions": 0, "pool_size_versions": 0,
+        # serving windows as load windows: the newest history_windows complete ones and the two still filling
+        for row in (ReplicaWindow, RouterWindow):
+            assert sorted(session.scalars(select(row.window_index))) == list(range(8, settings.history_windows + 10))
+    assert pruned == {"load_windows": 8, "replica_windows": 8, "router_windows": 8, "placement_versions": 3,
+                      "routing_versions": 0, "pool_size_versions": 0, "local_prefill_threshold_versions": 0,
                       "actions": 4, "requests": 1, "alert_events": 1, "agents": 1, "audit_events": 1,
                       "knob_parks": 1}
 

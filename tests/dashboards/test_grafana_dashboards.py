@@ -2,7 +2,8 @@
 variable queries) is valid and returns data on a real Prometheus (Debian `prometheus`) that scrapes
 - simulated EP ranks: the real agent (agents.telemetry.agent.Agent, its Exporter) over agents.sim.engine.SimEngine,
   each rank's registry on its own /metrics, posting its windows to
-- a real controller (its /metrics, with the reconcile loop deciding and rebalancing), and
+- a real controller (its /metrics, with the reconcile loop deciding and rebalancing, and sizing the pools
+  from the windows of a router: the router's own window code, fed requests here), and
 - a stand-in for vLLM and SGLang engines exporting their native metric names (those
   dashboards/grafana/moectl-native-engines.json queries),
 with dashboards/prometheus/moectl-rules.yml loaded, so the recording-rule queries return data too.
@@ -179,6 +180,28 @@ class NativeEngines:
                 layer.observe(min(7, int(rng.expovariate(0.4))))  # rank 0 is the hot one
 
 
+class RouterFeed:
+    """The router's window (agents.router.window) over made-up requests, posted as the router posts it."""
+
+    def __init__(self, controller_url: str):
+        from agents.router.window import RouterWindows
+
+        self.url, self.rng = controller_url, random.Random(3)
+        self.windows = RouterWindows("sim-g", "router-0", 1.0, time.time())
+
+    def step(self) -> None:
+        for _ in range(self.rng.randint(1, 3)):
+            kind = "local" if self.rng.random() < 0.3 else "pd"
+            self.windows.arrived(kind, self.rng.randint(50, 400))
+            self.windows.first_token(kind, self.rng.expovariate(1 / 0.2))
+            self.windows.tokens(self.rng.expovariate(1 / 0.02), 16)
+            self.windows.finished(16, self.rng.uniform(0.4, 1.0), is_failed=False)
+        closed = self.windows.roll(time.time(), threshold=64)
+        if closed is not None:
+            httpx.post(f"{self.url}/v1/agents/router-window", content=closed.model_dump_json(),
+                       headers={"Authorization": f"Bearer {AGENT}", "Content-Type": "application/json"}, timeout=5)
+
+
 class LocalGroup:
     """An EP group whose ranks step in one thread, in lockstep: agreement is trivially reached."""
 
@@ -274,10 +297,14 @@ def prometheus(tmp_path_factory):
     # registered up front with the policy this test wants (auto, no cooldown: a placement change lands within
     # seconds, so the placement-change annotation has data), rather than by whichever agent posts first
     model = {"name": "sim-moe-32e", "num_layers": 4, "num_experts": 32, "num_groups": 4, "top_k": 4}
+    # a latency SLO: the pool planner sizes its pools (no scaler here: the sizes are recorded, the ranks stay)
+    policy = {"mode": "auto", "cooldown_seconds": 0, "slo": {"ttft_p90_seconds": 1.0, "itl_p90_seconds": 0.1},
+              "pool_predictive_interval_seconds": 10}
     registered = httpx.put(f"{controller.url}/v1/deployments/sim-g", headers={"Authorization": f"Bearer {ADMIN}"},
-                           json={"model": model, "policy": {"mode": "auto", "cooldown_seconds": 0}})
+                           json={"model": model, "policy": policy})
     assert registered.status_code == 200, registered.text
     ranks = SimRanks(controller.url)
+    router = RouterFeed(controller.url)
     engines = NativeEngines()
     engines_server, engines_port = serve_text_exposition(engines.registry)
     stop = threading.Event()
@@ -286,6 +313,8 @@ def prometheus(tmp_path_factory):
         n = 0
         while not stop.is_set():
             ranks.step(n)
+            if n % 4 == 0:
+                router.step()
             engines.step()
             n += 1
             stop.wait(0.05)

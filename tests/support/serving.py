@@ -39,12 +39,12 @@ def serve(app) -> tuple[uvicorn.Server, threading.Thread, str]:
 
 
 @contextmanager
-def worker(role: str):
+def worker(role: str, instance: str = ""):
     torch.manual_seed(0)  # the same weights in every rank
     engine = Engine(EngineConfig(num_speculative_tokens=2, num_kv_blocks=128, max_num_seqs=8, slots_per_rank=40),
                     model=Transformer(ModelConfig(max_seq_len=512)))
-    identity = Identity(deployment="tiny", instance=f"tiny-{role}-0", role=Role(role), rank=0, ep_size=1,
-                        slots_per_rank=40)
+    identity = Identity(deployment="tiny", instance=instance or f"tiny-{role}-0", role=Role(role), rank=0,
+                        ep_size=1, slots_per_rank=40)
     registry = CollectorRegistry()
     loop = EngineLoop(engine, Agent(engine, identity=identity, model=MODEL, registry=registry,
                                     num_speculative_tokens=2))
@@ -62,10 +62,10 @@ def worker(role: str):
 
 
 @contextmanager
-def router(endpoints: list[tuple[str, str]], threshold: int = 32):
+def router(endpoints: list[tuple[str, str]], threshold: int = 32, admin_token: str = ""):
     r = Router([Endpoint(url, role) for url, role in endpoints], model="moectl-tiny", local_prefill_threshold=threshold,
                registry=CollectorRegistry(), poll_seconds=0.2)
-    server, thread, url = serve(router_app(r))
+    server, thread, url = serve(router_app(r, admin_token=admin_token))
     try:
         yield url, r
     finally:

@@ -1,6 +1,7 @@
 """Agents post their windows and get the desired state back: one rank's snapshot (moectl.v1) or one EP group's
 (moectl.v2, agents/protocol/group.py). Both are checked, recorded per rank and summed into the pool's window
-the same way; a group's post costs one request, one read of its agents and one write of the window.
+the same way; a group's post costs one request, one read of its agents and one write of the window. Routers
+post their window and get the PD-aware local-prefill threshold back.
 
 A post naming a placement version the store never issued (the database was restored or replaced while the
 fleet ran on) is refused with code PLACEMENT_UNKNOWN until it carries the table it runs (a group's rank 0
@@ -9,6 +10,7 @@ sends the table of the newest version its ranks ran); then that table is adopted
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -22,17 +24,29 @@ from agents.protocol import (
     Identity,
     ModelShape,
     PlacementTable,
+    RouterState,
+    RouterWindow,
     RoutingLimits,
     RunningPlacement,
     Snapshot,
 )
+from agents.protocol.grid import window_index
 from controlplane.actuate import change
 from controlplane.actuate.agents import desired_state
 from controlplane.actuate.placement import PLACEMENT
 from controlplane.api.deps import AgentDep, Caller, NowDep, SessionDep, SettingsDep
 from controlplane.collect.aggregate import Report, to_group_report, to_report
-from controlplane.collect.validate import PoolShape, SnapshotRejected, check_group, check_snapshot
-from controlplane.store import deployments, placements, policies, routing_limits, windows
+from controlplane.collect.serving import merge, replica_counters, router_counters
+from controlplane.collect.validate import PoolShape, SnapshotRejected, check_group, check_snapshot, check_window_time
+from controlplane.store import (
+    deployments,
+    placements,
+    policies,
+    prefill_thresholds,
+    routing_limits,
+    serving,
+    windows,
+)
 from controlplane.store.deployments import AgentSeen
 
 router = APIRouter(tags=["agents"])
@@ -49,6 +63,7 @@ class _Post:
     placement_version: int  # the newest placement its ranks ran
     running_placement: RunningPlacement | None  # the table placement_version names, after a PLACEMENT_UNKNOWN
     reported_by: str  # who ran it, for the adopted version's audit
+    serving: list[dict[str, float] | None]  # each rank's serving counters (None: it does not measure them)
 
 
 @router.post("/v1/agents/snapshot", response_model=DesiredState, response_model_exclude_none=True)
@@ -60,7 +75,8 @@ def post_snapshot(snapshot: Snapshot, session: SessionDep, settings: SettingsDep
                                                                    settings.max_snapshot_age_seconds),
                  lambda grid: to_report(snapshot, grid),
                  [AgentSeen(ident.rank, snapshot.placement_version, ident.node, ident.gpu_uuid)],
-                 snapshot.placement_version, snapshot.running_placement, f"{ident.instance} rank {ident.rank}")
+                 snapshot.placement_version, snapshot.running_placement, f"{ident.instance} rank {ident.rank}",
+                 [replica_counters(snapshot)])
     return _store(post, session, settings, now, caller)
 
 
@@ -78,7 +94,8 @@ def post_group_snapshot(group: GroupSnapshot, session: SessionDep, settings: Set
                                                                 settings.max_snapshot_age_seconds),
                  lambda grid: to_group_report(group, grid),
                  [AgentSeen(r.rank, r.placement_version, r.node, r.gpu_uuid) for r in group.ranks],
-                 group.placement_version, group.running_placement, f"{group.instance} rank {ahead.rank}")
+                 group.placement_version, group.running_placement, f"{group.instance} rank {ahead.rank}",
+                 [replica_counters(r) for r in group.ranks])
     return _store(post, session, settings, now, caller)
 
 
@@ -131,9 +148,45 @@ def _ingest(post: _Post, session, settings, now: float, caller: Caller) -> Desir
                                grid_seconds=settings.window_seconds, empty=deployments.zeros_for(deployment, pool))
         except windows.WindowOverflow as exc:
             raise HTTPException(422, str(exc)) from None
+    counters = [c for c in post.serving if c is not None]
+    if counters and min(num_windows) > 0:  # every window, the cold ones too: the planner skips those by age
+        serving.add_replica_report(session, pool=pool, instance=ident.instance, window_index=report.window_index,
+                                   age_windows=min(num_windows) - 1, counters=functools.reduce(merge, counters),
+                                   num_reports=len(counters))
+    threshold = prefill_thresholds.in_force(session, deployments.get_pool(session, deployment, "decode"), policy)
     versions = {seen.placement_version for seen in post.seen}
     return desired_state(placement_version=latest.version, slot_to_expert=latest.slot_to_expert,
                          slot_share=latest.slot_share, reported_version=versions.pop() if len(versions) == 1 else -1,
                          routing=RoutingLimits(topk_group=routing_limits.latest(session, pool).topk_group),
-                         local_prefill_threshold=policy.local_prefill_threshold,
-                         window_seconds=settings.window_seconds)
+                         local_prefill_threshold=threshold, window_seconds=settings.window_seconds)
+
+
+@router.post("/v1/agents/router-window", response_model=RouterState, response_model_exclude_none=True)
+def post_router_window(window: RouterWindow, session: SessionDep, settings: SettingsDep, now: NowDep,
+                       _: AgentDep) -> RouterState:
+    """Stores one router's window (arrivals, lengths, end-to-end latencies: what the pool planner sizes pools
+    from) and answers with the threshold the router should route by. A window posted twice is kept once."""
+    try:
+        with session.begin():
+            return _ingest_router(window, session, settings, now)
+    except IntegrityError:
+        pass  # the same window posted twice at once: the retry finds it
+    with session.begin():
+        return _ingest_router(window, session, settings, now)
+
+
+def _ingest_router(window: RouterWindow, session, settings, now: float) -> RouterState:
+    deployment = deployments.get(session, window.deployment)
+    if deployment is None:
+        raise HTTPException(404, f"deployment {window.deployment!r} is not registered; its workers register it "
+                                 f"(PUT /v1/deployments/{window.deployment})")
+    try:
+        check_window_time(window.window_start, window.window_seconds, now, settings.max_snapshot_age_seconds)
+    except SnapshotRejected as exc:
+        raise HTTPException(exc.status, str(exc)) from None
+    serving.add_router_window(session, deployment=deployment, router=window.router,
+                              window_index=window_index(window.window_start, settings.window_seconds),
+                              window_seconds=window.window_seconds, counters=router_counters(window))
+    _, policy = policies.active(session, deployment)
+    threshold = prefill_thresholds.in_force(session, deployments.get_pool(session, deployment, "decode"), policy)
+    return RouterState(local_prefill_threshold=threshold, window_seconds=settings.window_seconds)

@@ -100,6 +100,29 @@ def test_decode_learns_the_step_cost_and_ignores_cold_windows():
     assert fit_d(data, cold_start_windows=0).itl("mean", 40, 50_000, 1000) > 1.2 * expected
 
 
+def test_decode_weighs_windows_by_the_token_gaps_they_measured():
+    # busy windows measure hundreds of gaps at the true step cost; near-idle ones a gap or two, a stall included
+    rng = np.random.default_rng(6)
+    busy, idle = decode_windows(60, rng, age=50), decode_windows(60, rng, age=50, slow=4.0)
+    data = concat(busy, idle)
+    gaps = np.concatenate([np.full(60, 500.0), np.full(60, 1.0)])
+    expected = 0.012 + 0.0006 * 40 + 1e-7 * 50_000 + 2e-6 * 1000
+    weighted = fit_decode(data["age"], WINDOW, data["batch"], data["kv"], data["local"], data["mean"], data["p90"],
+                          data["p99"], gaps)
+    assert weighted.itl("mean", 40, 50_000, 1000) == pytest.approx(expected, rel=0.05)
+    assert fit_d(data).itl("mean", 40, 50_000, 1000) > 1.5 * expected
+
+
 def test_decode_falls_back_to_none_before_enough_warm_windows():
     rng = np.random.default_rng(5)
     assert fit_d(concat(decode_windows(6, rng, age=50), decode_windows(30, rng, age=1))) is None
+
+
+def test_prefill_ttft_is_unbounded_past_the_utilisation_ceiling():
+    model = PoolLatency(fit(prefill_windows(200, np.random.default_rng(6), age=50)), None, 160_000, 96)
+    busy = 0.75 * model.prefill.capacity  # tokens/s: a replica 75 % busy
+    assert np.isfinite(model.prefill_ttft(99, busy, PROMPT))
+    capped = model.with_prefill_ceiling(0.7)
+    assert capped.prefill_ttft(99, busy, PROMPT) == float("inf")
+    assert capped.prefill_ttft(99, 0.65 * model.prefill.capacity, PROMPT) == model.prefill_ttft(
+        99, 0.65 * model.prefill.capacity, PROMPT)

@@ -43,7 +43,7 @@ def test_capacity_matches_the_worked_numbers():
 
 def test_scale_up_on_forecast_jumps_to_what_the_forecast_needs():
     plan = plan_pools(view(windows(180)), model(), load(10.0), load(30.0))
-    for role, expected in (("prefill", 5), ("decode", 6)):
+    for role, expected in (("prefill", 6), ("decode", 6)):
         decision = plan.decision(role)
         assert (decision.kind, decision.target) == (DecisionKind.predictive, expected), decision.reason
         assert "forecast 30.0 req/s" in decision.reason
@@ -95,7 +95,7 @@ def test_load_above_what_the_pool_carries_scales_before_any_breach():
     plan = plan_pools(view(windows(190)), model(), load(30.0), None)
     prefill = plan.decision("prefill")
     assert prefill.kind == DecisionKind.reactive and prefill.target == 3  # +50 % of 2, bounded
-    assert "needs 5" in prefill.reason
+    assert "needs 6" in prefill.reason
 
 
 def test_scale_down_only_when_load_times_n_over_n_minus_one_meets_the_slo():
@@ -165,11 +165,22 @@ def test_budget_cuts_by_marginal_benefit():
     # (2 + 3 x 2 = 8 GPUs); of the 6 left, prefill takes two replicas (at 2 and 3 it cannot carry 30 req/s,
     # at 4 its TTFT is at 1.6 x target), then decode two (at 5 it is at 1.5 x, at 6 it would fit), since
     # a fifth prefill replica (down to 0.7 x) buys less per GPU than the decode ones.
-    plan = plan_pools(view(windows(180), budget=14), model(), load(10.0), load(30.0))
+    curve_only = PoolRules(max_prefill_utilisation=0.97)  # the worked numbers above are the TTFT curve's
+    plan = plan_pools(view(windows(180), budget=14), model(), load(10.0), load(30.0), curve_only)
     assert all(d.kind == DecisionKind.budget and "GPU budget 14" in d.reason for d in plan.decisions)
     assert (plan.target("prefill"), plan.target("decode")) == (4, 5)
 
 
 def test_rules_are_configurable():
     rules = PoolRules(predictive_interval_seconds=60.0)
-    assert plan_pools(view(windows(240)), model(), load(10.0), load(30.0), rules).decision("prefill").target == 5
+    assert plan_pools(view(windows(240)), model(), load(10.0), load(30.0), rules).decision("prefill").target == 6
+    curve_only = PoolRules(predictive_interval_seconds=60.0, max_prefill_utilisation=0.97)
+    assert plan_pools(view(windows(240)), model(), load(10.0), load(30.0), curve_only).target("prefill") == 5
+
+
+def test_prefill_is_planned_under_its_utilisation_ceiling():
+    # 25 req/s: 24000 prompt tokens/s; the TTFT curve is met by 4 replicas (0.75 busy), the ceiling needs 5
+    assert replicas_needed("prefill", model(), load(25.0), TTFT, 0.8, 16)[0] == 4
+    assert replicas_needed("prefill", model().with_prefill_ceiling(0.7), load(25.0), TTFT, 0.8, 16)[0] == 5
+    plan = plan_pools(view(windows(180)), model(), load(10.0), load(25.0))
+    assert plan.target("prefill") == 5

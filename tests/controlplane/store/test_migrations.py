@@ -16,7 +16,8 @@ from controlplane.store.tables import Base, RoutingLimit
 from controlplane.store.timestamps import seconds
 
 TABLES = {"deployments", "pools", "agents", "load_windows", "placements", "routing_limits", "pool_sizes", "policies",
-          "actions", "requests", "tokens", "alert_events", "leaders", "knob_parks", "audit_events"}
+          "actions", "requests", "tokens", "alert_events", "leaders", "knob_parks", "audit_events",
+          "prefill_thresholds", "replica_windows", "router_windows", "pool_plans"}
 
 
 def tables(url: str) -> set[str]:

@@ -1,0 +1,34 @@
+"""The pool planner's side of a deployment's overview: its latest plan, and the serving windows it read."""
+
+from __future__ import annotations
+
+import math
+
+from sqlalchemy.orm import Session
+
+from controlplane.api.schemas import PoolPlanOut, PoolPoint, PoolSizing
+from controlplane.config import Settings
+from controlplane.store import pool_plans, pool_sizes, serving
+from controlplane.store.tables import Deployment, Pool
+
+
+def plan_out(session: Session, deployment: Deployment, pools: list[Pool]) -> PoolPlanOut | None:
+    plan = pool_plans.get(session, deployment)
+    if plan is None:
+        return None
+    by_role = {pool.role: pool for pool in pools}
+    sizes = [PoolSizing(role=role, replicas=pool_sizes.latest(session, by_role[role]).replicas if role in by_role
+                        else None, **sizing) for role, sizing in plan["pools"].items()]
+    return PoolPlanOut(at=plan["at"], slo=plan["targets"], gpu_budget=plan["gpu_budget"], pools=sizes,
+                       load=plan["load"], forecast=plan["forecast"], threshold=plan["threshold"],
+                       measured=plan["measured"])
+
+
+def history(session: Session, deployment: Deployment, pools: list[Pool], settings: Settings, now: float,
+            limit: int) -> list[PoolPoint]:
+    current_index = math.floor((now - settings.window_seconds / 2) / settings.window_seconds)
+    windows = serving.pool_windows(session, deployment, pools, before_index=current_index, limit=limit,
+                                   grid_seconds=settings.window_seconds)
+    return [PoolPoint(end=w.end, request_rate=None if w.num_arrivals is None else w.num_arrivals / w.seconds,
+                      ttft_p90=w.ttft.p90 if w.ttft else None, itl_p90=w.itl.p90 if w.itl else None,
+                      replicas={role: len(w.of_role(role)) for role in ("prefill", "decode")}) for w in windows]
