@@ -287,10 +287,12 @@ def simulate(shape: Shape, workload: Workload, strategy, hours: float, seed: int
 
 def target_rows(shape: Shape, hours: float, static: Outcome, oracle: Outcome, eplbs: list[Outcome],
                 loops: list[Outcome]) -> list[list[str]]:
-    """Issue 15's three targets for each loop: max/mean <= 1.10 where static is >= 2 (with the oracle's number,
-    which says whether any placement could), throughput >= 1.3x static, and weights moved <= 15% of periodic
-    EPLB's at equal or better imbalance (against the EPLB period the loop balances as well as or better than
-    that moves the least: the fairest to EPLB)."""
+    """Issue 15's three targets for each loop: max/mean <= 1.10 where static is >= 2, throughput >= 1.3x static
+    (each with the oracle's number, which says whether any placement could), and weights moved <= 15% of
+    periodic EPLB's at equal or better imbalance: against the best-balancing EPLB period the loop still
+    matches or beats. EPLB would have to move at least that much to balance as well as the loop (a shorter
+    period moves more), so the comparison never flatters the loop; against a period that balances worse
+    still, it would."""
     rows = []
     for loop in loops:
         balance = f"{loop.imbalance:.3f}; oracle {oracle.imbalance:.3f}"
@@ -303,15 +305,17 @@ def target_rows(shape: Shape, hours: float, static: Outcome, oracle: Outcome, ep
         speedup = loop.throughput / static.throughput
         beaten = [e for e in eplbs if e.imbalance >= loop.imbalance]
         if beaten:
-            frugal = min(beaten, key=lambda e: e.moved)
-            share = loop.moved_per_hour(shape, hours) / frugal.moved_per_hour(shape, hours)
-            moves = (f"{'met' if share <= MAX_MOVES_SHARE else 'NOT met'}: {share:.1%} of {frugal.strategy} "
-                     f"({loop.imbalance:.3f} vs {frugal.imbalance:.3f})")
+            nearest = min(beaten, key=lambda e: e.imbalance)
+            share = loop.moved_per_hour(shape, hours) / nearest.moved_per_hour(shape, hours)
+            moves = (f"{'met' if share <= MAX_MOVES_SHARE else 'NOT met'}: {share:.1%} of {nearest.strategy} "
+                     f"({loop.imbalance:.3f} vs {nearest.imbalance:.3f})")
         else:
             best = min(eplbs, key=lambda e: e.imbalance)
             moves = f"NOT met: every EPLB period balances better (best {best.strategy}: {best.imbalance:.3f})"
-        rows.append([loop.strategy, balance, f"{'met' if speedup >= MIN_SPEEDUP else 'NOT met'}: {speedup:.2f}x",
-                     moves])
+        best = oracle.throughput / static.throughput
+        rows.append([loop.strategy, balance,
+                     f"{'met' if speedup >= MIN_SPEEDUP else 'NOT met'}: {speedup:.2f}x; oracle {best:.2f}x"
+                     + (": infeasible" if best < MIN_SPEEDUP else ""), moves])
     return rows
 
 

@@ -70,16 +70,18 @@ def test_targets_say_met_infeasible_and_against_which_eplb():
     residencies = PREFILL.num_layers * PREFILL.topology.num_slots
     static, oracle = outcome("static", 4.0, 10.0), outcome(Oracle.name, 1.05, 4.0)
     eplbs = [outcome("EPLB every 1 min", 1.08, 4.5, moved=50 * residencies),
+             outcome("EPLB every 2 min", 1.12, 5.0, moved=25 * residencies),
              outcome("EPLB every 10 min", 1.30, 6.0, moved=5 * residencies)]
-    loops = [outcome("balanced, frugal", 1.09, 4.6, moved=residencies // 2),
+    loops = [outcome("balanced, frugal", 1.09, 4.6, moved=residencies * 3),
              outcome("behind every EPLB", 1.50, 7.0, moved=residencies // 10)]
     balanced, behind = target_rows(PREFILL, 1.0, static, oracle, eplbs, loops)
     assert balanced[1].startswith("met: 1.090") and "infeasible" not in balanced[1]
-    assert balanced[2] == "met: 2.17x"
-    # it does not match EPLB every minute (1.08), so it is held to the 10-minute one it beats, moving 10% of it
-    assert balanced[3].startswith("met: 10.0% of EPLB every 10 min")
-    assert behind[1].startswith("NOT met: 1.500") and behind[2] == "met: 1.43x"
+    assert balanced[2] == "met: 2.17x; oracle 2.50x"
+    # it does not match EPLB every minute (1.08): it is held to the best period it matches, 2 minutes, not 10
+    assert balanced[3].startswith("met: 12.0% of EPLB every 2 min")
+    assert behind[1].startswith("NOT met: 1.500") and behind[2].startswith("met: 1.43x")
     assert behind[3].startswith("NOT met: every EPLB period balances better")
-    mild_static, far_oracle = outcome("static", 1.7, 10.0), outcome(Oracle.name, 2.5, 4.0)
+    mild_static, far_oracle = outcome("static", 1.7, 5.0), outcome(Oracle.name, 2.5, 4.0)
     (row,) = target_rows(PREFILL, 1.0, mild_static, far_oracle, eplbs, loops[:1])
     assert row[1].startswith("n/a (static 1.70 < 2)") and row[1].endswith("oracle 2.500: infeasible")
+    assert row[2] == "NOT met: 1.09x; oracle 1.25x: infeasible"
