@@ -179,7 +179,8 @@ class PeriodicEplb:
 
     def __init__(self, shape: Shape, period_seconds: float):
         self.shape, self.period = shape, period_seconds
-        self.name = f"EPLB every {period_seconds / 60:.0f} min"
+        self.name = f"EPLB every {period_seconds / 60:g} min" if period_seconds >= 60 else \
+            f"EPLB every {period_seconds:.0f} s"
         self.load = np.zeros((shape.num_layers, shape.num_experts))
         self.next_at = period_seconds
 

@@ -45,7 +45,7 @@ def test_the_report_names_every_strategy_and_workload(capsys):
     assert closed_loop.main(["--hours", str(3 * closed_loop.WINDOW_SECONDS / closed_loop.HOUR), "--eplb-minutes",
                              "0.1", "--pools", "prefill", "decode", "--no-write"]) == 0
     out = capsys.readouterr().out
-    for name in ("static", Oracle.name, "EPLB every 0 min", *MOECTL_POLICIES, *(w.name for w in WORKLOADS),
+    for name in ("static", Oracle.name, "EPLB every 6 s", *MOECTL_POLICIES, *(w.name for w in WORKLOADS),
                  "prefill EP32", "decode EP320", "moved <= 15% of EPLB's"):
         assert name in out
 
