@@ -118,7 +118,7 @@ MOECTL_POLICIES = {
 MAX_BALANCED, MIN_STATIC_SKEW, MIN_SPEEDUP, MAX_MOVES_SHARE = 1.10, 2.0, 1.3, 0.15
 
 POLICY_KNOBS = {"imbalance_threshold", "sustained_windows", "cooldown_seconds", "min_gain", "max_moved_slots_fraction",
-                "max_moved_slots_per_hour_fraction"}
+                "max_moved_slots_per_hour_fraction", "max_actions_per_hour"}
 
 
 @dataclass
