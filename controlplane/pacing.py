@@ -8,8 +8,9 @@ end of the hour. So a share of each allowance (FREE_SHARE) may be spent at once,
 lets (a sudden shift is answered at once), and the rest no faster than evenly over the hour:
 
 - changes: over every trailing span tau <= 1 h, at most max_actions_per_hour * (FREE_SHARE + (1 - FREE_SHARE)
-  * tau / 1 h), counting the new one. A steady one change per 3600 / max_actions_per_hour seconds always
-  passes; after a burst the pace halves until the burst ages out, and the hour's cap is never hit.
+  * tau / 1 h), counting the new one. The long-run pace is the even one (a change every 3600 /
+  max_actions_per_hour seconds, a few percent slower as the hour fills); after a burst it halves until the
+  burst ages out, and the hour's cap is never hit.
 - moves: past FREE_SHARE of the hourly budget, a change may move at most (1 - FREE_SHARE) of the hourly
   budget's even rate times the time since the last change (only the hour's total is known, not each change's).
 
