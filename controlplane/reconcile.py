@@ -46,6 +46,7 @@ from controlplane.diagnose import Cause, MtpDiagnosis, diagnose_mtp, diagnose_pr
 from controlplane.liveness import LoopLiveness
 from controlplane.observed import PoolState
 from controlplane.plan import check_pool_size, plan_pool, plan_routing
+from controlplane.plan_ahead import PlannedAhead
 from controlplane.prune import Pruning
 from controlplane.reconcile_pools import PoolsOutcome
 from controlplane.routing_reach import RoutingReach, check_routing_limit
@@ -128,11 +129,17 @@ def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: 
             if not dry_run and not fence.is_leading():
                 break
             try:
+                pool_compute = compute
+                with sessions() as session:
+                    if not dry_run and deployments.is_lock_exclusive(session):  # plan before the lock stops ingest
+                        pool_compute = PlannedAhead(compute)
+                        reconcile_pool(session, session.get(Deployment, deployment_id), session.get(Pool, pool_id),
+                                       settings, now=now, dry_run=True, tracer=tracer, compute=pool_compute)
                 with sessions() as session, session.begin():
                     guard(session, fence)
                     deployment, pool = session.get(Deployment, deployment_id), session.get(Pool, pool_id)
                     result = reconcile_pool(session, deployment, pool, settings, now=now, dry_run=dry_run,
-                                            tracer=tracer, scaler=scaler, fence=fence, compute=compute)
+                                            tracer=tracer, scaler=scaler, fence=fence, compute=pool_compute)
                     plans.append(result.plan)
                     results.append(result)
             except NotLeader as lost:

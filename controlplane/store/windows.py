@@ -22,33 +22,34 @@ def add_report(session: Session, *, pool: Pool, report: Report, current_version:
                empty: tuple[np.ndarray, np.ndarray]) -> None:
     """Adds one post's report (a rank's, or an EP group's). A rank's slot load counts only when it ran the
     window's placement, so a window's per-GPU load never mixes two placements. Raises WindowOverflow (nothing
-    is added)."""
+    is added). empty: zero arrays of the window's shapes (`deployments.zeros_for`), the sums of a window this
+    report opens: its first report is written without a read of blobs back."""
     row = session.scalar(select(LoadWindow).where(LoadWindow.pool_id == pool.id,
                                                   LoadWindow.window_index == report.window_index)
                          .with_for_update())
     if row is None:
         row = LoadWindow(pool_id=pool.id, window_index=report.window_index,
                          window_start=report.window_index * grid_seconds, window_seconds=grid_seconds,
-                         placement_version=current_version, num_reports=0, num_slot_reports=0,
-                         expert_tokens=pack(empty[0]), slot_tokens=pack(empty[1]), counters={})
+                         placement_version=current_version, num_reports=0, num_slot_reports=0, counters={})
+        expert_tokens, slot_tokens = empty
         session.add(row)
-    expert_tokens = _checked_sum("expert_tokens", report.window_index, unpack(row.expert_tokens),
-                                 report.expert_tokens)
-    row.expert_tokens = pack(expert_tokens)
+    else:
+        expert_tokens, slot_tokens = unpack(row.expert_tokens), unpack(row.slot_tokens).copy()
+    row.expert_tokens = pack(_checked_sum("expert_tokens", report.window_index, expert_tokens, report.expert_tokens))
     row.num_reports += len(report.rank_versions)
     row.counters = merge_counters(row.counters, report.counters)
-    width = report.slots_per_rank
-    counted = [i for i, version in enumerate(report.rank_versions) if version == row.placement_version]
-    if counted:
-        slot_tokens = unpack(row.slot_tokens).copy()
-        for i in counted:
-            columns = slice(report.slot_offset + i * width, report.slot_offset + (i + 1) * width)
-            slot_tokens[:, columns] = _checked_sum("slot_tokens", report.window_index, slot_tokens[:, columns],
-                                                   report.slot_tokens[:, i * width:(i + 1) * width])
-        row.slot_tokens = pack(slot_tokens)
+    counted = np.flatnonzero(np.asarray(report.rank_versions) == row.placement_version)
+    if len(counted):
+        width = report.slots_per_rank
+        columns = (counted[:, None] * width + np.arange(width)).ravel()  # the counted ranks' slots in the report
+        into = report.slot_offset + columns  # and in the window
+        slot_tokens[:, into] = _checked_sum("slot_tokens", report.window_index, slot_tokens[:, into],
+                                            report.slot_tokens[:, columns])
         row.num_slot_reports += len(counted)
         row.counters = merge_counters(row.counters,
-                                      {f"{RANK_REPORTS}{report.first_rank + i}": 1 for i in counted})
+                                      {f"{RANK_REPORTS}{report.first_rank + i}": 1 for i in counted.tolist()})
+    if len(counted) or row.slot_tokens is None:
+        row.slot_tokens = pack(slot_tokens)
     session.flush()
 
 
