@@ -11,10 +11,10 @@ PostgreSQL. Per configuration:
   (v2: one group snapshot) at once through `--connections` keep-alive connections. Measured: the time to
   ingest a window (first post sent to last answer), each post's round trip, each reconcile pass (the loop's own
   timing), agents fresh at the end (the overview), the controller's RSS and the database's size.
-- an hour (`--hour-windows`, 720 by default; new code only): the clock is moved forward window by window
-  (the controller reads its time from a file the benchmark writes), so an hour of windows passes in minutes;
-  then RSS and database size again. Today's code ingests a 320-rank window in seconds, so its hour would take
-  an hour: it is measured in real time only.
+- an hour (`--hour-windows`, 720 by default; for the codes in `--hour-codes`): the clock is moved forward
+  window by window (the controller reads its time from a file the benchmark writes), so an hour of windows
+  passes in minutes, each window posted once the last is answered; measured: ingest and post latency over all
+  of them, the passes, RSS and database size every 60 windows and the largest tables at the end.
 
 Prints markdown and writes benchmarks/results/scale-<date>.md.
 
@@ -35,7 +35,7 @@ import tempfile
 import uuid
 
 from benchmarks.scale_run import REPO, TESTS_DIR, export_tree, run_one
-from benchmarks.scale_table import ratios, table
+from benchmarks.scale_table import hour_table, ratios, table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,7 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--databases", nargs="+", default=["sqlite", "postgres"], choices=["sqlite", "postgres"])
     p.add_argument("--codes", nargs="+", default=["today", "new"], choices=["today", "new"])
     p.add_argument("--protocols", nargs="+", default=["v2"], choices=["v1", "v2"],
-                   help="what the new code is driven with (today's code speaks v1 only)")
+                   help="what the new code is driven with")
+    p.add_argument("--today-protocols", nargs="+", default=["v2"], choices=["v1", "v2"],
+                   help="what today's code is driven with (v1 only for a ref before moectl.v2)")
+    p.add_argument("--hour-codes", nargs="+", default=["today", "new"], choices=["today", "new"])
     p.add_argument("--windows", type=int, default=6, help="real-time windows per configuration")
     p.add_argument("--hour-windows", type=int, default=720, help="windows of the fast-forwarded hour (0: none)")
     p.add_argument("--connections", type=int, default=32)
@@ -63,18 +66,18 @@ def main(argv: list[str] | None = None) -> int:
         for num_gpus in args.ranks:
             for database in args.databases:
                 for code in args.codes:
-                    for protocol in (["v1"] if code == "today" else args.protocols):
+                    for protocol in (args.today_protocols if code == "today" else args.protocols):
                         workdir = pathlib.Path(tmp) / uuid.uuid4().hex[:8]
                         workdir.mkdir()
                         url = f"sqlite:///{workdir / 'moectl.db'}" if database == "sqlite" else \
                             servers.create_database(*pg, f"s{uuid.uuid4().hex[:12]}")
                         runs.append(run_one(code, trees[code], database, url, num_gpus, protocol,
                                             num_windows=args.windows,
-                                            hour_windows=args.hour_windows if code == "new" else 0,
+                                            hour_windows=args.hour_windows if code in args.hour_codes else 0,
                                             connections=args.connections, workdir=workdir))
     text = (f"# One controller at DeepSeek scale ({datetime.date.today()})\n\n"
             f"today = {ref[:10]}; {platform.machine()}, {os.cpu_count()} cores, load average "
-            f"{os.getloadavg()[0]:.1f} at the end\n\n{table(runs)}\n\n{ratios(runs)}\n")
+            f"{os.getloadavg()[0]:.1f} at the end\n\n{table(runs)}\n\n{ratios(runs)}\n\n{hour_table(runs)}\n")
     print(text)
     if not args.no_write:
         path = REPO / "benchmarks" / "results" / f"scale-{datetime.date.today()}.md"

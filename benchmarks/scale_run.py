@@ -4,6 +4,7 @@ fast-forwarded hour; what it measured (`Run`)."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import io
 import json
@@ -113,6 +114,28 @@ def database_size_mb(url: str) -> float:
         return conn.execute("SELECT pg_database_size(current_database())").fetchone()[0] / 2**20
 
 
+def largest_tables_mb(url: str, limit: int = 4) -> dict[str, float]:
+    """The largest tables with their indexes (and, on PostgreSQL, their TOAST), MB; on SQLite from its dbstat
+    table where the library has it (else empty)."""
+    if url.startswith("sqlite"):
+        import sqlite3
+
+        with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as conn:
+            try:
+                rows = conn.execute("SELECT coalesce(m.tbl_name, d.name), sum(d.pgsize) FROM dbstat d LEFT JOIN "
+                                    "sqlite_master m ON m.name = d.name GROUP BY 1 ORDER BY 2 DESC LIMIT ?",
+                                    (limit,)).fetchall()
+            except sqlite3.OperationalError:  # built without dbstat
+                return {}
+    else:
+        import psycopg
+
+        with psycopg.connect(url.replace("postgresql+psycopg", "postgresql")) as conn:
+            rows = conn.execute("SELECT relname, pg_total_relation_size(relid) FROM pg_stat_user_tables "
+                                "ORDER BY 2 DESC LIMIT %s", (limit,)).fetchall()
+    return {name: size / 2**20 for name, size in rows}
+
+
 @dataclass
 class Run:
     code: str
@@ -130,7 +153,11 @@ class Run:
     hour_rss_mb: float | None = None
     hour_database_mb: float | None = None
     hour_pass_seconds: list[float] = field(default_factory=list)
+    hour_results: list[WindowResult] = field(default_factory=list)  # the hour's windows, posted back to back
+    hour_samples: list[tuple[int, float, float]] = field(default_factory=list)  # (windows posted, RSS MB, db MB)
+    hour_tables_mb: dict[str, float] = field(default_factory=dict)  # the largest tables at the end of the hour
     controller_exit: int | None = None  # the controller's exit status where it died during the run
+    load_average: tuple[float, float] = (0.0, 0.0)  # the machine's (1 min) when the run started, when it ended
 
     def ingest(self) -> np.ndarray:
         return np.array([w.seconds for w in self.windows[1:]])  # the first window creates the pools and agents
@@ -142,9 +169,16 @@ class Run:
     def p99_ms(self) -> float:
         return 1e3 * float(np.quantile(np.concatenate([w.latencies for w in self.windows[1:]]), 0.99))
 
+    def hour_ingest(self) -> np.ndarray:
+        return np.array([w.seconds for w in self.hour_results])
+
+    def hour_p99_ms(self) -> float:
+        return 1e3 * float(np.quantile(np.concatenate([w.latencies for w in self.hour_results]), 0.99))
+
 
 def run_one(code: str, tree: pathlib.Path, database: str, database_url: str, num_gpus: int, protocol: str, *,
             num_windows: int, hour_windows: int, connections: int, workdir: pathlib.Path) -> Run:
+    load_at_start = os.getloadavg()[0]
     fleet = Fleet(num_gpus, protocol)
     controller = Controller(tree, database_url, workdir)
     poster = Poster(controller.port, connections)
@@ -177,18 +211,23 @@ def run_one(code: str, tree: pathlib.Path, database: str, database_url: str, num
                 # the controller's clock moves to the end of the window, the window is posted, and the clock
                 # moves on: an hour of windows in as long as the controller takes to ingest them
                 controller.advance(end + WINDOW_SECONDS * 0.05 - controller.now())
-                fleet.apply(poster.post_window(fleet.path, fleet.render(index * WINDOW_SECONDS)).answers)
+                result = poster.post_window(fleet.path, fleet.render(index * WINDOW_SECONDS))
+                run.hour_results.append(result)
+                fleet.apply(result.answers)
                 index += 1
                 end = (index + 1) * WINDOW_SECONDS
-                if i % 60 == 0:
-                    print(f"  hour: {i}/{hour_windows} windows, rss {controller.rss_mb():.0f} MB, "
-                          f"db {database_size_mb(database_url):.1f} MB", flush=True)
+                if (i + 1) % 60 == 0:
+                    run.hour_samples.append((i + 1, controller.rss_mb(), database_size_mb(database_url)))
+                    print(f"  hour: {i + 1}/{hour_windows} windows, rss {run.hour_samples[-1][1]:.0f} MB, "
+                          f"db {run.hour_samples[-1][2]:.1f} MB", flush=True)
             controller.advance(end + WINDOW_SECONDS * 0.6 - controller.now())
             time.sleep(2 * WINDOW_SECONDS)  # a pass or two on the last windows
             run.hour_windows, run.hour_seconds = hour_windows, time.perf_counter() - started
             run.hour_rss_mb, run.hour_database_mb = controller.rss_mb(), database_size_mb(database_url)
             run.hour_pass_seconds = [p["seconds"] for p in controller.passes()[num_passes:]]
+            run.hour_tables_mb = largest_tables_mb(database_url)
         run.controller_exit = controller.process.poll()
+        run.load_average = (load_at_start, os.getloadavg()[0])
         return run
     finally:
         poster.close()
