@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import itertools
 import os
 import pathlib
 import platform
@@ -51,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--windows", type=int, default=6, help="real-time windows per configuration")
     p.add_argument("--hour-windows", type=int, default=720, help="windows of the fast-forwarded hour (0: none)")
     p.add_argument("--connections", type=int, default=32)
+    p.add_argument("--api-processes", type=int, nargs="+", default=[1],
+                   help="API processes per controller (one also runs the loop); each count is a configuration")
     p.add_argument("--baseline-ref", default="", help="today's code (default: the merge base with main)")
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args(argv)
@@ -66,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         for num_gpus in args.ranks:
             for database in args.databases:
                 for code in args.codes:
-                    for protocol in (args.today_protocols if code == "today" else args.protocols):
+                    for protocol, processes in itertools.product(
+                            args.today_protocols if code == "today" else args.protocols, args.api_processes):
                         workdir = pathlib.Path(tmp) / uuid.uuid4().hex[:8]
                         workdir.mkdir()
                         url = f"sqlite:///{workdir / 'moectl.db'}" if database == "sqlite" else \
@@ -74,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
                         runs.append(run_one(code, trees[code], database, url, num_gpus, protocol,
                                             num_windows=args.windows,
                                             hour_windows=args.hour_windows if code in args.hour_codes else 0,
-                                            connections=args.connections, workdir=workdir))
+                                            connections=args.connections, workdir=workdir,
+                                            api_processes=processes))
     text = (f"# One controller at DeepSeek scale ({datetime.date.today()})\n\n"
             f"today = {ref[:10]}; {platform.machine()}, {os.cpu_count()} cores, load average "
             f"{os.getloadavg()[0]:.1f} at the end\n\n{table(runs)}\n\n{ratios(runs)}\n\n{hour_table(runs)}\n")

@@ -28,9 +28,11 @@ ADMIN_TOKEN = "bench-admin"
 
 
 class Controller:
-    """benchmarks/scale_controller.py in a subprocess, on `tree`'s code."""
+    """benchmarks/scale_controller.py in subprocesses, on `tree`'s code: one serving the API and running the
+    reconcile loop, and `api_processes - 1` more serving the API only, all on one port (the kernel spreads the
+    connections over them), as replicas of a controller behind one Service do."""
 
-    def __init__(self, tree: pathlib.Path, database_url: str, workdir: pathlib.Path):
+    def __init__(self, tree: pathlib.Path, database_url: str, workdir: pathlib.Path, *, api_processes: int = 1):
         sys.path.insert(0, str(TESTS_DIR))
         from support.servers import free_port, wait_http
 
@@ -42,13 +44,15 @@ class Controller:
         self.passes_file = workdir / "passes.jsonl"
         self.log = open(workdir / "controller.log", "w")  # noqa: SIM115
         env = os.environ | {"PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-        self.process = subprocess.Popen(
-            [sys.executable, str(REPO / "benchmarks" / "scale_controller.py"), "--database-url", database_url,
-             "--port", str(self.port), "--clock-file", str(self.clock_file), "--passes-file", str(self.passes_file),
-             "--window-seconds", str(WINDOW_SECONDS), "--api-token", ADMIN_TOKEN,
-             "--agent-token", AGENT_TOKEN],
-            cwd=tree, env=env, stdout=self.log, stderr=subprocess.STDOUT)
-        wait_http(f"http://127.0.0.1:{self.port}/healthz", timeout=120)
+        command = [sys.executable, str(REPO / "benchmarks" / "scale_controller.py"), "--database-url", database_url,
+                   "--port", str(self.port), "--clock-file", str(self.clock_file), "--passes-file",
+                   str(self.passes_file), "--window-seconds", str(WINDOW_SECONDS), "--api-token", ADMIN_TOKEN,
+                   "--agent-token", AGENT_TOKEN]
+        self.process = subprocess.Popen(command, cwd=tree, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        wait_http(f"http://127.0.0.1:{self.port}/healthz", timeout=120)  # it migrated the database
+        self.api_only = [subprocess.Popen(command + ["--api-only"], cwd=tree, env=env, stdout=self.log,
+                                          stderr=subprocess.STDOUT) for _ in range(api_processes - 1)]
+        time.sleep(5.0 if self.api_only else 0.0)  # until they listen too (a request may reach any of them)
         self.offset = 0.0
 
     def now(self) -> float:
@@ -59,10 +63,8 @@ class Controller:
         os.pwrite(self.clock_fd, struct.pack("d", self.offset), 0)
 
     def rss_mb(self) -> float:
-        for line in pathlib.Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        return float("nan")
+        """The API processes' resident memory together (the planner's worker left out)."""
+        return sum(_rss_mb(process.pid) for process in [self.process, *self.api_only])
 
     def passes(self) -> list[dict]:
         if not self.passes_file.exists():
@@ -84,14 +86,22 @@ class Controller:
         return response.status
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        for process in [*self.api_only, self.process]:
+            process.terminate()
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
         self.log.close()
         os.close(self.clock_fd)
+
+
+def _rss_mb(pid: int) -> float:
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def export_tree(ref: str, into: pathlib.Path) -> pathlib.Path:
@@ -157,7 +167,8 @@ class Run:
     hour_samples: list[tuple[int, float, float]] = field(default_factory=list)  # (windows posted, RSS MB, db MB)
     hour_tables_mb: dict[str, float] = field(default_factory=dict)  # the largest tables at the end of the hour
     controller_exit: int | None = None  # the controller's exit status where it died during the run
-    load_average: tuple[float, float] = (0.0, 0.0)  # the machine's (1 min) when the run started, when it ended
+    load_average: tuple[float, float] = (0.0, 0.0)
+    api_processes: int = 1  # the machine's (1 min) when the run started, when it ended
 
     def ingest(self) -> np.ndarray:
         return np.array([w.seconds for w in self.windows[1:]])  # the first window creates the pools and agents
@@ -177,10 +188,11 @@ class Run:
 
 
 def run_one(code: str, tree: pathlib.Path, database: str, database_url: str, num_gpus: int, protocol: str, *,
-            num_windows: int, hour_windows: int, connections: int, workdir: pathlib.Path) -> Run:
+            num_windows: int, hour_windows: int, connections: int, workdir: pathlib.Path,
+            api_processes: int = 1) -> Run:
     load_at_start = os.getloadavg()[0]
     fleet = Fleet(num_gpus, protocol)
-    controller = Controller(tree, database_url, workdir)
+    controller = Controller(tree, database_url, workdir, api_processes=api_processes)
     poster = Poster(controller.port, connections)
     try:
         deployment = fleet.instances[0].deployment
@@ -228,6 +240,7 @@ def run_one(code: str, tree: pathlib.Path, database: str, database_url: str, num
             run.hour_tables_mb = largest_tables_mb(database_url)
         run.controller_exit = controller.process.poll()
         run.load_average = (load_at_start, os.getloadavg()[0])
+        run.api_processes = api_processes
         return run
     finally:
         poster.close()

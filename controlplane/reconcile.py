@@ -129,12 +129,8 @@ def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: 
             if not dry_run and not fence.is_leading():
                 break
             try:
-                pool_compute = compute
-                with sessions() as session:
-                    if not dry_run and deployments.is_lock_exclusive(session):  # plan before the lock stops ingest
-                        pool_compute = PlannedAhead(compute)
-                        reconcile_pool(session, session.get(Deployment, deployment_id), session.get(Pool, pool_id),
-                                       settings, now=now, dry_run=True, tracer=tracer, compute=pool_compute)
+                pool_compute = compute if dry_run else _plan_ahead(sessions, deployment_id, pool_id, settings,
+                                                                   now=now, tracer=tracer, compute=compute)
                 with sessions() as session, session.begin():
                     guard(session, fence)
                     deployment, pool = session.get(Deployment, deployment_id), session.get(Pool, pool_id)
@@ -154,6 +150,21 @@ def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: 
         span.set_attribute("moectl.pools", len(targets))
         span.set_attribute("moectl.errors", num_errors)
     return PassResult(plans, num_errors, time.perf_counter() - started, results)
+
+
+def _plan_ahead(sessions: sessionmaker[Session], deployment_id: int, pool_id: int, settings: Settings, *,
+                now: float, tracer: trace.Tracer, compute: Compute) -> Compute:
+    """Where the pool's lock is the database's one write lock (SQLite), plans the pool with a dry run before
+    taking it, so that agents' posts are not held up for as long as the planner solves
+    (controlplane/plan_ahead.py); returns the compute the reconcile under the lock plans through."""
+    with sessions() as session:
+        if not deployments.is_lock_exclusive(session):
+            return compute
+        planned = PlannedAhead(compute)
+        with tracer.start_as_current_span("reconcile.plan_ahead"):
+            reconcile_pool(session, session.get(Deployment, deployment_id), session.get(Pool, pool_id), settings,
+                           now=now, dry_run=True, tracer=trace.NoOpTracer(), compute=planned)
+        return planned
 
 
 def reconcile_pool(session: Session, deployment: Deployment, pool: Pool, settings: Settings, *, now: float,
