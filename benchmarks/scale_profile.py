@@ -2,7 +2,8 @@
 group posts (`moectl.v2`) parsed, ingested and answered by the route functions themselves, then a reconcile
 pass (the planner in-process), under cProfile, with the SQL statements counted and timed.
 
-The clock is passed in (no waiting): `--windows` windows are ingested back to back, a pass after each.
+The clock is passed in (no waiting): `--windows` windows are ingested back to back, a pass after each from
+`--profile-from` on (the windows before fill the history a pass reads).
 
     python -m benchmarks.scale_profile [--gpus 320] [--database sqlite|postgres] [--windows 8] [--top 25]
 """
@@ -64,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--database", choices=["sqlite", "postgres"], default="sqlite")
     p.add_argument("--windows", type=int, default=8)
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--profile-from", type=int, default=2,
+                   help="the first window profiled, and passed (earlier ones only fill the history)")
     args = p.parse_args(argv)
     sys.path.insert(0, str(REPO / "tests"))
     from support import servers
@@ -97,27 +100,28 @@ def main(argv: list[str] | None = None) -> int:
             answers = {}
             for instance, body in fleet.render(window_start):
                 started = time.perf_counter()
-                with post_profile if k >= 2 else contextlib.nullcontext():
+                with post_profile if k >= args.profile_from else contextlib.nullcontext():
                     group = GroupSnapshot.model_validate_json(body)
                     with sessions() as session:
                         answer = post_group_snapshot(group, session, settings, now, caller)
                     answers.setdefault(instance, answer.model_dump_json(exclude_none=True).encode())
                 post_seconds.append((k, time.perf_counter() - started))
             fleet.apply(answers)
-            if k == 1:
-                print(f"SQL of windows 0-1 (pools and agents created):\n{statements.report(args.top)}\n")
+            if k < args.profile_from:
+                if k == args.profile_from - 1:
+                    statements.report(0)
+                continue
             started = time.perf_counter()
-            with pass_profile if k >= 2 else contextlib.nullcontext():
+            with pass_profile:
                 result = reconcile_once(sessions, settings, now=now + WINDOW_SECONDS / 2)
             pass_seconds.append(time.perf_counter() - started)
             print(f"window {k}: posts {[round(s, 3) for i, s in post_seconds if i == k]} s, pass "
                   f"{pass_seconds[-1]:.2f} s {[p.decision.value for p in result.plans]}", flush=True)
-            if k == 1:
-                statements.report(0)
-        print(f"\nSQL of windows 2-{args.windows - 1} (posts and passes):\n{statements.report(args.top)}")
-        posts = np.array([s for k, s in post_seconds if k >= 2])
+        print(f"\nSQL of windows {args.profile_from}-{args.windows - 1} (posts and passes):\n"
+              f"{statements.report(args.top)}")
+        posts = np.array([s for k, s in post_seconds if k >= args.profile_from])
         print(f"\npost s: median {np.median(posts):.3f} max {posts.max():.3f}; pass s: median "
-              f"{np.median(pass_seconds[2:]):.2f} max {max(pass_seconds[2:]):.2f}")
+              f"{np.median(pass_seconds):.2f} max {max(pass_seconds):.2f}")
         print("\n== posts ==\n" + _profile_text(post_profile, args.top))
         print("\n== passes ==\n" + _profile_text(pass_profile, args.top))
         engine.dispose()

@@ -184,8 +184,9 @@ def reconcile_pool(session: Session, deployment: Deployment, pool: Pool, setting
             state = pools.read_state(session, deployment, pool, now=now, settings=settings)
         if not dry_run:
             with tracer.start_as_current_span("verify"):
-                verify_pool(session, pool, state, policy, now)
-                state = pools.read_state(session, deployment, pool, now=now, settings=settings)
+                if actions.awaiting_verification(session, pool):  # else nothing to settle: the state stands
+                    verify_pool(session, pool, state, policy, now)
+                    state = pools.read_state(session, deployment, pool, now=now, settings=settings)
         mtp = diagnose_mtp(policy, state, now)
         if not dry_run and mtp is not None and mtp.cause == Cause.regression:
             state = _roll_back_regression(session, deployment, pool, state, mtp, settings, now)

@@ -10,6 +10,7 @@ from controlplane.collect.aggregate import Report, merge_counters
 from controlplane.observed import RANK_REPORTS, Window
 from controlplane.store.arrays import pack, unpack
 from controlplane.store.batches import delete_some
+from controlplane.store.decoded import unpack_for
 from controlplane.store.tables import LoadWindow, Pool
 
 
@@ -65,10 +66,11 @@ def recent(session: Session, pool: Pool, *, before_index: int, limit: int) -> li
     rows = list(session.scalars(select(LoadWindow).where(LoadWindow.pool_id == pool.id,
                                                          LoadWindow.window_index < before_index)
                                 .order_by(LoadWindow.window_index.desc()).limit(limit)))
+    decode = unpack_for(session)  # read-only arrays, most of them decoded by an earlier read
     return [Window(index=r.window_index, start=r.window_start, seconds=r.window_seconds,
                    placement_version=r.placement_version, num_reports=r.num_reports,
-                   num_slot_reports=r.num_slot_reports, expert_tokens=unpack(r.expert_tokens),
-                   slot_tokens=unpack(r.slot_tokens), counters=dict(r.counters)) for r in reversed(rows)]
+                   num_slot_reports=r.num_slot_reports, expert_tokens=decode(r.expert_tokens),
+                   slot_tokens=decode(r.slot_tokens), counters=dict(r.counters)) for r in reversed(rows)]
 
 
 def prune(session: Session, pool: Pool, *, history_windows: int, limit: int) -> int:
