@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 from sqlalchemy import func, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from controlplane.collect.aggregate import Report, merge_counters
@@ -23,35 +24,50 @@ def add_report(session: Session, *, pool: Pool, report: Report, current_version:
                empty: tuple[np.ndarray, np.ndarray]) -> None:
     """Adds one post's report (a rank's, or an EP group's). A rank's slot load counts only when it ran the
     window's placement, so a window's per-GPU load never mixes two placements. Raises WindowOverflow (nothing
-    is added). empty: zero arrays of the window's shapes (`deployments.zeros_for`), the sums of a window this
-    report opens: its first report is written without a read of blobs back."""
-    row = session.scalar(select(LoadWindow).where(LoadWindow.pool_id == pool.id,
-                                                  LoadWindow.window_index == report.window_index)
-                         .with_for_update())
+    is added). empty: zero arrays of the window's shapes (`deployments.zeros_for`).
+
+    The window's first report inserts its row, written without reading blobs back; where another post inserted
+    it meanwhile (the instances of a pool post at once), the insert does nothing once that post committed, and
+    this report is added to its row: no post has to start over."""
+    key = (LoadWindow.pool_id == pool.id, LoadWindow.window_index == report.window_index)
+    row = session.scalar(select(LoadWindow).where(*key).with_for_update())
     if row is None:
-        row = LoadWindow(pool_id=pool.id, window_index=report.window_index,
-                         window_start=report.window_index * grid_seconds, window_seconds=grid_seconds,
-                         placement_version=current_version, num_reports=0, num_slot_reports=0, counters={})
-        expert_tokens, slot_tokens = empty
-        session.add(row)
-    else:
-        expert_tokens, slot_tokens = unpack(row.expert_tokens), unpack(row.slot_tokens).copy()
-    row.expert_tokens = pack(_checked_sum("expert_tokens", report.window_index, expert_tokens, report.expert_tokens))
-    row.num_reports += len(report.rank_versions)
-    row.counters = merge_counters(row.counters, report.counters)
-    counted = np.flatnonzero(np.asarray(report.rank_versions) == row.placement_version)
+        values = {"pool_id": pool.id, "window_index": report.window_index,
+                  "window_start": report.window_index * grid_seconds, "window_seconds": grid_seconds,
+                  "placement_version": current_version, "num_reports": 0, "num_slot_reports": 0, "counters": {}}
+        _add(values, report, *empty)
+        insert = postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
+        if session.scalar(insert(LoadWindow).values(**values).on_conflict_do_nothing(
+                index_elements=["pool_id", "window_index"]).returning(LoadWindow.id)) is not None:
+            return
+        row = session.scalar(select(LoadWindow).where(*key).with_for_update())
+    values = {"placement_version": row.placement_version, "num_reports": row.num_reports,
+              "num_slot_reports": row.num_slot_reports, "counters": row.counters}
+    _add(values, report, unpack(row.expert_tokens), unpack(row.slot_tokens).copy())
+    for name, value in values.items():
+        setattr(row, name, value)
+    session.flush()
+
+
+def _add(window: dict, report: Report, expert_tokens: np.ndarray, slot_tokens: np.ndarray) -> None:
+    """Adds `report` to a window's values (placement_version, num_reports, num_slot_reports, counters) and
+    sums (expert_tokens, slot_tokens: writable, the latter changed in place), setting the blobs that changed."""
+    window["expert_tokens"] = pack(_checked_sum("expert_tokens", report.window_index, expert_tokens,
+                                                report.expert_tokens))
+    window["num_reports"] += len(report.rank_versions)
+    window["counters"] = merge_counters(window["counters"], report.counters)
+    counted = np.flatnonzero(np.asarray(report.rank_versions) == window["placement_version"])
     if len(counted):
         width = report.slots_per_rank
         columns = (counted[:, None] * width + np.arange(width)).ravel()  # the counted ranks' slots in the report
         into = report.slot_offset + columns  # and in the window
         slot_tokens[:, into] = _checked_sum("slot_tokens", report.window_index, slot_tokens[:, into],
                                             report.slot_tokens[:, columns])
-        row.num_slot_reports += len(counted)
-        row.counters = merge_counters(row.counters,
-                                      {f"{RANK_REPORTS}{report.first_rank + i}": 1 for i in counted.tolist()})
-    if len(counted) or row.slot_tokens is None:
-        row.slot_tokens = pack(slot_tokens)
-    session.flush()
+        window["num_slot_reports"] += len(counted)
+        window["counters"] = merge_counters(window["counters"],
+                                            {f"{RANK_REPORTS}{report.first_rank + i}": 1 for i in counted.tolist()})
+    if len(counted) or window["num_reports"] == len(report.rank_versions):  # changed, or the window's first
+        window["slot_tokens"] = pack(slot_tokens)
 
 
 def _checked_sum(name: str, window_index: int, total: np.ndarray, part: np.ndarray) -> np.ndarray:
