@@ -9,7 +9,9 @@ safety rails kept); an action already in flight on the knob is joined, never dou
 `PoolScaler` (`actuate.scale`). A pool's failure is logged and retried next pass; it never stops the others,
 unless the database itself failed (gone, locked, timed out): then the pass ends there, as every other pool
 would wait as long. `dry_run` plans and writes nothing. Every writer of a pool holds its lock
-(`store.deployments.lock_pool`) from the start of its transaction: the loop, an alert, a person.
+(`store.deployments.lock_pool`) from the start of its transaction: the loop, an alert, a person. Where that
+lock is SQLite's one write lock, the loop first plans the pool with a dry run and reuses the plan under the
+lock when nothing it was made from changed (controlplane/plan_ahead.py): agents' posts never wait for a solve.
 The loop also runs the pruning job (controlplane/prune.py) at its bounded rate.
 
 With leader election only the leader reconciles (and prunes): a pass checks the `fence` before each pool,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+from support.auth import AGENT_TOKEN, API_TOKEN
 from support.fleet import run_windows, start_fleet
 
 from agents.sim.fleet import FleetClient
@@ -13,7 +14,6 @@ from controlplane.compute import in_process
 from controlplane.plan import plan_pool
 from controlplane.plan_ahead import PlannedAhead, is_same
 from controlplane.reconcile import reconcile_once
-from support.auth import AGENT_TOKEN, API_TOKEN
 
 
 @dataclasses.dataclass(frozen=True)
