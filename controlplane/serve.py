@@ -31,6 +31,8 @@ from controlplane.reconcile import PassResult, reconcile_once, run_forever
 from controlplane.store.db import make_engine, make_sessions, upgrade
 from controlplane.telemetry import ControllerMetrics
 
+KEEP_ALIVE_SECONDS = 30  # an idle connection's life on this server
+
 log = logging.getLogger("moectl")
 
 
@@ -96,7 +98,10 @@ class Controller:
         actuation, self.elector = make_actuation(settings, self.sessions, scaler)
         self.liveness = LoopLiveness.for_settings(settings) if run_loop else None
         app = create_app(settings, self.sessions, metrics=self.metrics, actuation=actuation, liveness=self.liveness)
-        self.server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning"))
+        # keep-alive past the agents' pooled connections' 5 s (httpx's default), which post every window: at
+        # equal timeouts a post sent on a connection the server is closing fails
+        self.server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
+                                                    timeout_keep_alive=KEEP_ALIVE_SECONDS))
         self.stop_loop = threading.Event()
         self.compute = WorkerProcess() if settings.plan_in_worker else None
         self.threads = []

@@ -22,6 +22,8 @@ import sys
 import threading
 import time
 
+KEEP_ALIVE_SECONDS = 30  # an idle connection's life on this server
+
 log = logging.getLogger("moectl.worker")
 
 
@@ -153,8 +155,10 @@ def run_rank(args: argparse.Namespace) -> int:
     info = {"role": args.role, "instance": args.instance, "ep_rank": args.rank, "ep_size": args.ep_size,
             "model": built.model.name, "runtime": built.runtime}
     port = args.ports[args.rank]
+    # keep-alive past the router's pooled connections' 5 s (httpx's default): at equal timeouts a request sent on
+    # a connection the server is closing fails with an empty error (a 503 at the router under a step in load)
     server = uvicorn.Server(uvicorn.Config(create_app(loop, registry, info), host=args.host, port=port,
-                                           log_level="warning"))
+                                           log_level="warning", timeout_keep_alive=KEEP_ALIVE_SECONDS))
     server_thread = threading.Thread(target=server.run, name="http", daemon=True)
     server_thread.start()
     while not server.started and server_thread.is_alive():
