@@ -100,7 +100,7 @@ def planner_for(policy: Policy, window_seconds: float, startup_seconds: float) -
     they are asked for: its horizons follow the policy's predictive interval and cooldown, its forecast
     buckets are three windows, its load "now" spans at least MIN_LOAD_SECONDS (the defaults below are these
     for 10 s windows and a 120 s startup)."""
-    rules = rules_of(policy)
+    rules = replace(rules_of(policy), startup_seconds=startup_seconds)
     return MoectlPoolPlanner(rules=rules, bucket_seconds=3 * window_seconds,
                              horizon_seconds=startup_seconds + rules.predictive_interval_seconds,
                              hold_seconds=startup_seconds + rules.cooldown_seconds,

@@ -31,7 +31,8 @@ class PoolRules:
     max_step_down_share: float = 0.34  # of the pool, at least one replica
     max_reactive_share: float = 0.5  # of the pool, at least one replica
     min_reactive_gain: float = 0.1  # a breach one more replica is predicted to cut by less is not acted on
-    drain_seconds: float = 180.0  # a measured backlog is planned to be gone within this (startup included)
+    startup_seconds: float = 120.0  # a replica asked for now serves this much later (the platform's)
+    drain_seconds: float = 180.0  # a backlog is planned to be gone within this after new replicas serve
     threshold: ThresholdRules = ThresholdRules()
 
     def margins(self, role: PoolRole) -> tuple[float, float]:

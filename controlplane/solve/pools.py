@@ -11,8 +11,8 @@ Every window:
 Every `predictive_interval_seconds`, on the clock's grid:
 - predictive: the fewest replicas whose predicted percentiles stay within the plan margin x target at
   the forecast load (the peak over a horizon covering startup) — a jump up, not a step;
-- consolidate: fewer replicas (at most `max_step_down_share` of them) only if the model predicts every
-  target within the (smaller) consolidate margin at the load they would carry (load x N/M, the
+- consolidate: the fewest replicas M (at most `max_step_down_share` of the pool fewer) for which the
+  model predicts every target within the (smaller) consolidate margin at the load they would carry (load x N/M, the
   forecast's hold rate included), and only on a forecast chosen by backtest (a short history cannot
   promise the load stays down).
 Hysteresis: a pool never moves against its last change within `cooldown_seconds` (zero flaps); the
@@ -115,14 +115,16 @@ def _decide(role: PoolRole, view: PoolsView, model: LatencyModel | None, now_loa
         load = forecast.for_hold()
         if now_load is not None and now_load.request_rate > load.request_rate:
             load = load.scaled(now_load.request_rate / max(load.request_rate, 1e-9))
-        predicted = predict(role, model, load, fewer, targets)
-        target, ratio = worst(predicted, targets)
         goal = max(rules.margins(role)[1], FLOOR_SLACK * worst(predict(role, model, load, FLOOR_REPLICAS, targets),
                                                                  targets)[1])
-        if ratio <= goal:
-            return decision(fewer, DecisionKind.consolidate,
-                            f"load x {current}/{fewer} keeps {target.name} at {ratio:.2f} of target", load)
-        return decision(current, DecisionKind.keep, f"consolidation to {fewer} refused: {target.name} "
+        # the fewest replicas, down to `fewer`, that carry load x current/M within the goal: a step the
+        # model refuses at its largest may still be safe one replica smaller
+        for replicas in range(fewer, current):
+            target, ratio = worst(predict(role, model, load, replicas, targets), targets)
+            if ratio <= goal:
+                return decision(replicas, DecisionKind.consolidate,
+                                f"load x {current}/{replicas} keeps {target.name} at {ratio:.2f} of target", load)
+        return decision(current, DecisionKind.keep, f"consolidation to {current - 1} refused: {target.name} "
                         f"would be at {ratio:.2f} of target (> {goal:.2f})", load)
     if model is None:
         return decision(current, DecisionKind.keep, "within targets; no latency model yet (reactive steps only)")
