@@ -127,6 +127,19 @@ def predict_decode(model: LatencyModel, load: LoadForecast, replicas: int,
     return out
 
 
+def cold_itl(model: LatencyModel, load: LoadForecast, replicas: int, slowdown: float) -> float | None:
+    """Mean ITL of a decode replica still warming up (`slowdown` x slower steps) that carries the per-replica
+    batch of a pool of `replicas`: the router balances requests in flight, so a new replica fills to the
+    others' batch at once; None without a decode model."""
+    batch = settled_batch(model, load, replicas)
+    if batch is None or batch == float("inf"):
+        return batch
+    running = max(batch, 1.0)
+    local = load.request_rate * (1 - load.remote_share) * load.local_prompt_tokens / replicas
+    itl = model.decode_itl(99, running, running * (load.prompt_tokens + load.output_tokens / 2), local)
+    return None if itl is None else slowdown * itl
+
+
 def predict(role: str, model: LatencyModel, load: LoadForecast, replicas: int,
             targets: tuple[SloTarget, ...]) -> dict[str, float] | None:
     return (predict_prefill if role == "prefill" else predict_decode)(model, load, replicas, targets)

@@ -33,6 +33,9 @@ class PoolRules:
     min_reactive_gain: float = 0.1  # a breach one more replica is predicted to cut by less is not acted on
     startup_seconds: float = 120.0  # a replica asked for now serves this much later (the platform's)
     drain_seconds: float = 180.0  # a backlog is planned to be gone within this after new replicas serve
+    # a new decode replica's first steps run this much slower (cold caches and kernels: the windows the latency
+    # model leaves out); a scale-up is sized so that it still keeps each request's mean ITL within bound
+    cold_slowdown: float = 2.0
     threshold: ThresholdRules = ThresholdRules()
 
     def margins(self, role: PoolRole) -> tuple[float, float]:

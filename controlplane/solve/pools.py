@@ -31,6 +31,7 @@ from controlplane.solve.pool_capacity import (
     FLOOR_SLACK,
     LatencyModel,
     LoadForecast,
+    cold_itl,
     predict,
     replicas_needed,
     worst,
@@ -38,7 +39,7 @@ from controlplane.solve.pool_capacity import (
 from controlplane.solve.pool_decision import DecisionKind, PoolDecision, PoolPlan, PredictedEffect
 from controlplane.solve.pool_reactive import breaches, is_short, react
 from controlplane.solve.pool_rules import PoolRules
-from controlplane.solve.pool_view import ROLES, PoolRole, PoolsView, SloTarget, role_targets
+from controlplane.solve.pool_view import ROLES, PoolRole, PoolSize, PoolsView, SloTarget, role_targets
 
 
 def is_predictive_tick(now: float, window_seconds: float, interval_seconds: float) -> bool:
@@ -71,6 +72,22 @@ def _effect(role: PoolRole, model: LatencyModel | None, load: LoadForecast | Non
     return PredictedEffect(target.name, predicted[target.name], target.seconds, replicas)
 
 
+def _warm_enough(role: PoolRole, model: LatencyModel | None, load: LoadForecast | None, target: int, pool: PoolSize,
+                 targets: tuple[SloTarget, ...], rules: PoolRules, reason: str) -> tuple[int, str]:
+    """A decode scale-up to `target`, grown until its new replicas, warming up, keep a request's mean ITL
+    within the strictest ITL bound (they fill to the others' batch at once and run slower)."""
+    bound = max((t.seconds for t in targets if t.metric == "itl"), default=None)
+    if role != "decode" or model is None or load is None or bound is None or rules.cold_slowdown <= 1.0:
+        return target, reason
+    wanted = target
+    while target < pool.max_replicas and (cold_itl(model, load, target, rules.cold_slowdown) or 0.0) > bound:
+        target += 1
+    if target == wanted:
+        return target, reason
+    return target, (f"{reason}; {target} so that replicas warming up ({rules.cold_slowdown:g}x slower) keep mean "
+                    f"ITL within {bound:g}s")
+
+
 def _decide(role: PoolRole, view: PoolsView, model: LatencyModel | None, now_load: LoadForecast | None,
             forecast: LoadForecast | None, is_tick: bool, rules: PoolRules) -> PoolDecision:
     pool, now = view.pools[role], view.now
@@ -87,6 +104,8 @@ def _decide(role: PoolRole, view: PoolsView, model: LatencyModel | None, now_loa
                                 f"{reason}; held: scaled {'up' if last.direction > 0 else 'down'} {since:.0f}s ago "
                                 f"(no reversal within {rules.cooldown_seconds:.0f}s)",
                                 _effect(role, model, load or now_load, current, targets))
+        if direction > 0:
+            target, reason = _warm_enough(role, model, load or now_load, target, pool, targets, rules, reason)
         return PoolDecision(now, role, current, target, kind, reason,
                             _effect(role, model, load or now_load, target, targets))
 
