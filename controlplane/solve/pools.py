@@ -105,7 +105,7 @@ def _decide(role: PoolRole, view: PoolsView, model: LatencyModel | None, now_loa
                                 f"(no reversal within {rules.cooldown_seconds:.0f}s)",
                                 _effect(role, model, load or now_load, current, targets))
         if direction > 0:
-            target, reason = _warm_enough(role, model, load or now_load, target, pool, targets, rules, reason)
+            target, reason = _warm_enough(role, model, now_load or load, target, pool, targets, rules, reason)
         return PoolDecision(now, role, current, target, kind, reason,
                             _effect(role, model, load or now_load, target, targets))
 
