@@ -50,6 +50,7 @@ class LoadForecast:
     method: str = ""
     is_backtested: bool = False  # the forecaster had history enough to be chosen by backtest
     hold_rate: float | None = None  # None: request_rate
+    num_arrivals: int | None = None  # requests the rate was measured from (None: a forecast)
 
     def scaled(self, factor: float) -> LoadForecast:
         """The same mix at `factor` times the rate (the load N replicas carry on N/M of them)."""

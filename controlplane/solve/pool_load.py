@@ -42,7 +42,8 @@ def measured_load(windows: tuple[PoolWindow, ...], num_windows: int = 6) -> Load
         return None
     seconds = sum(w.seconds for w in recent)
     rate = sum(w.num_arrivals for w in recent) / seconds
-    return LoadForecast(rate, *mix, horizon_seconds=0.0, method="measured")
+    return LoadForecast(rate, *mix, horizon_seconds=0.0, method="measured",
+                        num_arrivals=sum(w.num_arrivals for w in recent))
 
 
 def load_series(windows: tuple[PoolWindow, ...], bucket_seconds: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

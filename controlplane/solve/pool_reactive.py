@@ -100,6 +100,10 @@ def is_short(role: PoolRole, view: PoolsView, model: LatencyModel | None, now_lo
     if model is None or now_load is None:
         return False
     pool = view.pools[role]
+    if now_load.num_arrivals:
+        # a rate counted from a few hundred arrivals is off by a few percent: act on what it surely is
+        low = 1.0 - rules.rate_noise_sigmas / math.sqrt(now_load.num_arrivals)
+        now_load = now_load.scaled(max(low, 0.0))
     load = _with_backlog(now_load, view, role, rules)
     need = replicas_needed(role, model, load, role_targets(role, view.targets), rules.margins(role)[0],
                            pool.max_replicas)
