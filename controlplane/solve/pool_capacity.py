@@ -50,6 +50,7 @@ class LoadForecast:
     method: str = ""
     is_backtested: bool = False  # the forecaster had history enough to be chosen by backtest
     hold_rate: float | None = None  # None: request_rate
+    warm_rate: float | None = None  # while replicas asked for now warm up (None: request_rate)
     num_arrivals: int | None = None  # requests the rate was measured from (None: a forecast)
 
     def scaled(self, factor: float) -> LoadForecast:
@@ -59,6 +60,10 @@ class LoadForecast:
     @property
     def held(self) -> float:
         return self.request_rate if self.hold_rate is None else self.hold_rate
+
+    def warming(self) -> LoadForecast:
+        """This load at the rate replicas asked for now will meet while they warm up."""
+        return self if self.warm_rate is None else replace(self, request_rate=self.warm_rate)
 
     def for_hold(self) -> LoadForecast:
         """This load at the rate a consolidation must be safe for."""

@@ -72,6 +72,14 @@ def _effect(role: PoolRole, model: LatencyModel | None, load: LoadForecast | Non
     return PredictedEffect(target.name, predicted[target.name], target.seconds, replicas)
 
 
+def _warming(load: LoadForecast | None, now_load: LoadForecast | None) -> LoadForecast | None:
+    """The load new replicas meet while warming up: the forecast's for that time on a predictive step, else
+    the load measured now (its backlog goes to whichever replicas hold it)."""
+    if load is not None and load.warm_rate is not None:
+        return load.warming()
+    return now_load or load
+
+
 def _warm_enough(role: PoolRole, model: LatencyModel | None, load: LoadForecast | None, target: int, pool: PoolSize,
                  targets: tuple[SloTarget, ...], rules: PoolRules, reason: str) -> tuple[int, str]:
     """A decode scale-up to `target`, grown until its new replicas, warming up, keep a request's mean ITL
@@ -105,7 +113,7 @@ def _decide(role: PoolRole, view: PoolsView, model: LatencyModel | None, now_loa
                                 f"(no reversal within {rules.cooldown_seconds:.0f}s)",
                                 _effect(role, model, load or now_load, current, targets))
         if direction > 0:
-            target, reason = _warm_enough(role, model, now_load or load, target, pool, targets, rules, reason)
+            target, reason = _warm_enough(role, model, _warming(load, now_load), target, pool, targets, rules, reason)
         return PoolDecision(now, role, current, target, kind, reason,
                             _effect(role, model, load or now_load, target, targets))
 
