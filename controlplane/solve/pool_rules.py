@@ -28,7 +28,8 @@ class PoolRules:
     # prompt in several steps, so its TTFT is met only if it finds a replica free at once; past ~0.7 the
     # few such prompts wait behind others (the tail beyond p99 that per-window percentiles do not show)
     max_prefill_utilisation: float = 0.7
-    max_step_down_share: float = 0.34  # of the pool, at least one replica
+    # of the pool, at least one replica: a bound on the model's error; within it the load x N/M check decides
+    max_step_down_share: float = 0.5
     max_reactive_share: float = 0.5  # of the pool, at least one replica
     rate_noise_sigmas: float = 1.0  # the load now must need more replicas by this many Poisson standard errors
     min_reactive_gain: float = 0.1  # a breach one more replica is predicted to cut by less is not acted on

@@ -99,7 +99,8 @@ def test_load_above_what_the_pool_carries_scales_before_any_breach():
 
 
 def test_scale_down_only_when_load_times_n_over_n_minus_one_meets_the_slo():
-    plan = plan_pools(view(windows(180), prefill=4), model(), load(10.0), load(10.0, hold=10.0))
+    # at a hold rate of 14 req/s two replicas would run past the utilisation ceiling, three carry it
+    plan = plan_pools(view(windows(180), prefill=4), model(), load(10.0), load(10.0, hold=14.0))
     prefill = plan.decision("prefill")
     assert (prefill.kind, prefill.target) == (DecisionKind.consolidate, 3), prefill.reason
     assert "load x 4/3" in prefill.reason and prefill.predicted.replicas == 3
@@ -217,3 +218,23 @@ def test_a_growing_backlog_is_sized_for_when_new_replicas_serve():
     started = plan_pools(view(growing, prefill=2, starting={"prefill": 1}, history=[up]), model(), load(10.0), None,
                          rules).decision("prefill")
     assert started.target < sized["growing"].target, started.reason
+
+
+def test_a_decode_scale_up_keeps_its_warming_replicas_within_the_itl_bound():
+    # 30 req/s while the new replicas warm up: 6 decode replicas meet the targets warm (batch 39, ITL p99 47 ms),
+    # but a new one fills to that batch at once and runs 2x slower (94 ms > the 80 ms bound); at 7 (batch 25,
+    # 35 ms) it stays within
+    forecast = replace(load(30.0), warm_rate=30.0)
+    decode = plan_pools(view(windows(180)), model(), load(10.0), forecast).decision("decode")
+    assert decode.target == 7 and "warming up (2x slower)" in decode.reason, decode.reason
+    plain = plan_pools(view(windows(180)), model(), load(10.0), forecast, PoolRules(cold_slowdown=1.0))
+    assert plain.target("decode") == 6
+
+
+@pytest.mark.parametrize("num_arrivals, is_scaled", [(100, False), (10_000, True)])
+def test_the_load_now_must_need_more_replicas_beyond_its_counting_noise(num_arrivals, is_scaled):
+    # 12.5 req/s needs a third prefill replica (two carry 11.7 under the utilisation ceiling); counted from 100
+    # arrivals it may be 10% less (11.25), from 10000 only 1%
+    now = replace(load(12.5), num_arrivals=num_arrivals)
+    prefill = plan_pools(view(windows(190, rate=12.5)), model(), now, None).decision("prefill")
+    assert (prefill.target == 3) == is_scaled, prefill.reason
