@@ -134,9 +134,10 @@ def predict_decode(model: LatencyModel, load: LoadForecast, replicas: int,
 
 
 def cold_itl(model: LatencyModel, load: LoadForecast, replicas: int, slowdown: float) -> float | None:
-    """Mean ITL of a decode replica still warming up (`slowdown` x slower steps) that carries the per-replica
+    """ITL p99 of a decode replica still warming up (`slowdown` x slower steps) that carries the per-replica
     batch of a pool of `replicas`: the router balances requests in flight, so a new replica fills to the
-    others' batch at once; None without a decode model."""
+    others' batch at once, and every request there must stay within the bound, so its tail is what counts;
+    None without a decode model."""
     batch = settled_batch(model, load, replicas)
     if batch is None or batch == float("inf"):
         return batch

@@ -3,10 +3,11 @@ how far one goes up when a breach is measured or the load measured now outgrows 
 
 A breach counts when the latest window is over target and either far over (`severe_breach` x) or over
 in another of the last `breach_windows` windows too: one window a few percent over is noise, not a
-capacity shortage. The step is one replica, or as many as the model says the load now needs (its
-backlog to be served within `drain_seconds`), at most `max_reactive_share` of the pool more; none while
-replicas already starting cover it, none when one more replica is predicted to hardly change the
-breached percentile (long prompts' own prefill time, not a queue).
+capacity shortage. The step is one replica, or as many as the model says the load now needs (the backlog
+there will be when new replicas serve, to be served within `drain_seconds` after that), at most
+`max_reactive_share` of the pool more; none while replicas already starting cover it, none when one
+more replica is predicted to hardly change the breached percentile (long prompts' own prefill time, not a queue). Without a breach, the load now moves a
+pool only when it needs more replicas even less one Poisson standard error of its count (`rate_noise_sigmas`).
 """
 
 from __future__ import annotations

@@ -12,9 +12,12 @@ Every `predictive_interval_seconds`, on the clock's grid:
 - predictive: the fewest replicas whose predicted percentiles stay within the plan margin x target at
   the forecast load (the peak over a horizon covering startup) — a jump up, not a step;
 - consolidate: the fewest replicas M (at most `max_step_down_share` of the pool fewer) for which the
-  model predicts every target within the (smaller) consolidate margin at the load they would carry (load x N/M, the
-  forecast's hold rate included), and only on a forecast chosen by backtest (a short history cannot
-  promise the load stays down).
+  model predicts every target within the (smaller) consolidate margin at the load they would carry
+  (load x N/M, the forecast's hold rate included), and only on a forecast chosen by backtest (a short
+  history cannot promise the load stays down).
+A decode scale-up is sized so that its new replicas, which run `cold_slowdown` x slower while they warm
+up and fill to the others' batch at once, keep their ITL within the bound (at the load forecast for
+their warm-up minute, or the load measured now on a reactive step).
 Hysteresis: a pool never moves against its last change within `cooldown_seconds` (zero flaps); the
 joint GPU budget (pool_budget.py) is applied last. Every decision carries its reason and the
 predicted effect on the binding SLO.
@@ -82,8 +85,8 @@ def _warming(load: LoadForecast | None, now_load: LoadForecast | None) -> LoadFo
 
 def _warm_enough(role: PoolRole, model: LatencyModel | None, load: LoadForecast | None, target: int, pool: PoolSize,
                  targets: tuple[SloTarget, ...], rules: PoolRules, reason: str) -> tuple[int, str]:
-    """A decode scale-up to `target`, grown until its new replicas, warming up, keep a request's mean ITL
-    within the strictest ITL bound (they fill to the others' batch at once and run slower)."""
+    """A decode scale-up to `target`, grown until its new replicas, warming up, keep their ITL p99 within
+    the strictest ITL bound (they fill to the others' batch at once and run slower)."""
     bound = max((t.seconds for t in targets if t.metric == "itl"), default=None)
     if role != "decode" or model is None or load is None or bound is None or rules.cold_slowdown <= 1.0:
         return target, reason
@@ -92,8 +95,8 @@ def _warm_enough(role: PoolRole, model: LatencyModel | None, load: LoadForecast 
         target += 1
     if target == wanted:
         return target, reason
-    return target, (f"{reason}; {target} so that replicas warming up ({rules.cold_slowdown:g}x slower) keep mean "
-                    f"ITL within {bound:g}s")
+    return target, (f"{reason}; {target} so that replicas warming up ({rules.cold_slowdown:g}x slower) keep ITL "
+                    f"within {bound:g}s")
 
 
 def _decide(role: PoolRole, view: PoolsView, model: LatencyModel | None, now_load: LoadForecast | None,
