@@ -59,6 +59,7 @@ class Stats:
                 f"| code share {code_share:.2f}")
 
 
+MAX_FAILURES_SHOWN = 5  # per run
 # what a chat request adds around the prompt (the router's "user: ...\nassistant:" layout), with room to spare
 CHAT_OVERHEAD_BYTES = 24
 
@@ -99,24 +100,26 @@ async def one_request(client: httpx.AsyncClient, workload: Workload, sinks: tupl
     started = last = time.perf_counter()
     ttft, itl = [], []
 
-    def failed() -> None:
+    def failed(why: str) -> None:
         for stats in sinks:
             stats.num_failed += 1
+        if sinks[-1].num_failed <= MAX_FAILURES_SHOWN:  # why the first ones failed; the count says the rest
+            print(f"loadgen: request failed after {time.perf_counter() - started:.1f}s: {why}", flush=True)
 
     try:
         async with client.stream("POST", path, json=body) as response:
             if response.status_code != 200:
-                return failed()
+                return failed(f"{response.status_code} {(await response.aread())[:300].decode(errors='replace')}")
             async for line in response.aiter_lines():
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue
-                if "error" in json.loads(line[6:]):
-                    return failed()
+                if "error" in (chunk := json.loads(line[6:])):
+                    return failed(f"error in stream after {len(ttft) + len(itl)} chunks: {chunk['error']}")
                 now = time.perf_counter()
                 (itl if ttft else ttft).append(now - (last if ttft else started))
                 last = now
-    except httpx.HTTPError:
-        return failed()
+    except httpx.HTTPError as exc:
+        return failed(f"{type(exc).__name__}: {exc}")
     for stats in sinks:
         stats.num_done += 1
         stats.num_tokens += len(ttft) + len(itl)

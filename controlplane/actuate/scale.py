@@ -20,7 +20,7 @@ from controlplane.actuate.fence import Fence
 from controlplane.actuate.pool_size import POOL_SIZE
 from controlplane.actuate.scaler import OtherWriter, PoolRef, PoolScaler, ScaleState
 from controlplane.desired import Policy, VerifyOutcome
-from controlplane.store import actions, pool_sizes
+from controlplane.store import actions, pool_sizes, tokens
 from controlplane.store.tables import Action, Deployment, Pool
 from controlplane.store.timestamps import utc
 
@@ -103,7 +103,7 @@ def _stand_down(session: Session, deployment: Deployment, pool: Pool, scaler: Po
     action = actions.record(session, deployment=deployment, pool=pool, kind=POOL_SIZE.kind, trigger="loop",
                             mode=policy.mode.value, status=actions.CONFLICT, reason=reason, predicted={},
                             inputs={"writer": writer, "target": state.target, "replicas": state.replicas,
-                                    "autoscalers": list(state.autoscalers)}, created_by="loop", now=now)
+                                    "autoscalers": list(state.autoscalers)}, created_by=tokens.LOOP, now=now)
     scaler.report(ref, reason="ScaleConflict", message=f"action {action.id}: {reason}", is_warning=True)
     log.warning("%s: %s", ref, reason)
 

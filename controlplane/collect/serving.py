@@ -42,7 +42,8 @@ def merge(total: dict[str, float], part: dict[str, float]) -> dict[str, float]:
 
 
 def replica_counters(snapshot: Snapshot | RankRow) -> dict[str, float] | None:
-    """One rank's part of its instance's window (its v1 snapshot, or its row of a v2 group snapshot); None from an agent that does not measure serving work."""
+    """One rank's part of its instance's window (its v1 snapshot, or its row of a v2 group snapshot); None from
+    an agent that does not measure serving work."""
     serving = snapshot.serving
     if serving is None:
         return None

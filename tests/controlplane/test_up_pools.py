@@ -69,7 +69,7 @@ def run_loadgen(router: str, rate: float, seconds: float, env: dict, on_wait,
             process.kill()
     total = re.search(r"loadgen total: (\d+) done, (\d+) failed, (\d+) not sent", output)
     assert total, output
-    print(output.strip().splitlines()[-1])
+    print("\n".join(line for line in output.strip().splitlines() if "request failed" in line or "total" in line))
     return tuple(map(int, total.groups()))
 
 

@@ -14,12 +14,12 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import func, select
 from support.auth import agent, operator
 
-from agents.protocol import GroupSnapshot, Snapshot
+from agents.protocol import GroupSnapshot, LatencySummary, ServingCounters, Snapshot
 from agents.sim.fleet import DEFAULT_MODEL, make_fleet
 from controlplane.api.app import create_app
 from controlplane.observed import GROUPS_AT, NODES_AT
 from controlplane.store import deployments, placements, windows
-from controlplane.store.tables import Agent, LoadWindow
+from controlplane.store.tables import Agent, Deployment, LoadWindow, Pool, ReplicaWindow
 from controlplane.telemetry import ControllerMetrics
 
 EP_SIZE, SLOTS = 8, 10
@@ -164,3 +164,31 @@ def test_a_group_post_is_bounded_as_rank_posts_are(client, sessions, clock, fiel
     assert refused.status_code == 422 and field in refused.text, refused.text
     with sessions() as session:
         assert session.scalar(select(func.count()).select_from(LoadWindow)) == 0
+
+
+def test_a_group_post_files_its_ranks_serving_counters_as_their_posts_do(client, sessions, clock):
+    """The pool planner's per-instance window (serving counters, TTFT, ITL) is the same from a group's rows
+    as from its ranks' own posts, past the warm-up windows and in them."""
+    register(client, "ranks")
+    register(client, "groups")
+    for w, snapshots in enumerate(rank_windows(clock, num_windows=3, num_instances=1)):
+        served = [s.model_copy(update={"serving": ServingCounters(
+            busy_seconds=4.0 + s.identity.rank, prefill_tokens=100 * (w + 1), num_prefilled=w + s.identity.rank,
+            batch_mean=1.5, kv_tokens_mean=300.0, kv_capacity_tokens=8192, max_batch=32),
+            "itl": LatencySummary(count=50, sum=1.5, p50=0.02, p90=0.03 + 0.01 * s.identity.rank, p99=0.05)})
+            for s in snapshots]
+        for body in [*served, *as_groups(served)]:
+            assert post(client, body).status_code == 200
+    with sessions() as session:
+        rows = {(name, w.window_index): w for name, w in session.execute(
+            select(Deployment.name, ReplicaWindow).join(Pool, Pool.id == ReplicaWindow.pool_id)
+            .join(Deployment, Deployment.id == Pool.deployment_id))}
+    by_rank = {index: w for (name, index), w in rows.items() if name == "ranks"}
+    by_group = {index: w for (name, index), w in rows.items() if name == "groups"}
+    assert by_rank.keys() == by_group.keys() and len(by_rank) == 3
+    for index, ranked in by_rank.items():
+        grouped = by_group[index]
+        assert (grouped.num_reports, grouped.age_windows) == (ranked.num_reports, ranked.age_windows)
+        assert grouped.counters == pytest.approx(ranked.counters)
+        assert grouped.counters["busy_seconds"] == 4.0 + EP_SIZE - 1  # lockstep ranks: the instance's is the max
+        assert grouped.counters["itl_p90"] == pytest.approx(0.03 + 0.01 * (EP_SIZE - 1))
