@@ -6,7 +6,8 @@ replica bounds and starting sizes (the static peak sizes). Reported per run: SLO
 all requests that finished within the p99 TTFT and ITL bounds), achieved TTFT and ITL (per request,
 mean time between its output tokens) p90/p99, GPU-hours, flaps (a pool reversing direction within
 the cooldown of its previous change), pool-size decisions applied, local-prefill threshold changes,
-requests failed by removal without drain. Prints a markdown table and writes it to
+requests failed by removal without drain. On the step trace a bound runs too (baselines/oracle.py: what
+any planner that ran low-rate sizes before the step could reach). Prints a markdown table and writes it to
 benchmarks/results/pools-<date>.md.
 
     OMP_NUM_THREADS=1 python -m benchmarks.pools [--minutes 60] [--no-write]
