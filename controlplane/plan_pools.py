@@ -21,7 +21,7 @@ from controlplane.learn.forecast import forecast_series
 from controlplane.learn.latency import COLD_START_WINDOWS, MIN_SAMPLES, PoolLatency, fit_decode, fit_prefill
 from controlplane.solve.pool_capacity import LoadForecast
 from controlplane.solve.pool_decision import PoolPlan
-from controlplane.solve.pool_load import load_series, measured_load
+from controlplane.solve.pool_load import load_series, measured_load, sure_rate
 from controlplane.solve.pool_rules import PoolRules
 from controlplane.solve.pool_view import PoolsView, PoolWindow, SloTarget
 from controlplane.solve.pools import is_predictive_tick, plan_pools
@@ -125,12 +125,15 @@ class MoectlPoolPlanner:
     surge: float = 0.5  # backtest errors of headroom over the forecast peak
     num_folds: int = 12  # cut points the rate forecast is backtested on: the last six minutes' surprises
     load_windows: int = 2  # the load "now" is measured over this many windows
+    rate_noise_sigmas: float = 1.0  # a reactive step without a breach acts on the rate less this many standard errors
     cold_start_windows: int = COLD_START_WINDOWS
 
     def plan(self, view: PoolsView) -> PoolPlan:
         recent = view.windows[-self.model_windows:]
         model = fit_latency(recent, self.cold_start_windows)
         now_load = measured_load(view.windows, self.load_windows)
+        if now_load is not None:
+            now_load = replace(now_load, sure_rate=sure_rate(view.windows, self.load_windows, self.rate_noise_sigmas))
         forecast = None
         latest = view.latest
         if latest is not None and now_load is not None and \

@@ -51,7 +51,7 @@ class LoadForecast:
     is_backtested: bool = False  # the forecaster had history enough to be chosen by backtest
     hold_rate: float | None = None  # None: request_rate
     warm_rate: float | None = None  # while replicas asked for now warm up (None: request_rate)
-    num_arrivals: int | None = None  # requests the rate was measured from (None: a forecast)
+    sure_rate: float | None = None  # measured: the rate the counts surely exceed (None: request_rate)
 
     def scaled(self, factor: float) -> LoadForecast:
         """The same mix at `factor` times the rate (the load N replicas carry on N/M of them)."""

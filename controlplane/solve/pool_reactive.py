@@ -6,8 +6,9 @@ in another of the last `breach_windows` windows too: one window a few percent ov
 capacity shortage. The step is one replica, or as many as the model says the load now needs (the backlog
 there will be when new replicas serve, to be served within `drain_seconds` after that), at most
 `max_reactive_share` of the pool more; none while replicas already starting cover it, none when one
-more replica is predicted to hardly change the breached percentile (long prompts' own prefill time, not a queue). Without a breach, the load now moves a
-pool only when it needs more replicas even less one Poisson standard error of its count (`rate_noise_sigmas`).
+more replica is predicted to hardly change the breached percentile (long prompts' own prefill time, not
+a queue). Without a breach, the load now moves a pool only when it needs more replicas at the rate its
+counts surely exceed (solve/pool_load.py: sure_rate).
 """
 
 from __future__ import annotations
@@ -101,10 +102,9 @@ def is_short(role: PoolRole, view: PoolsView, model: LatencyModel | None, now_lo
     if model is None or now_load is None:
         return False
     pool = view.pools[role]
-    if now_load.num_arrivals:
+    if now_load.sure_rate is not None and now_load.request_rate > 0:
         # a rate counted from a few hundred arrivals is off by a few percent: act on what it surely is
-        low = 1.0 - rules.rate_noise_sigmas / math.sqrt(now_load.num_arrivals)
-        now_load = now_load.scaled(max(low, 0.0))
+        now_load = now_load.scaled(min(now_load.sure_rate / now_load.request_rate, 1.0))
     load = _with_backlog(now_load, view, role, rules)
     need = replicas_needed(role, model, load, role_targets(role, view.targets), rules.margins(role)[0],
                            pool.max_replicas)

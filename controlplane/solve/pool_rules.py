@@ -31,7 +31,6 @@ class PoolRules:
     # of the pool, at least one replica: a bound on the model's error; within it the load x N/M check decides
     max_step_down_share: float = 0.5
     max_reactive_share: float = 0.5  # of the pool, at least one replica
-    rate_noise_sigmas: float = 1.0  # the load now must need more replicas by this many Poisson standard errors
     min_reactive_gain: float = 0.1  # a breach one more replica is predicted to cut by less is not acted on
     startup_seconds: float = 120.0  # a replica asked for now serves this much later (the platform's)
     drain_seconds: float = 180.0  # a backlog is planned to be gone within this after new replicas serve

@@ -231,10 +231,10 @@ def test_a_decode_scale_up_keeps_its_warming_replicas_within_the_itl_bound():
     assert plain.target("decode") == 6
 
 
-@pytest.mark.parametrize("num_arrivals, is_scaled", [(100, False), (10_000, True)])
-def test_the_load_now_must_need_more_replicas_beyond_its_counting_noise(num_arrivals, is_scaled):
+@pytest.mark.parametrize("sure, is_scaled", [(11.25, False), (12.4, True)])
+def test_the_load_now_must_need_more_replicas_at_the_rate_it_surely_is(sure, is_scaled):
     # 12.5 req/s needs a third prefill replica (two carry 11.7 under the utilisation ceiling); counted from 100
     # arrivals it may be 10% less (11.25), from 10000 only 1%
-    now = replace(load(12.5), num_arrivals=num_arrivals)
+    now = replace(load(12.5), sure_rate=sure)
     prefill = plan_pools(view(windows(190, rate=12.5)), model(), now, None).decision("prefill")
     assert (prefill.target == 3) == is_scaled, prefill.reason
