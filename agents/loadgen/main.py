@@ -84,7 +84,8 @@ class Workload:
         longest = self.max_chars
         if self.max_context_bytes:
             longest = min(longest, self.max_context_bytes - self.max_tokens - CHAT_OVERHEAD_BYTES - len(prefix))
-        length = self.rng.randint(min(self.min_chars, longest), max(1, longest))
+        longest = max(1, longest)  # a prefix and max_tokens past the context leave one character, never fewer
+        length = self.rng.randint(min(self.min_chars, longest), longest)
         start = self.rng.randrange(0, len(text) - length)
         return kind, prefix + text[start : start + length].encode("ascii", "ignore").decode()
 
