@@ -1,5 +1,7 @@
 """A controller for the scale benchmark (benchmarks/scale.py): the API (uvicorn) and the reconcile loop in one
-process, on a clock the benchmark can move forward, writing each reconcile pass's duration to a file.
+process, on a clock the benchmark can move forward, writing each reconcile pass's duration to a file. With
+`--api-only` it serves the API only, beside one that runs the loop: every process binds the port with
+SO_REUSEPORT, and the kernel spreads connections over them.
 
 It imports whichever `controlplane` comes first on PYTHONPATH, so the benchmark runs today's code (a tree
 exported from a git ref) and this tree through the same launcher. It uses only the app factory, the reconcile
@@ -16,6 +18,7 @@ import inspect
 import json
 import mmap
 import os
+import socket
 import struct
 import threading
 import time
@@ -41,6 +44,7 @@ def main() -> None:
     p.add_argument("--window-seconds", type=float, default=5.0)
     p.add_argument("--api-token", required=True)
     p.add_argument("--agent-token", required=True)
+    p.add_argument("--api-only", action="store_true", help="serve the API only (another process runs the loop)")
     args = p.parse_args()
     faulthandler.enable()  # a controller that dies mid-run says where in its log
 
@@ -48,7 +52,6 @@ def main() -> None:
 
     from controlplane.api.app import create_app
     from controlplane.config import Settings
-    from controlplane.reconcile import run_forever
     from controlplane.store import db
 
     settings = Settings(database_url=args.database_url, port=args.port, api_token=args.api_token,
@@ -57,12 +60,27 @@ def main() -> None:
     # 320 v1 posts at once queue on SQLite's one writer: they wait up to the agents' own 5 s, not the
     # controller's default db_timeout_seconds (2 s: on a loaded machine some of today's posts got a 503)
     extra = {"timeout_seconds": 5.0} if "timeout_seconds" in inspect.signature(db.make_engine).parameters else {}
-    db.upgrade(settings.database_url)
+    if not args.api_only:
+        db.upgrade(settings.database_url)
     sessions = db.make_sessions(db.make_engine(settings.database_url, **extra))
     clock = FileClock(args.clock_file)
     app = create_app(settings, sessions, clock=clock)
     stop = threading.Event()
-    passes = open(args.passes_file, "a", buffering=1)  # noqa: SIM115
+    if not args.api_only:
+        _start_loop(args.passes_file, sessions, settings, stop, clock)
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    listener.bind(("127.0.0.1", args.port))
+    print(f"pid {os.getpid()} serving on {args.port}" + (" (API only)" if args.api_only else ""), flush=True)
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[listener])
+    stop.set()
+
+
+def _start_loop(passes_file: str, sessions, settings, stop: threading.Event, clock: FileClock) -> None:  # noqa: ANN001
+    from controlplane.reconcile import run_forever
+
+    passes = open(passes_file, "a", buffering=1)  # noqa: SIM115
 
     def on_pass(result) -> None:  # noqa: ANN001
         passes.write(json.dumps({"seconds": result.seconds, "errors": result.num_errors,
@@ -77,11 +95,7 @@ def main() -> None:
         from controlplane.compute import WorkerProcess
 
         loop_kwargs["compute"] = WorkerProcess()
-    loop = threading.Thread(target=run_forever, daemon=True, name="reconcile", kwargs=loop_kwargs)
-    loop.start()
-    print(f"pid {os.getpid()} serving on {args.port}", flush=True)
-    uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=args.port, log_level="warning")).run()
-    stop.set()
+    threading.Thread(target=run_forever, daemon=True, name="reconcile", kwargs=loop_kwargs).start()
 
 
 if __name__ == "__main__":

@@ -19,15 +19,15 @@ from controlplane.diagnose import Cause, MtpDiagnosis
 from controlplane.effect import Effect
 from controlplane.learn.forecast import forecast_load
 from controlplane.observed import PoolState
+from controlplane.pacing import PLACEMENT, placement_allowance
 from controlplane.parking import LOAD_SPAN_SECONDS, material_change
 from controlplane.solve.algorithm import MigrationAware, PlacementAlgorithm
 from controlplane.solve.placement import Topology
 from controlplane.solve.routing import RECALL_TOLERANCE, RoutingStep, limit_range, plan_topk_group
 
-HOUR = 3600.0
 MAX_FORECAST_WINDOWS = 16
 MIGRATION_AWARE = MigrationAware()
-PLACEMENT, ROUTING = "placement", "routing"  # the knobs' kinds (controlplane/actuate/)
+ROUTING = "routing"  # the routing knob's kind (controlplane/actuate/); PLACEMENT: controlplane/pacing.py
 
 
 def pool_topology(pool: PoolState) -> Topology:
@@ -99,19 +99,10 @@ def plan_pool(policy: Policy, pool: PoolState, now: float, *, is_forced: bool = 
         still_parked, unparked = None, "a person asked"
     if still_parked:
         return plan(Decision.hold, still_parked, **inputs)
-    if pool.num_actions_last_hour >= policy.max_actions_per_hour:
-        return plan(Decision.hold, f"{pool.num_actions_last_hour} actions in the last hour, the policy allows "
-                                   f"{policy.max_actions_per_hour}", **inputs)
-    if pool.last_change_at is not None and now - pool.last_change_at < policy.cooldown_seconds:
-        return plan(Decision.hold, f"cooling down: last change {now - pool.last_change_at:.0f}s ago, "
-                                   f"cooldown {policy.cooldown_seconds:.0f}s", **inputs)
-    # budgets count expert residencies (layer, slot): weights moved, whatever the layer
-    num_residencies = pool.num_layers * pool.num_slots
-    max_moved = min(int(policy.max_moved_slots_fraction * num_residencies),
-                    int(policy.max_moved_slots_per_hour_fraction * num_residencies) - pool.moved_slots_last_hour)
-    if max_moved <= 0:
-        return plan(Decision.hold, f"hourly moves budget spent ({pool.moved_slots_last_hour} slots moved)",
-                    **inputs)
+    allowed = placement_allowance(policy, pool, now)
+    if allowed.hold_reason is not None:
+        return plan(Decision.hold, allowed.hold_reason, **inputs)
+    max_moved = allowed.max_moved_slots
 
     history = np.stack([w.expert_tokens for w in pool.windows[-MAX_FORECAST_WINDOWS:]]).astype(np.float64)
     load = forecast_load(history)

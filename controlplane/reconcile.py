@@ -9,7 +9,9 @@ safety rails kept); an action already in flight on the knob is joined, never dou
 `PoolScaler` (`actuate.scale`). A pool's failure is logged and retried next pass; it never stops the others,
 unless the database itself failed (gone, locked, timed out): then the pass ends there, as every other pool
 would wait as long. `dry_run` plans and writes nothing. Every writer of a pool holds its lock
-(`store.deployments.lock_pool`) from the start of its transaction: the loop, an alert, a person.
+(`store.deployments.lock_pool`) from the start of its transaction: the loop, an alert, a person. Where that
+lock is SQLite's one write lock, the loop first plans the pool with a dry run and reuses the plan under the
+lock when nothing it was made from changed (controlplane/plan_ahead.py): agents' posts never wait for a solve.
 The loop also runs the pruning job (controlplane/prune.py) at its bounded rate.
 
 With leader election only the leader reconciles (and prunes): a pass checks the `fence` before each pool,
@@ -46,6 +48,7 @@ from controlplane.diagnose import Cause, MtpDiagnosis, diagnose_mtp, diagnose_pr
 from controlplane.liveness import LoopLiveness
 from controlplane.observed import PoolState
 from controlplane.plan import check_pool_size, plan_pool, plan_routing
+from controlplane.plan_ahead import PlannedAhead
 from controlplane.prune import Pruning
 from controlplane.reconcile_pools import PoolsOutcome
 from controlplane.routing_reach import RoutingReach, check_routing_limit
@@ -128,11 +131,13 @@ def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: 
             if not dry_run and not fence.is_leading():
                 break
             try:
+                pool_compute = compute if dry_run else _plan_ahead(sessions, deployment_id, pool_id, settings,
+                                                                   now=now, tracer=tracer, compute=compute)
                 with sessions() as session, session.begin():
                     guard(session, fence)
                     deployment, pool = session.get(Deployment, deployment_id), session.get(Pool, pool_id)
                     result = reconcile_pool(session, deployment, pool, settings, now=now, dry_run=dry_run,
-                                            tracer=tracer, scaler=scaler, fence=fence, compute=compute)
+                                            tracer=tracer, scaler=scaler, fence=fence, compute=pool_compute)
                     plans.append(result.plan)
                     results.append(result)
             except NotLeader as lost:
@@ -147,6 +152,21 @@ def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: 
         span.set_attribute("moectl.pools", len(targets))
         span.set_attribute("moectl.errors", num_errors)
     return PassResult(plans, num_errors, time.perf_counter() - started, results)
+
+
+def _plan_ahead(sessions: sessionmaker[Session], deployment_id: int, pool_id: int, settings: Settings, *,
+                now: float, tracer: trace.Tracer, compute: Compute) -> Compute:
+    """Where the pool's lock is the database's one write lock (SQLite), plans the pool with a dry run before
+    taking it, so that agents' posts are not held up for as long as the planner solves
+    (controlplane/plan_ahead.py); returns the compute the reconcile under the lock plans through."""
+    with sessions() as session:
+        if not deployments.is_lock_exclusive(session):
+            return compute
+        planned = PlannedAhead(compute)
+        with tracer.start_as_current_span("reconcile.plan_ahead"):
+            reconcile_pool(session, session.get(Deployment, deployment_id), session.get(Pool, pool_id), settings,
+                           now=now, dry_run=True, tracer=trace.NoOpTracer(), compute=planned)
+        return planned
 
 
 def reconcile_pool(session: Session, deployment: Deployment, pool: Pool, settings: Settings, *, now: float,
@@ -166,8 +186,9 @@ def reconcile_pool(session: Session, deployment: Deployment, pool: Pool, setting
             state = pools.read_state(session, deployment, pool, now=now, settings=settings)
         if not dry_run:
             with tracer.start_as_current_span("verify"):
-                verify_pool(session, pool, state, policy, now)
-                state = pools.read_state(session, deployment, pool, now=now, settings=settings)
+                if actions.awaiting_verification(session, pool):  # else nothing to settle: the state stands
+                    verify_pool(session, pool, state, policy, now)
+                    state = pools.read_state(session, deployment, pool, now=now, settings=settings)
         mtp = diagnose_mtp(policy, state, now)
         if not dry_run and mtp is not None and mtp.cause == Cause.regression:
             state = _roll_back_regression(session, deployment, pool, state, mtp, settings, now)

@@ -3,6 +3,8 @@ snapshot (moectl.v1) or one EP group's (moectl.v2, agents/protocol/group.py); bo
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,15 +52,31 @@ class Report:
 
 def rank_counters(s: Snapshot | RankRow) -> dict[str, float]:
     """One rank's counters, from its v1 snapshot or its row of a group snapshot (the same fields)."""
-    counters = {name: float(getattr(s, name)) for name in _FIELDS}
+    return group_counters([s])
+
+
+def group_counters(rows: Sequence[Snapshot | RankRow]) -> dict[str, float]:
+    """The ranks' counters added up (summed, or the worst for MAXIMA), field by field across the ranks: what
+    `add_counters` over each rank's own would give, without a dict per rank (a 320-rank group's in about a
+    millisecond)."""
+
+    def total(values: Iterable[float]) -> float:
+        return sum(values, 0.0)
+
+    counters = {name: total(getattr(r, name) for r in rows) for name in _FIELDS}
     counters |= {
-        "ttft_count": s.ttft.count, "ttft_sum": s.ttft.sum, "itl_count": s.itl.count, "itl_sum": s.itl.sum,
-        "routing_recall_sum": s.routing_recall or 0.0, "routing_recall_count": int(s.routing_recall is not None),
-        "ttft_p99": s.ttft.p99 or 0.0, "itl_p99": s.itl.p99 or 0.0,
+        "ttft_count": total(r.ttft.count for r in rows), "ttft_sum": total(r.ttft.sum for r in rows),
+        "itl_count": total(r.itl.count for r in rows), "itl_sum": total(r.itl.sum for r in rows),
+        "routing_recall_sum": total(r.routing_recall or 0.0 for r in rows),
+        "routing_recall_count": total(int(r.routing_recall is not None) for r in rows),
+        "ttft_p99": max(0.0, *(r.ttft.p99 or 0.0 for r in rows)),
+        "itl_p99": max(0.0, *(r.itl.p99 or 0.0 for r in rows)),
     }
-    counters |= {f"{ACCEPTED_AT}{i}": float(n) for i, n in enumerate(s.spec_accepted_by_position)}
-    counters |= {f"{GROUPS_AT}{i}": float(n) for i, n in enumerate(s.routing_groups_per_token)}
-    return counters | {f"{NODES_AT}{i}": float(n) for i, n in enumerate(s.routing_nodes_per_token)}
+    for prefix, name in ((ACCEPTED_AT, "spec_accepted_by_position"), (GROUPS_AT, "routing_groups_per_token"),
+                         (NODES_AT, "routing_nodes_per_token")):
+        by_position = itertools.zip_longest(*(getattr(r, name) for r in rows), fillvalue=0)
+        counters |= {f"{prefix}{i}": total(values) for i, values in enumerate(by_position)}
+    return counters
 
 
 def to_report(snapshot: Snapshot, grid_seconds: float) -> Report:
@@ -72,7 +90,7 @@ def to_report(snapshot: Snapshot, grid_seconds: float) -> Report:
 def to_group_report(group: GroupSnapshot, grid_seconds: float) -> Report:
     rows = sorted(group.ranks, key=lambda r: r.rank)
     return Report(window_index(group.window_start, grid_seconds), group.expert_tokens.to_numpy(),
-                  group.slot_tokens.to_numpy(), 0, add_counters({}, *map(rank_counters, rows)),
+                  group.slot_tokens.to_numpy(), 0, group_counters(rows),
                   tuple(r.placement_version for r in rows))
 
 

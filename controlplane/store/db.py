@@ -13,6 +13,8 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
+from controlplane.store.decoded import DECODED, DecodedArrays
+
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 API_WORKER_THREADS = 40  # anyio's default thread limiter, where the API's handlers run
 # a connection for each worker thread and the loop, so a request waits for a lock, never for a connection;
@@ -113,7 +115,8 @@ def _milliseconds(seconds: float) -> int:
 
 
 def make_sessions(engine: Engine) -> sessionmaker[Session]:
-    return sessionmaker(engine, expire_on_commit=False)
+    """Sessions sharing one cache of decoded blobs (store/decoded.py)."""
+    return sessionmaker(engine, expire_on_commit=False, info={DECODED: DecodedArrays()})
 
 
 def alembic_config(url: str) -> Config:

@@ -46,6 +46,12 @@ def lock_pool(session: Session, pool: Pool) -> None:
     _lock_row(session, Pool, pool.id)
 
 
+def is_lock_exclusive(session: Session) -> bool:
+    """Whether `lock_pool` holds the whole database's write lock (SQLite): every writer waits while it is held,
+    agents' posts too, so the loop plans before it takes it (controlplane/plan_ahead.py)."""
+    return session.get_bind().dialect.name == "sqlite"
+
+
 def _lock_row(session: Session, table: type[Deployment] | type[Pool], row_id: int) -> None:
     # an UPDATE that changes nothing: it takes the lock where SELECT ... FOR UPDATE is a no-op (SQLite)
     session.execute(update(table).where(table.id == row_id).values(created_at=table.created_at))

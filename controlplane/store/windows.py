@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 from sqlalchemy import func, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from controlplane.collect.aggregate import Report, merge_counters
 from controlplane.observed import RANK_REPORTS, Window
 from controlplane.store.arrays import pack, unpack
 from controlplane.store.batches import delete_some
+from controlplane.store.decoded import unpack_for
 from controlplane.store.tables import LoadWindow, Pool
 
 
@@ -22,34 +24,50 @@ def add_report(session: Session, *, pool: Pool, report: Report, current_version:
                empty: tuple[np.ndarray, np.ndarray]) -> None:
     """Adds one post's report (a rank's, or an EP group's). A rank's slot load counts only when it ran the
     window's placement, so a window's per-GPU load never mixes two placements. Raises WindowOverflow (nothing
-    is added)."""
-    row = session.scalar(select(LoadWindow).where(LoadWindow.pool_id == pool.id,
-                                                  LoadWindow.window_index == report.window_index)
-                         .with_for_update())
+    is added). empty: zero arrays of the window's shapes (`deployments.zeros_for`).
+
+    The window's first report inserts its row, written without reading blobs back; where another post inserted
+    it meanwhile (the instances of a pool post at once), the insert does nothing once that post committed, and
+    this report is added to its row: no post has to start over."""
+    key = (LoadWindow.pool_id == pool.id, LoadWindow.window_index == report.window_index)
+    row = session.scalar(select(LoadWindow).where(*key).with_for_update())
     if row is None:
-        row = LoadWindow(pool_id=pool.id, window_index=report.window_index,
-                         window_start=report.window_index * grid_seconds, window_seconds=grid_seconds,
-                         placement_version=current_version, num_reports=0, num_slot_reports=0,
-                         expert_tokens=pack(empty[0]), slot_tokens=pack(empty[1]), counters={})
-        session.add(row)
-    expert_tokens = _checked_sum("expert_tokens", report.window_index, unpack(row.expert_tokens),
-                                 report.expert_tokens)
-    row.expert_tokens = pack(expert_tokens)
-    row.num_reports += len(report.rank_versions)
-    row.counters = merge_counters(row.counters, report.counters)
-    width = report.slots_per_rank
-    counted = [i for i, version in enumerate(report.rank_versions) if version == row.placement_version]
-    if counted:
-        slot_tokens = unpack(row.slot_tokens).copy()
-        for i in counted:
-            columns = slice(report.slot_offset + i * width, report.slot_offset + (i + 1) * width)
-            slot_tokens[:, columns] = _checked_sum("slot_tokens", report.window_index, slot_tokens[:, columns],
-                                                   report.slot_tokens[:, i * width:(i + 1) * width])
-        row.slot_tokens = pack(slot_tokens)
-        row.num_slot_reports += len(counted)
-        row.counters = merge_counters(row.counters,
-                                      {f"{RANK_REPORTS}{report.first_rank + i}": 1 for i in counted})
+        values = {"pool_id": pool.id, "window_index": report.window_index,
+                  "window_start": report.window_index * grid_seconds, "window_seconds": grid_seconds,
+                  "placement_version": current_version, "num_reports": 0, "num_slot_reports": 0, "counters": {}}
+        _add(values, report, *empty)
+        insert = postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
+        if session.scalar(insert(LoadWindow).values(**values).on_conflict_do_nothing(
+                index_elements=["pool_id", "window_index"]).returning(LoadWindow.id)) is not None:
+            return
+        row = session.scalar(select(LoadWindow).where(*key).with_for_update())
+    values = {"placement_version": row.placement_version, "num_reports": row.num_reports,
+              "num_slot_reports": row.num_slot_reports, "counters": row.counters}
+    _add(values, report, unpack(row.expert_tokens), unpack(row.slot_tokens).copy())
+    for name, value in values.items():
+        setattr(row, name, value)
     session.flush()
+
+
+def _add(window: dict, report: Report, expert_tokens: np.ndarray, slot_tokens: np.ndarray) -> None:
+    """Adds `report` to a window's values (placement_version, num_reports, num_slot_reports, counters) and
+    sums (expert_tokens, slot_tokens: writable, the latter changed in place), setting the blobs that changed."""
+    window["expert_tokens"] = pack(_checked_sum("expert_tokens", report.window_index, expert_tokens,
+                                                report.expert_tokens))
+    window["num_reports"] += len(report.rank_versions)
+    window["counters"] = merge_counters(window["counters"], report.counters)
+    counted = np.flatnonzero(np.asarray(report.rank_versions) == window["placement_version"])
+    if len(counted):
+        width = report.slots_per_rank
+        columns = (counted[:, None] * width + np.arange(width)).ravel()  # the counted ranks' slots in the report
+        into = report.slot_offset + columns  # and in the window
+        slot_tokens[:, into] = _checked_sum("slot_tokens", report.window_index, slot_tokens[:, into],
+                                            report.slot_tokens[:, columns])
+        window["num_slot_reports"] += len(counted)
+        window["counters"] = merge_counters(window["counters"],
+                                            {f"{RANK_REPORTS}{report.first_rank + i}": 1 for i in counted.tolist()})
+    if len(counted) or window["num_reports"] == len(report.rank_versions):  # changed, or the window's first
+        window["slot_tokens"] = pack(slot_tokens)
 
 
 def _checked_sum(name: str, window_index: int, total: np.ndarray, part: np.ndarray) -> np.ndarray:
@@ -64,10 +82,11 @@ def recent(session: Session, pool: Pool, *, before_index: int, limit: int) -> li
     rows = list(session.scalars(select(LoadWindow).where(LoadWindow.pool_id == pool.id,
                                                          LoadWindow.window_index < before_index)
                                 .order_by(LoadWindow.window_index.desc()).limit(limit)))
+    decode = unpack_for(session)  # read-only arrays, most of them decoded by an earlier read
     return [Window(index=r.window_index, start=r.window_start, seconds=r.window_seconds,
                    placement_version=r.placement_version, num_reports=r.num_reports,
-                   num_slot_reports=r.num_slot_reports, expert_tokens=unpack(r.expert_tokens),
-                   slot_tokens=unpack(r.slot_tokens), counters=dict(r.counters)) for r in reversed(rows)]
+                   num_slot_reports=r.num_slot_reports, expert_tokens=decode(r.expert_tokens),
+                   slot_tokens=decode(r.slot_tokens), counters=dict(r.counters)) for r in reversed(rows)]
 
 
 def prune(session: Session, pool: Pool, *, history_windows: int, limit: int) -> int:

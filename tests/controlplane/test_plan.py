@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from agents.protocol import PlacementTable, default_slot_to_expert
 from controlplane.desired import Decision, Mode, Policy
-from controlplane.observed import RANK_REPORTS, PoolState, Window
+from controlplane.observed import RANK_REPORTS, KnobChange, PoolState, Window
+from controlplane.pacing import PLACEMENT
 from controlplane.plan import plan_pool
 
 NUM_LAYERS, NUM_EXPERTS, EP, SPR = 2, 16, 4, 5
@@ -92,3 +95,13 @@ def test_a_window_missing_a_ranks_load_has_no_imbalance():
     assert unequal[-1].imbalance(EP) is None  # two instances for rank 0, one for the others
     plan = plan_pool(AUTO, PoolState(**{**state.__dict__, "windows": windows}), now=1000.0)
     assert plan.decision == Decision.hold and "misses" in plan.reason
+
+
+@pytest.mark.parametrize("num_recent, words", [(60, "actions in the last hour"), (40, "pacing")])
+def test_the_planner_holds_a_paced_or_capped_pool(num_recent, words):
+    now = 1000.0
+    times = [now - 900.0 + 15.0 * i for i in range(num_recent)]
+    paced = replace(pool(), last_change_at=times[-1], num_actions_last_hour=num_recent,
+                    changes=tuple(KnobChange(i, PLACEMENT, t, "verified", 0) for i, t in enumerate(times)))
+    plan = plan_pool(Policy(mode=Mode.auto, cooldown_seconds=0), paced, now=now)
+    assert plan.decision == Decision.hold and words in plan.reason

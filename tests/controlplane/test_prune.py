@@ -5,6 +5,7 @@ and knob, pending requests, and nothing of the last hour. Bounded per run; `moec
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from sqlalchemy import func, select
 from support.store import make_pool, snapshot
 
@@ -172,3 +173,25 @@ def test_a_pool_size_conflict_and_the_last_size_applied_stay(sessions, settings)
     with sessions() as session:
         assert sorted(session.scalars(select(Action.id))) == [applied, conflict, newest]
         assert earlier not in set(session.scalars(select(Action.id)))
+
+
+def test_the_space_of_pruned_windows_is_reused_so_the_database_stops_growing(sessions, settings):
+    """Windows come and go every pass; on PostgreSQL the pruning job vacuums their table, so the next windows
+    take the space the pruned ones left instead of growing the table until autovacuum comes."""
+    if not settings.database_url.startswith("postgresql"):
+        pytest.skip("SQLite reuses freed pages by itself")
+    kept = settings.model_copy(update={"history_windows": 10})
+    with sessions() as session, session.begin():
+        deployment, pool = make_pool(session, now=T0)
+    sizes = []
+    for round_ in range(8):
+        with sessions() as session, session.begin():
+            pool = session.get(type(pool), pool.id)
+            for i in range(100):
+                start = T0 + 10.0 * (100 * round_ + i)
+                windows.add_report(session, pool=pool, report=to_report(snapshot(window_start=start, seed=i), 10.0),
+                                   current_version=0, grid_seconds=10.0, empty=deployments.zeros_for(deployment, pool))
+        prune_all(sessions, kept, now=T0 + 1000.0 * (round_ + 1))
+        with sessions() as session:
+            sizes.append(session.scalar(select(func.pg_relation_size("load_windows"))))
+    assert max(sizes[3:]) <= max(sizes[:3]), sizes  # level after the first rounds (without the vacuum: growing)

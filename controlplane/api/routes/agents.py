@@ -137,6 +137,11 @@ def _ingest(post: _Post, session, settings, now: float, caller: Caller) -> Desir
         change.adopt(session, PLACEMENT, deployment=deployment, pool=pool, version=post.placement_version,
                      value=table, policy=policy, reported_by=post.reported_by, created_by=caller.name, now=now)
         latest = placements.latest(session, pool)
+    # what the answer needs is read before the window's row is locked: the pool's other instances post this
+    # window at once and wait for that lock only as long as this post still writes
+    decode = pool if pool.role == "decode" else deployments.get_pool(session, deployment, "decode")
+    threshold = prefill_thresholds.in_force(session, decode, policy)
+    routing = RoutingLimits(topk_group=routing_limits.latest(session, pool).topk_group)
     report = post.report(settings.window_seconds)
     num_windows = deployments.record_agents(session, pool=pool, instance=ident.instance, seen=post.seen,
                                             window_index=report.window_index, now=now)
@@ -153,12 +158,10 @@ def _ingest(post: _Post, session, settings, now: float, caller: Caller) -> Desir
         serving.add_replica_report(session, pool=pool, instance=ident.instance, window_index=report.window_index,
                                    age_windows=min(num_windows) - 1, counters=functools.reduce(merge, counters),
                                    num_reports=len(counters))
-    threshold = prefill_thresholds.in_force(session, deployments.get_pool(session, deployment, "decode"), policy)
     versions = {seen.placement_version for seen in post.seen}
     return desired_state(placement_version=latest.version, slot_to_expert=latest.slot_to_expert,
                          slot_share=latest.slot_share, reported_version=versions.pop() if len(versions) == 1 else -1,
-                         routing=RoutingLimits(topk_group=routing_limits.latest(session, pool).topk_group),
-                         local_prefill_threshold=threshold, window_seconds=settings.window_seconds)
+                         routing=routing, local_prefill_threshold=threshold, window_seconds=settings.window_seconds)
 
 
 @router.post("/v1/agents/router-window", response_model=RouterState, response_model_exclude_none=True)

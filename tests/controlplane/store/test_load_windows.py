@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import numpy as np
 from support.store import SLOTS_PER_RANK, make_pool, snapshot
 
@@ -56,3 +59,35 @@ def test_recent_returns_complete_windows_oldest_first_and_prune_drops_old_ones(s
         assert windows.prune(session, pool, history_windows=1, limit=100) == 2
         assert [w.index for w in windows.recent(session, pool, before_index=first + 9, limit=9)] == [
             first + 2, first + 3, first + 4]
+
+
+def test_a_report_to_a_window_another_post_is_opening_waits_for_it_and_adds_to_its_row(sessions):
+    """Instances of a pool post a window at once: one inserts its row, the others add to that row once it is
+    committed, none has to start its post over."""
+    with sessions() as session, session.begin():
+        deployment, pool = make_pool(session, now=NOW)
+    opened, errors = threading.Event(), []
+    first = sessions()
+    first.begin()
+    a = add(first, deployment, first.get(type(pool), pool.id), start=NOW, rank=0, seed=1)  # not committed yet
+
+    def second_post():
+        try:
+            with sessions() as session, session.begin():
+                opened.set()
+                add(session, deployment, session.get(type(pool), pool.id), start=NOW, rank=1, seed=2)
+        except Exception as exc:  # noqa: BLE001 (the assertion below names it)
+            errors.append(exc)
+
+    thread = threading.Thread(target=second_post)
+    thread.start()
+    opened.wait()
+    time.sleep(0.3)  # the second post is waiting on the first's row (PostgreSQL) or write lock (SQLite)
+    first.commit()
+    first.close()
+    thread.join(timeout=30)
+    assert errors == []
+    with sessions() as session:
+        [window] = windows.recent(session, session.get(type(pool), pool.id), before_index=10**9, limit=5)
+    assert (window.num_reports, window.num_slot_reports) == (2, 2)
+    np.testing.assert_array_equal(window.slot_tokens[:, :SLOTS_PER_RANK], a.slot_tokens.to_numpy())

@@ -1,0 +1,69 @@
+"""Pacing: a pool's hourly allowances (placement changes, weights moved) spent so they never run dry.
+
+A rolling-hour cap alone lets a loop that acts at every cooldown spend the hour's changes in its first half
+and then go blind for the rest while the load keeps drifting. The closed-loop benchmark's decode pool did
+exactly that (benchmarks/results/closed-loop-decode-2026-11-30.md, previous table): 60 changes in the first
+32 minutes, each near the best any placement could do, then none, and max/mean rose from 2.8 to 61 by the
+end of the hour. So a share of each allowance (FREE_SHARE) may be spent at once, as fast as the cooldown
+lets (a sudden shift is answered at once), and the rest no faster than evenly over the hour:
+
+- changes: over every trailing span tau <= 1 h, at most max_actions_per_hour * (FREE_SHARE + (1 - FREE_SHARE)
+  * tau / 1 h), counting the new one. The long-run pace is the even one (a change every 3600 /
+  max_actions_per_hour seconds, a few percent slower as the hour fills); after a burst it halves until the
+  burst ages out, and the hour's cap is never hit.
+- moves: past FREE_SHARE of the hourly budget, a change may move at most (1 - FREE_SHARE) of the hourly
+  budget's even rate times the time since the last change (only the hour's total is known, not each change's).
+
+Pure: (policy, pool, now) in, an `Allowance` out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from controlplane.desired import Policy
+from controlplane.observed import PoolState
+
+HOUR = 3600.0
+FREE_SHARE = 0.5  # of an hourly allowance, spent as fast as the cooldown lets
+PLACEMENT = "placement"  # the knob's kind (controlplane/actuate/), as PoolState.changes names it
+
+
+@dataclass(frozen=True)
+class Allowance:
+    """What the next placement change may do: hold_reason is why none may happen now (None: one may);
+    max_moved_slots: expert residencies (layer, slot) it may move."""
+
+    hold_reason: str | None
+    max_moved_slots: int = 0
+
+
+def placement_allowance(policy: Policy, pool: PoolState, now: float) -> Allowance:
+    """The cooldown, the hourly caps and their pacing, for the pool's next placement change at `now` (seconds)."""
+    num_actions, max_actions = pool.num_actions_last_hour, policy.max_actions_per_hour
+    since = None if pool.last_change_at is None else now - pool.last_change_at
+    if num_actions >= max_actions:
+        return Allowance(f"{num_actions} actions in the last hour, the policy allows {max_actions}")
+    if since is not None and since < policy.cooldown_seconds:
+        return Allowance(f"cooling down: last change {since:.0f}s ago, cooldown {policy.cooldown_seconds:.0f}s")
+    ages = sorted(now - c.at for c in pool.changes if c.knob == PLACEMENT and now - c.at < HOUR)
+    # the new change and those no older than ages[i] are i + 2 changes within ages[i]; each such span must
+    # have grown to HOUR * ((i + 2) / max_actions - FREE_SHARE) / (1 - FREE_SHARE)
+    waits = [HOUR * ((i + 2) / max_actions - FREE_SHARE) / (1 - FREE_SHARE) - age for i, age in enumerate(ages)]
+    if waits and max(waits) > 0:
+        return Allowance(f"pacing: {len(ages)} changes in the last hour; the policy's {max_actions} an hour are "
+                         f"spent at most {FREE_SHARE:.0%} at once, the rest evenly (next in {max(waits):.0f}s)")
+    # budgets count expert residencies (layer, slot): weights moved, whatever the layer
+    num_residencies = pool.num_layers * pool.num_slots
+    per_hour = int(policy.max_moved_slots_per_hour_fraction * num_residencies)
+    max_moved = min(int(policy.max_moved_slots_fraction * num_residencies), per_hour - pool.moved_slots_last_hour)
+    if max_moved <= 0:
+        return Allowance(f"hourly moves budget spent ({pool.moved_slots_last_hour} slots moved)")
+    if since is not None and pool.moved_slots_last_hour >= FREE_SHARE * per_hour:
+        paced = int((1 - FREE_SHARE) * per_hour * since / HOUR)
+        if paced <= 0:
+            return Allowance(f"pacing: {pool.moved_slots_last_hour} of {per_hour} slots of the hourly moves "
+                             f"budget moved, the rest at {(1 - FREE_SHARE) * per_hour / HOUR:.2f} slots/s "
+                             f"(last change {since:.0f}s ago)")
+        max_moved = min(max_moved, paced)
+    return Allowance(None, max_moved)

@@ -1,0 +1,57 @@
+"""Decoded blobs kept by content: a window read again is not decoded again, a window that got another report
+reads its new sums, and the cache stays under its bound."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from support.store import make_pool, snapshot
+
+from controlplane.collect.aggregate import to_report
+from controlplane.store import arrays, deployments, windows
+from controlplane.store.decoded import DecodedArrays
+
+NOW = 1_800_000_000.0
+
+
+def test_a_window_read_twice_is_decoded_once_and_a_new_report_is_read(sessions, monkeypatch):
+    decoded = []
+    real = arrays.unpack
+    monkeypatch.setattr("controlplane.store.decoded.unpack", lambda blob: decoded.append(blob) or real(blob))
+
+    def add(rank: int) -> None:
+        with sessions() as session, session.begin():
+            deployment, pool = deployments.get(session, "tiny"), deployments.pools_of(session,
+                                                                                   deployments.get(session, "tiny"))[0]
+            windows.add_report(session, pool=pool, report=to_report(snapshot(window_start=NOW, rank=rank), 10.0),
+                               current_version=0, grid_seconds=10.0, empty=deployments.zeros_for(deployment, pool))
+
+    def read():
+        with sessions() as session:
+            pool = deployments.pools_of(session, deployments.get(session, "tiny"))[0]
+            return windows.recent(session, pool, before_index=10**9, limit=5)
+
+    with sessions() as session, session.begin():
+        make_pool(session, now=NOW)
+    add(0)
+    [first] = read()
+    [again] = read()
+    assert len(decoded) == 2 and again.expert_tokens is first.expert_tokens  # two blobs, decoded once
+    with pytest.raises(ValueError):
+        first.slot_tokens[0, 0] = 1  # shared by every reader: read-only
+    add(1)
+    [later] = read()
+    assert len(decoded) == 4 and later.num_reports == 2
+    np.testing.assert_array_equal(later.expert_tokens, 2 * first.expert_tokens)  # rank 1 drew the same load
+
+
+def test_least_recently_used_arrays_go_past_the_bound():
+    blobs = [arrays.pack(np.full((4, 4), i, np.int64)) for i in range(4)]
+    decoded = DecodedArrays(max_bytes=2 * (128 + len(blobs[0])) + 10)
+    for blob in blobs[:2]:
+        decoded.unpack(blob)
+    decoded.unpack(blobs[0])  # used again: blobs[1] is now the least recent
+    decoded.unpack(blobs[2])
+    assert decoded.num_bytes <= decoded.max_bytes
+    assert list(decoded._arrays) == [blobs[0], blobs[2]]
+    assert int(decoded.unpack(blobs[3])[0, 0]) == 3
