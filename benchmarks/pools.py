@@ -6,7 +6,8 @@ replica bounds and starting sizes (the static peak sizes). Reported per run: SLO
 all requests that finished within the p99 TTFT and ITL bounds), achieved TTFT and ITL (per request,
 mean time between its output tokens) p90/p99, GPU-hours, flaps (a pool reversing direction within
 the cooldown of its previous change), pool-size decisions applied, local-prefill threshold changes,
-requests failed by removal without drain. Prints a markdown table and writes it to
+requests failed by removal without drain. On the step trace a bound runs too (baselines/oracle.py: what
+any planner that ran low-rate sizes before the step could reach). Prints a markdown table and writes it to
 benchmarks/results/pools-<date>.md.
 
     OMP_NUM_THREADS=1 python -m benchmarks.pools [--minutes 60] [--no-write]
@@ -22,6 +23,7 @@ import time
 from dataclasses import dataclass, replace
 
 from benchmarks.baselines.dynamo import DynamoSla
+from benchmarks.baselines.oracle import StepOracle
 from benchmarks.baselines.static import StaticPools
 from benchmarks.pdsim.cost import EngineCost
 from benchmarks.pdsim.outcome import Outcome, outcome
@@ -66,6 +68,9 @@ def run_trace(trace: Trace, cost: EngineCost = EngineCost()) -> list[Run]:
         (DynamoSla(**dynamo_args, enable_load_scaling=True, name="dynamo-sla+load"), replace(config, drain=False)),
         (MoectlPoolPlanner(), config),
     ]
+    if trace.name == "step":  # the bound on what reacting to an unforecast step can reach (baselines/oracle.py)
+        oracle = StepOracle.for_step(trace, config, MAX_REPLICAS)
+        planners.append((oracle, replace(config, initial=dict(oracle.low))))
     runs, static_hours = [], None
     for planner, planner_config in planners:
         start = time.perf_counter()
@@ -122,7 +127,9 @@ def main() -> None:
             "Every planner starts at the static peak sizes. static-peak: the fewest replicas per pool meeting every "
             "target under the trace's busiest 5 minutes replayed steadily. dynamo-sla: benchmarks/baselines/dynamo.py "
             "with its published defaults; dynamo-sla+load: the same with its load-based loop on (the two-loop planner "
-            "of its current releases); both remove replicas without drain, as Dynamo does. "
+            "of its current releases); both remove replicas without drain, as Dynamo does. oracle-step (bound): "
+            "benchmarks/baselines/oracle.py, the low rate's static sizes until the first window that measured the "
+            "step, then the whole GPU budget: no reactive planner that ran low-rate sizes can beat its attainment. "
             "moectl: controlplane/plan_pools.py. "
             f"Simulated on a shared 2-core {platform.processor() or platform.machine()}.")
     text = table(runs)

@@ -21,7 +21,7 @@ from controlplane.learn.forecast import forecast_series
 from controlplane.learn.latency import COLD_START_WINDOWS, MIN_SAMPLES, PoolLatency, fit_decode, fit_prefill
 from controlplane.solve.pool_capacity import LoadForecast
 from controlplane.solve.pool_decision import PoolPlan
-from controlplane.solve.pool_load import load_series, measured_load
+from controlplane.solve.pool_load import load_series, measured_load, sure_rate
 from controlplane.solve.pool_rules import PoolRules
 from controlplane.solve.pool_view import PoolsView, PoolWindow, SloTarget
 from controlplane.solve.pools import is_predictive_tick, plan_pools
@@ -65,13 +65,14 @@ def fit_latency(windows: tuple[PoolWindow, ...], cold_start_windows: int = COLD_
 
 
 def forecast_load(windows: tuple[PoolWindow, ...], now_load: LoadForecast, bucket_seconds: float,
-                  horizon_seconds: float, hold_seconds: float, surge: float, num_folds: int) -> LoadForecast:
+                  horizon_seconds: float, hold_seconds: float, surge: float, num_folds: int,
+                  warm_window: tuple[float, float] | None = None) -> LoadForecast:
     """The load to plan for: the peak forecast rate over `horizon_seconds` plus `surge` x the
     forecaster's backtest error over `num_folds` cut points (an upper prediction bound: wide where
     traffic has surprised it, narrow where it has not), never under the rate measured now; as
     hold_rate, the same over `hold_seconds` from the highest of the plausible candidates (a scale-down
-    must be safe even if the chosen one is wrong); the forecast mean lengths; the measured
-    remote/local split."""
+    must be safe even if the chosen one is wrong); as warm_rate, the same over `warm_window` (seconds from
+    now in which replicas asked for now warm up); the forecast mean lengths; the measured remote/local split."""
     rate, prompt, output = load_series(windows, bucket_seconds)
     if rate.size == 0:
         return now_load
@@ -83,11 +84,16 @@ def forecast_load(windows: tuple[PoolWindow, ...], now_load: LoadForecast, bucke
     error = 0.0 if np.isnan(rate_ahead.error) else rate_ahead.error
     peak = max(float(rate_ahead.values[:horizon].max()) + surge * error, now_load.request_rate)
     held = max(float(rate_ahead.upper.max()) + surge * error, now_load.request_rate)
+    warm = None
+    if warm_window is not None:
+        first = min(int(warm_window[0] // bucket_seconds), hold - 1)
+        last = min(max(first + 1, int(np.ceil(warm_window[1] / bucket_seconds))), hold)
+        warm = max(float(rate_ahead.values[first:last].max()) + surge * error, now_load.request_rate)
     scale = float(prompt_ahead.max() / prompt[-1]) if prompt[-1] > 0 else 1.0
     return LoadForecast(peak, now_load.remote_share, now_load.remote_prompt_tokens * scale,
                         now_load.local_prompt_tokens * scale, max(float(output_ahead.max()), 1.0), horizon_seconds,
                         f"{rate_ahead.method}+{surge:g}x{error:.1f}", is_backtested=rate_ahead.is_backtested,
-                        hold_rate=held)
+                        hold_rate=held, warm_rate=warm)
 
 
 # the load "now" (what the reactive step sizes for) is a rate over at least this long: over a few seconds it
@@ -100,8 +106,8 @@ def planner_for(policy: Policy, window_seconds: float, startup_seconds: float) -
     they are asked for: its horizons follow the policy's predictive interval and cooldown, its forecast
     buckets are three windows, its load "now" spans at least MIN_LOAD_SECONDS (the defaults below are these
     for 10 s windows and a 120 s startup)."""
-    rules = rules_of(policy)
-    return MoectlPoolPlanner(rules=rules, bucket_seconds=3 * window_seconds,
+    rules = replace(rules_of(policy), startup_seconds=startup_seconds)
+    return MoectlPoolPlanner(rules=rules, bucket_seconds=3 * window_seconds, startup_seconds=startup_seconds,
                              horizon_seconds=startup_seconds + rules.predictive_interval_seconds,
                              hold_seconds=startup_seconds + rules.cooldown_seconds,
                              load_windows=max(2, math.ceil(MIN_LOAD_SECONDS / window_seconds)))
@@ -113,21 +119,27 @@ class MoectlPoolPlanner:
     rules: PoolRules = field(default_factory=PoolRules)
     model_windows: int = 180
     bucket_seconds: float = 30.0
+    startup_seconds: float = 120.0  # a replica asked for now serves this much later
     horizon_seconds: float = 300.0  # a replica's startup plus one predictive interval
     hold_seconds: float = 420.0  # a replica's startup plus the cooldown in which a scale-down cannot be undone
     surge: float = 0.5  # backtest errors of headroom over the forecast peak
     num_folds: int = 12  # cut points the rate forecast is backtested on: the last six minutes' surprises
     load_windows: int = 2  # the load "now" is measured over this many windows
+    rate_noise_sigmas: float = 1.0  # a reactive step without a breach acts on the rate less this many standard errors
     cold_start_windows: int = COLD_START_WINDOWS
 
     def plan(self, view: PoolsView) -> PoolPlan:
         recent = view.windows[-self.model_windows:]
         model = fit_latency(recent, self.cold_start_windows)
         now_load = measured_load(view.windows, self.load_windows)
+        if now_load is not None:
+            now_load = replace(now_load, sure_rate=sure_rate(view.windows, self.load_windows, self.rate_noise_sigmas))
         forecast = None
         latest = view.latest
         if latest is not None and now_load is not None and \
                 is_predictive_tick(view.now, latest.seconds, self.rules.predictive_interval_seconds):
             forecast = forecast_load(view.windows, now_load, self.bucket_seconds, self.horizon_seconds,
-                                     self.hold_seconds, self.surge, self.num_folds)
+                                     self.hold_seconds, self.surge, self.num_folds,
+                                     (self.startup_seconds,
+                                      self.startup_seconds + self.cold_start_windows * latest.seconds))
         return plan_pools(view, model, now_load, forecast, self.rules)

@@ -50,6 +50,8 @@ class LoadForecast:
     method: str = ""
     is_backtested: bool = False  # the forecaster had history enough to be chosen by backtest
     hold_rate: float | None = None  # None: request_rate
+    warm_rate: float | None = None  # while replicas asked for now warm up (None: request_rate)
+    sure_rate: float | None = None  # measured: the rate the counts surely exceed (None: request_rate)
 
     def scaled(self, factor: float) -> LoadForecast:
         """The same mix at `factor` times the rate (the load N replicas carry on N/M of them)."""
@@ -58,6 +60,10 @@ class LoadForecast:
     @property
     def held(self) -> float:
         return self.request_rate if self.hold_rate is None else self.hold_rate
+
+    def warming(self) -> LoadForecast:
+        """This load at the rate replicas asked for now will meet while they warm up."""
+        return self if self.warm_rate is None else replace(self, request_rate=self.warm_rate)
 
     def for_hold(self) -> LoadForecast:
         """This load at the rate a consolidation must be safe for."""
@@ -125,6 +131,20 @@ def predict_decode(model: LatencyModel, load: LoadForecast, replicas: int,
             return None
         out[target.name] = float("inf") if is_full or batch == float("inf") else seconds
     return out
+
+
+def cold_itl(model: LatencyModel, load: LoadForecast, replicas: int, slowdown: float) -> float | None:
+    """ITL p99 of a decode replica still warming up (`slowdown` x slower steps) that carries the per-replica
+    batch of a pool of `replicas`: the router balances requests in flight, so a new replica fills to the
+    others' batch at once, and every request there must stay within the bound, so its tail is what counts;
+    None without a decode model."""
+    batch = settled_batch(model, load, replicas)
+    if batch is None or batch == float("inf"):
+        return batch
+    running = max(batch, 1.0)
+    local = load.request_rate * (1 - load.remote_share) * load.local_prompt_tokens / replicas
+    itl = model.decode_itl(99, running, running * (load.prompt_tokens + load.output_tokens / 2), local)
+    return None if itl is None else slowdown * itl
 
 
 def predict(role: str, model: LatencyModel, load: LoadForecast, replicas: int,

@@ -7,6 +7,8 @@ measure arrivals is skipped, never read as no traffic.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from controlplane.solve.pool_capacity import LoadForecast
@@ -43,6 +45,23 @@ def measured_load(windows: tuple[PoolWindow, ...], num_windows: int = 6) -> Load
     seconds = sum(w.seconds for w in recent)
     rate = sum(w.num_arrivals for w in recent) / seconds
     return LoadForecast(rate, *mix, horizon_seconds=0.0, method="measured")
+
+
+def sure_rate(windows: tuple[PoolWindow, ...], num_windows: int, sigmas: float, num_spans: int = 3) -> float | None:
+    """requests/s the arrivals surely exceed: over the last `num_windows` measured windows, twice and four
+    times as many (`num_spans` spans, each double the last), the highest of (arrivals - `sigmas` x
+    sqrt(arrivals)) / seconds, a Poisson count less its standard error. A short span follows a jump, a long
+    one counts enough arrivals to tell a small step from noise; None when nothing was measured."""
+    measured = [w for w in windows if w.num_arrivals is not None]
+    best = None
+    for span in range(num_spans):
+        recent = measured[-num_windows * 2**span:]
+        if not recent:
+            return best
+        count = sum(w.num_arrivals for w in recent)
+        rate = max(count - sigmas * math.sqrt(count), 0.0) / sum(w.seconds for w in recent)
+        best = rate if best is None else max(best, rate)
+    return best
 
 
 def load_series(windows: tuple[PoolWindow, ...], bucket_seconds: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -3,10 +3,12 @@ how far one goes up when a breach is measured or the load measured now outgrows 
 
 A breach counts when the latest window is over target and either far over (`severe_breach` x) or over
 in another of the last `breach_windows` windows too: one window a few percent over is noise, not a
-capacity shortage. The step is one replica, or as many as the model says the load now needs (its
-backlog to be served within `drain_seconds`), at most `max_reactive_share` of the pool more; none while
-replicas already starting cover it, none when one more replica is predicted to hardly change the
-breached percentile (long prompts' own prefill time, not a queue).
+capacity shortage. The step is one replica, or as many as the model says the load now needs (the backlog
+there will be when new replicas serve, to be served within `drain_seconds` after that), at most
+`max_reactive_share` of the pool more; none while replicas already starting cover it, none when one
+more replica is predicted to hardly change the breached percentile (long prompts' own prefill time, not
+a queue). Without a breach, the load now moves a pool only when it needs more replicas at the rate its
+counts surely exceed (solve/pool_load.py: sure_rate).
 """
 
 from __future__ import annotations
@@ -69,13 +71,29 @@ def _gain(role: PoolRole, model: LatencyModel | None, load: LoadForecast | None,
     return 1.0 - more[target.name] / now[target.name] if now[target.name] > 0 else 0.0
 
 
-def _with_backlog(load: LoadForecast, window: PoolWindow, drain_seconds: float) -> LoadForecast:
-    """The measured load plus what is queued (prompts waiting for prefill, requests waiting for KV
-    room), to be served within `drain_seconds` on top of new arrivals."""
+def _backlog(window: PoolWindow, prompt_tokens: float) -> float:
+    """Requests queued at the window's end: prompts waiting for prefill, requests waiting for KV room."""
     queued = sum(r.queued_tokens for r in window.of_role("prefill"))
     waiting = sum(r.num_waiting for r in window.of_role("decode"))
-    backlog = waiting + (queued / load.remote_prompt_tokens if load.remote_prompt_tokens > 0 else 0.0)
-    return load.scaled(1.0 + backlog / drain_seconds / max(load.request_rate, 1e-9))
+    return waiting + (queued / prompt_tokens if prompt_tokens > 0 else 0.0)
+
+
+def _with_backlog(load: LoadForecast, view: PoolsView, role: PoolRole, rules: PoolRules) -> LoadForecast:
+    """The measured load plus the backlog there will be when the pool's next replicas serve: the queue
+    measured now, still growing at the rate it grew over the latest window until then (the replicas
+    already starting, else `startup_seconds` from now), to be served within `drain_seconds` after that on
+    top of new arrivals. Sized on the queue alone, a jump is short by what arrives while its replicas
+    start, and the pool creeps up one late step at a time."""
+    windows = view.windows
+    now = _backlog(windows[-1], load.remote_prompt_tokens)
+    before = _backlog(windows[-2], load.remote_prompt_tokens) if len(windows) > 1 else now
+    growth = max(0.0, now - before) / windows[-1].seconds
+    until = rules.startup_seconds
+    if view.pools[role].num_starting:
+        up = next((d for d in reversed(view.history) if d.role == role and d.direction > 0), None)
+        until = 0.0 if up is None else max(0.0, up.at + rules.startup_seconds - view.now)
+    backlog = now + growth * until
+    return load.scaled(1.0 + backlog / rules.drain_seconds / max(load.request_rate, 1e-9))
 
 
 def is_short(role: PoolRole, view: PoolsView, model: LatencyModel | None, now_load: LoadForecast | None,
@@ -84,7 +102,10 @@ def is_short(role: PoolRole, view: PoolsView, model: LatencyModel | None, now_lo
     if model is None or now_load is None:
         return False
     pool = view.pools[role]
-    load = _with_backlog(now_load, view.latest, rules.drain_seconds)
+    if now_load.sure_rate is not None and now_load.request_rate > 0:
+        # a rate counted from a few hundred arrivals is off by a few percent: act on what it surely is
+        now_load = now_load.scaled(min(now_load.sure_rate / now_load.request_rate, 1.0))
+    load = _with_backlog(now_load, view, role, rules)
     need = replicas_needed(role, model, load, role_targets(role, view.targets), rules.margins(role)[0],
                            pool.max_replicas)
     return need is not None and need[0] > pool.num_serving
@@ -102,7 +123,7 @@ def react(role: PoolRole, view: PoolsView, model: LatencyModel | None, now_load:
         step = current if pool.num_starting else current + 1
     else:
         target, summary, step = None, "within targets", current
-    load = None if now_load is None else _with_backlog(now_load, view.latest, rules.drain_seconds)
+    load = None if now_load is None else _with_backlog(now_load, view, role, rules)
     if model is not None and load is not None:
         need = replicas_needed(role, model, load, role_targets(role, view.targets), rules.margins(role)[0],
                                pool.max_replicas)

@@ -28,10 +28,16 @@ class PoolRules:
     # prompt in several steps, so its TTFT is met only if it finds a replica free at once; past ~0.7 the
     # few such prompts wait behind others (the tail beyond p99 that per-window percentiles do not show)
     max_prefill_utilisation: float = 0.7
-    max_step_down_share: float = 0.34  # of the pool, at least one replica
+    # of the pool, at least one replica: a bound on the model's error; within it the load x N/M check decides
+    max_step_down_share: float = 0.5
     max_reactive_share: float = 0.5  # of the pool, at least one replica
     min_reactive_gain: float = 0.1  # a breach one more replica is predicted to cut by less is not acted on
-    drain_seconds: float = 180.0  # a measured backlog is planned to be gone within this (startup included)
+    startup_seconds: float = 120.0  # a replica asked for now serves this much later (the platform's)
+    drain_seconds: float = 180.0  # a backlog is planned to be gone within this after new replicas serve
+    # a new decode replica's first steps run this much slower (cold caches and kernels: the windows the latency
+    # model leaves out; in benchmarks/pdsim its ITL over its first minute is 1.9-2.05x the warm replicas' in the
+    # same windows); a decode scale-up is sized so that its new replicas still keep ITL within bound
+    cold_slowdown: float = 2.0
     threshold: ThresholdRules = ThresholdRules()
 
     def margins(self, role: PoolRole) -> tuple[float, float]:

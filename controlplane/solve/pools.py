@@ -11,10 +11,13 @@ Every window:
 Every `predictive_interval_seconds`, on the clock's grid:
 - predictive: the fewest replicas whose predicted percentiles stay within the plan margin x target at
   the forecast load (the peak over a horizon covering startup) — a jump up, not a step;
-- consolidate: fewer replicas (at most `max_step_down_share` of them) only if the model predicts every
-  target within the (smaller) consolidate margin at the load they would carry (load x N/M, the
-  forecast's hold rate included), and only on a forecast chosen by backtest (a short history cannot
-  promise the load stays down).
+- consolidate: the fewest replicas M (at most `max_step_down_share` of the pool fewer) for which the
+  model predicts every target within the (smaller) consolidate margin at the load they would carry
+  (load x N/M, the forecast's hold rate included), and only on a forecast chosen by backtest (a short
+  history cannot promise the load stays down).
+A decode scale-up is sized so that its new replicas, which run `cold_slowdown` x slower while they warm
+up and fill to the others' batch at once, keep their ITL within the bound (at the load forecast for
+their warm-up minute, or the load measured now on a reactive step).
 Hysteresis: a pool never moves against its last change within `cooldown_seconds` (zero flaps); the
 joint GPU budget (pool_budget.py) is applied last. Every decision carries its reason and the
 predicted effect on the binding SLO.
@@ -31,6 +34,7 @@ from controlplane.solve.pool_capacity import (
     FLOOR_SLACK,
     LatencyModel,
     LoadForecast,
+    cold_itl,
     predict,
     replicas_needed,
     worst,
@@ -38,7 +42,7 @@ from controlplane.solve.pool_capacity import (
 from controlplane.solve.pool_decision import DecisionKind, PoolDecision, PoolPlan, PredictedEffect
 from controlplane.solve.pool_reactive import breaches, is_short, react
 from controlplane.solve.pool_rules import PoolRules
-from controlplane.solve.pool_view import ROLES, PoolRole, PoolsView, SloTarget, role_targets
+from controlplane.solve.pool_view import ROLES, PoolRole, PoolSize, PoolsView, SloTarget, role_targets
 
 
 def is_predictive_tick(now: float, window_seconds: float, interval_seconds: float) -> bool:
@@ -71,6 +75,30 @@ def _effect(role: PoolRole, model: LatencyModel | None, load: LoadForecast | Non
     return PredictedEffect(target.name, predicted[target.name], target.seconds, replicas)
 
 
+def _warming(load: LoadForecast | None, now_load: LoadForecast | None) -> LoadForecast | None:
+    """The load new replicas meet while warming up: the forecast's for that time on a predictive step, else
+    the load measured now (its backlog goes to whichever replicas hold it)."""
+    if load is not None and load.warm_rate is not None:
+        return load.warming()
+    return now_load or load
+
+
+def _warm_enough(role: PoolRole, model: LatencyModel | None, load: LoadForecast | None, target: int, pool: PoolSize,
+                 targets: tuple[SloTarget, ...], rules: PoolRules, reason: str) -> tuple[int, str]:
+    """A decode scale-up to `target`, grown until its new replicas, warming up, keep their ITL p99 within
+    the strictest ITL bound (they fill to the others' batch at once and run slower)."""
+    bound = max((t.seconds for t in targets if t.metric == "itl"), default=None)
+    if role != "decode" or model is None or load is None or bound is None or rules.cold_slowdown <= 1.0:
+        return target, reason
+    wanted = target
+    while target < pool.max_replicas and (cold_itl(model, load, target, rules.cold_slowdown) or 0.0) > bound:
+        target += 1
+    if target == wanted:
+        return target, reason
+    return target, (f"{reason}; {target} so that replicas warming up ({rules.cold_slowdown:g}x slower) keep ITL "
+                    f"within {bound:g}s")
+
+
 def _decide(role: PoolRole, view: PoolsView, model: LatencyModel | None, now_load: LoadForecast | None,
             forecast: LoadForecast | None, is_tick: bool, rules: PoolRules) -> PoolDecision:
     pool, now = view.pools[role], view.now
@@ -87,6 +115,8 @@ def _decide(role: PoolRole, view: PoolsView, model: LatencyModel | None, now_loa
                                 f"{reason}; held: scaled {'up' if last.direction > 0 else 'down'} {since:.0f}s ago "
                                 f"(no reversal within {rules.cooldown_seconds:.0f}s)",
                                 _effect(role, model, load or now_load, current, targets))
+        if direction > 0:
+            target, reason = _warm_enough(role, model, _warming(load, now_load), target, pool, targets, rules, reason)
         return PoolDecision(now, role, current, target, kind, reason,
                             _effect(role, model, load or now_load, target, targets))
 
@@ -115,14 +145,16 @@ def _decide(role: PoolRole, view: PoolsView, model: LatencyModel | None, now_loa
         load = forecast.for_hold()
         if now_load is not None and now_load.request_rate > load.request_rate:
             load = load.scaled(now_load.request_rate / max(load.request_rate, 1e-9))
-        predicted = predict(role, model, load, fewer, targets)
-        target, ratio = worst(predicted, targets)
         goal = max(rules.margins(role)[1], FLOOR_SLACK * worst(predict(role, model, load, FLOOR_REPLICAS, targets),
                                                                  targets)[1])
-        if ratio <= goal:
-            return decision(fewer, DecisionKind.consolidate,
-                            f"load x {current}/{fewer} keeps {target.name} at {ratio:.2f} of target", load)
-        return decision(current, DecisionKind.keep, f"consolidation to {fewer} refused: {target.name} "
+        # the fewest replicas, down to `fewer`, that carry load x current/M within the goal: a step the
+        # model refuses at its largest may still be safe one replica smaller
+        for replicas in range(fewer, current):
+            target, ratio = worst(predict(role, model, load, replicas, targets), targets)
+            if ratio <= goal:
+                return decision(replicas, DecisionKind.consolidate,
+                                f"load x {current}/{replicas} keeps {target.name} at {ratio:.2f} of target", load)
+        return decision(current, DecisionKind.keep, f"consolidation to {current - 1} refused: {target.name} "
                         f"would be at {ratio:.2f} of target (> {goal:.2f})", load)
     if model is None:
         return decision(current, DecisionKind.keep, "within targets; no latency model yet (reactive steps only)")

@@ -17,7 +17,7 @@ from controlplane.plan_pools import (
     targets_of,
 )
 from controlplane.solve.pool_decision import DecisionKind, PoolPlanner
-from controlplane.solve.pool_load import load_series, measured_load
+from controlplane.solve.pool_load import load_series, measured_load, sure_rate
 from controlplane.solve.pool_view import SloTarget
 
 
@@ -77,3 +77,15 @@ def test_the_planner_plans_from_a_view():
     assert plan.threshold is not None
     stale = planner.plan(view(windows, now=400.0))
     assert all(d.kind == DecisionKind.hold for d in stale.decisions)
+
+
+def test_the_sure_rate_is_a_count_less_its_noise_over_the_span_that_tells_most():
+    # 10 req/s, then 12 for the last 8 windows: 20 s count 240 arrivals (11.2 req/s surely), 80 s count 960
+    # (11.6 req/s surely): a small step shows over the longer span
+    windows = tuple(window(t, rate=10.0 + 2.0 * (t > 400)) for t in range(10, 490, 10))
+    assert sure_rate(windows, 2, 1.0, num_spans=1) == pytest.approx((240 - 240**0.5) / 20)
+    assert sure_rate(windows, 2, 1.0) == pytest.approx((960 - 960**0.5) / 80)
+    assert sure_rate(windows, 2, 0.0) == pytest.approx(12.0)
+    assert sure_rate((), 2, 1.0) is None
+    planned = MoectlPoolPlanner().plan(view(list(windows)))
+    assert planned.load.sure_rate == pytest.approx((960 - 960**0.5) / 80)

@@ -99,7 +99,8 @@ def test_load_above_what_the_pool_carries_scales_before_any_breach():
 
 
 def test_scale_down_only_when_load_times_n_over_n_minus_one_meets_the_slo():
-    plan = plan_pools(view(windows(180), prefill=4), model(), load(10.0), load(10.0, hold=10.0))
+    # at a hold rate of 14 req/s two replicas would run past the utilisation ceiling, three carry it
+    plan = plan_pools(view(windows(180), prefill=4), model(), load(10.0), load(10.0, hold=14.0))
     prefill = plan.decision("prefill")
     assert (prefill.kind, prefill.target) == (DecisionKind.consolidate, 3), prefill.reason
     assert "load x 4/3" in prefill.reason and prefill.predicted.replicas == 3
@@ -184,3 +185,56 @@ def test_prefill_is_planned_under_its_utilisation_ceiling():
     assert replicas_needed("prefill", model().with_prefill_ceiling(0.7), load(25.0), TTFT, 0.8, 16)[0] == 5
     plan = plan_pools(view(windows(180)), model(), load(10.0), load(25.0))
     assert plan.target("prefill") == 5
+
+
+def test_consolidation_takes_the_fewest_replicas_that_carry_the_load():
+    # 6 prefill replicas, a step of at most 2: at a hold rate of 25 req/s, 4 replicas would run past the 0.7
+    # utilisation ceiling, 5 carry it within the consolidate margin, so the pool goes to 5 (not kept at 6)
+    plan = plan_pools(view(windows(180, num_prefill=6), prefill=6), model(), load(10.0), load(10.0, hold=25.0))
+    prefill = plan.decision("prefill")
+    assert (prefill.kind, prefill.target) == (DecisionKind.consolidate, 5), prefill.reason
+    assert "load x 6/5" in prefill.reason
+
+
+def queued(w, tokens: float):
+    """`w` with `tokens` prompt tokens queued on each prefill replica at its end."""
+    return replace(w, replicas=tuple(replace(r, queued_tokens=tokens) if r.role == "prefill" else r
+                                     for r in w.replicas))
+
+
+def test_a_growing_backlog_is_sized_for_when_new_replicas_serve():
+    # the same queue (200 prompts) at the latest window: steady since the window before, or grown from none
+    # in it (20 prompts/s more than the pool serves, for the 120 s new replicas take to start)
+    rules = PoolRules(max_reactive_share=3.0)
+    base = windows(180, ttft=1.3)
+    steady = base[:-2] + [queued(base[-2], 120_000.0), queued(window(190, ttft=1.3), 120_000.0)]
+    growing = base[:-1] + [queued(window(190, ttft=1.3), 120_000.0)]
+    sized = {name: plan_pools(view(ws), model(), load(10.0), None, rules).decision("prefill")
+             for name, ws in (("steady", steady), ("growing", growing))}
+    assert all(d.kind == DecisionKind.reactive for d in sized.values())
+    assert sized["growing"].target > sized["steady"].target >= 3, (sized["growing"].reason, sized["steady"].reason)
+    # replicas already asked for 100 s ago serve in 20 s: the backlog grows only until then
+    up = PoolDecision(90.0, "prefill", 2, 3, DecisionKind.reactive, "earlier")
+    started = plan_pools(view(growing, prefill=2, starting={"prefill": 1}, history=[up]), model(), load(10.0), None,
+                         rules).decision("prefill")
+    assert started.target < sized["growing"].target, started.reason
+
+
+def test_a_decode_scale_up_keeps_its_warming_replicas_within_the_itl_bound():
+    # 30 req/s while the new replicas warm up: 6 decode replicas meet the targets warm (batch 39, ITL p99 47 ms),
+    # but a new one fills to that batch at once and runs 2x slower (94 ms > the 80 ms bound); at 7 (batch 25,
+    # 35 ms) it stays within
+    forecast = replace(load(30.0), warm_rate=30.0)
+    decode = plan_pools(view(windows(180)), model(), load(10.0), forecast).decision("decode")
+    assert decode.target == 7 and "warming up (2x slower)" in decode.reason, decode.reason
+    plain = plan_pools(view(windows(180)), model(), load(10.0), forecast, PoolRules(cold_slowdown=1.0))
+    assert plain.target("decode") == 6
+
+
+@pytest.mark.parametrize("sure, is_scaled", [(11.25, False), (12.4, True)])
+def test_the_load_now_must_need_more_replicas_at_the_rate_it_surely_is(sure, is_scaled):
+    # 12.5 req/s needs a third prefill replica (two carry 11.7 under the utilisation ceiling); counted from 100
+    # arrivals it may be 10% less (11.25), from 10000 only 1%
+    now = replace(load(12.5), sure_rate=sure)
+    prefill = plan_pools(view(windows(190, rate=12.5)), model(), now, None).decision("prefill")
+    assert (prefill.target == 3) == is_scaled, prefill.reason
