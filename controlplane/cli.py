@@ -114,7 +114,7 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--ep-size", type=int, help="ranks per instance (default 2; 8 with --sim)")
     q.add_argument("--router-port", type=int, help="default: a free port")
     q.add_argument("--rate", type=float, help="workload requests per second, constant (instead of --schedule)")
-    q.add_argument("--schedule", default="0:1.5,40:4.5,160:1.5",
+    q.add_argument("--schedule", default="0:1.5,40:9,160:1.5",
                    help="workload rate over time, SECONDS:RATE,... (a step up and back: the pool planner acts)")
     q.add_argument("--schedule-period", type=float, default=300.0, help="repeat the schedule every N seconds")
     q.add_argument("--policy", type=json.loads,
