@@ -157,18 +157,21 @@ async def run(args: argparse.Namespace) -> int:
     tasks: set[asyncio.Task] = set()
     limits = httpx.Limits(max_connections=args.max_concurrency)
     async with httpx.AsyncClient(base_url=args.url, timeout=args.timeout, limits=limits) as client:
-        while time.monotonic() < deadline:
-            rate = rate_at(time.monotonic() - started, schedule, args.schedule_period)
-            await asyncio.sleep(rng.expovariate(rate))  # Poisson arrivals
-            if len(tasks) < args.max_concurrency:
-                task = asyncio.create_task(one_request(client, workload, (stats, total), args.max_tokens))
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
-            else:
-                num_skipped += 1
-            if time.monotonic() - since >= args.report_seconds:
-                print(stats.line(time.monotonic() - since, workload.code_share()), flush=True)
-                stats, since = Stats(), time.monotonic()
+        try:
+            while time.monotonic() < deadline:
+                rate = rate_at(time.monotonic() - started, schedule, args.schedule_period)
+                await asyncio.sleep(rng.expovariate(rate))  # Poisson arrivals
+                if len(tasks) < args.max_concurrency:
+                    task = asyncio.create_task(one_request(client, workload, (stats, total), args.max_tokens))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                else:
+                    num_skipped += 1
+                if time.monotonic() - since >= args.report_seconds:
+                    print(stats.line(time.monotonic() - since, workload.code_share()), flush=True)
+                    stats, since = Stats(), time.monotonic()
+        except asyncio.CancelledError:  # Ctrl-C (SIGINT): nothing new is sent; a second one stops at once
+            print(f"loadgen: stopping; waiting for {len(tasks)} request(s) in flight", flush=True)
         await asyncio.gather(*tasks, return_exceptions=True)
     print(stats.line(max(1e-9, time.monotonic() - since), workload.code_share()), flush=True)
     print(f"loadgen total: {total.num_done} done, {total.num_failed} failed, {num_skipped} not sent "

@@ -11,7 +11,8 @@ of what one sequence at a time carries, since the model has by then learnt from 
 full batch on a busy machine steps. The warm-up sends one request at a time (the load generator skips
 arrivals while one is in flight), so however slow the machine is, it never needs a second instance: a Poisson
 warm-up at a fixed rate is, on a busy machine, a few seconds' burst the reactive step rightly answers. The SLO
-is loose enough that noise never breaches it: what moves the pool is the load. About ten minutes on two cores.
+is loose enough that noise never breaches it: what moves the pool is the load. About five minutes on two cores:
+the fall ends once the drained instance is gone.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ POLICY = {"mode": "auto", "slo": {"ttft_p90_seconds": 30.0, "itl_p90_seconds": 2
           "replicas": {"prefill": {"min": 1, "max": 1}, "decode": {"min": 1, "max": 2}},
           "pool_cooldown_seconds": 30.0, "pool_predictive_interval_seconds": 10.0}
 SLOTS, OUTPUT_TOKENS = 4, 160  # sequences one decode instance batches; tokens per request
-PHASES = (("warm-up", 70.0), ("step up", 110.0), ("fall", 240.0))  # seconds each
+PHASES = (("warm-up", 70.0), ("step up", 110.0), ("fall", 240.0))  # seconds each (the fall: at most)
 
 
 def size_actions(url: str) -> list[dict]:
@@ -50,18 +51,23 @@ def mean_itl(rank: str) -> float:
     return value["sum"] / value["count"]
 
 
-def run_loadgen(router: str, rate: float, seconds: float, env: dict, on_wait,
-                max_concurrency: int = 512) -> tuple[int, int, int]:
+def run_loadgen(router: str, rate: float, seconds: float, env: dict, on_wait, max_concurrency: int = 512,
+                is_done=lambda: False) -> tuple[int, int, int]:
     """(done, failed, not sent) of a workload at `rate` for `seconds`, at most `max_concurrency` requests in
-    flight; on_wait() is called while it runs."""
+    flight; on_wait() is called while it runs; once is_done(), it sends nothing new (SIGINT) and its requests in
+    flight finish."""
     process = subprocess.Popen(
         [sys.executable, "-m", "agents.loadgen", "--url", router, "--rate", f"{rate:.3f}", "--duration",
          f"{seconds:g}", "--max-tokens", str(OUTPUT_TOKENS), "--max-chars", "200", "--timeout", "300",
          "--max-concurrency", str(max_concurrency), "--report-seconds", "30"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, preexec_fn=die_with_parent)
     try:
+        is_stopping = False
         while process.poll() is None:
             on_wait()
+            if not is_stopping and is_done():
+                process.send_signal(signal.SIGINT)
+                is_stopping = True
             time.sleep(2)
         output = process.stdout.read()
     finally:
@@ -115,8 +121,9 @@ def test_a_step_in_traffic_adds_a_decode_instance_and_the_fall_drains_one(tmp_pa
         # arrivals stop when the step's time is up; its loadgen exits only once the backlog it left is served
         # (on two busy cores, a minute or more later), and the planner rightly sees the fall from the first
         fell = stepped + PHASES[1][1]
-        totals.append(run_loadgen(router, 0.05 * one_instance, PHASES[2][1], env, lambda: watch() if "down" not in
-                                  found else None))
+        totals.append(run_loadgen(  # the fall lasts until the drained instance is gone, PHASES' time at most
+            router, 0.05 * one_instance, PHASES[2][1], env, lambda: watch() if "down" not in found else None,
+            is_done=lambda: "down" in found and "removed and stopped" in (tmp_path / "up.log").read_text()))
         text = (tmp_path / "up.log").read_text()
         assert "up" in found, "no decode instance was added:\n" + text[-6000:]
         up_action, down_action = found["up"], found.get("down")
