@@ -77,8 +77,10 @@ def free_port() -> int:
 def launch(args: argparse.Namespace, argv: list[str]) -> int:
     """Starts every rank, waits; a rank that dies takes the group down (its peers would hang)."""
     dist_port = free_port()
+    # tied to the launcher before exec: a launcher killed while a rank still starts up leaves no orphan
     procs = [subprocess.Popen([sys.executable, "-m", "agents.worker", *argv, "--rank", str(r),
-                               "--dist-port", str(dist_port)]) for r in range(args.ep_size)]
+                               "--dist-port", str(dist_port)], preexec_fn=_die_with_parent)
+             for r in range(args.ep_size)]
     stopping = threading.Event()
 
     def stop(signum, _frame) -> None:
