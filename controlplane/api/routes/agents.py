@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from fastapi import APIRouter, HTTPException
 from fastapi.responses import JSONResponse
@@ -50,6 +51,7 @@ from controlplane.store import (
 from controlplane.store.deployments import AgentSeen
 
 router = APIRouter(tags=["agents"])
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -99,15 +101,21 @@ def post_group_snapshot(group: GroupSnapshot, session: SessionDep, settings: Set
     return _store(post, session, settings, now, caller)
 
 
+def _once_more_on_conflict(session, ingest: Callable[[], T]) -> T:
+    """ingest() in a transaction, and once more if it lost a race to create a row (two ranks creating the same
+    pool, agent, window or adopted version; one window posted twice at once): the retry finds that row."""
+    try:
+        with session.begin():
+            return ingest()
+    except IntegrityError:
+        pass
+    with session.begin():
+        return ingest()
+
+
 def _store(post: _Post, session, settings, now: float, caller: Caller) -> DesiredState | JSONResponse:
     try:
-        try:
-            with session.begin():
-                return _ingest(post, session, settings, now, caller)
-        except IntegrityError:
-            pass  # two ranks created the same pool, agent, window or adopted version at once: the retry finds it
-        with session.begin():
-            return _ingest(post, session, settings, now, caller)
+        return _once_more_on_conflict(session, lambda: _ingest(post, session, settings, now, caller))
     except SnapshotRejected as exc:
         return JSONResponse(status_code=exc.status,
                             content={"detail": str(exc)} | ({"code": exc.code} if exc.code else {}))
@@ -169,13 +177,7 @@ def post_router_window(window: RouterWindow, session: SessionDep, settings: Sett
                        _: AgentDep) -> RouterState:
     """Stores one router's window (arrivals, lengths, end-to-end latencies: what the pool planner sizes pools
     from) and answers with the threshold the router should route by. A window posted twice is kept once."""
-    try:
-        with session.begin():
-            return _ingest_router(window, session, settings, now)
-    except IntegrityError:
-        pass  # the same window posted twice at once: the retry finds it
-    with session.begin():
-        return _ingest_router(window, session, settings, now)
+    return _once_more_on_conflict(session, lambda: _ingest_router(window, session, settings, now))
 
 
 def _ingest_router(window: RouterWindow, session, settings, now: float) -> RouterState:
