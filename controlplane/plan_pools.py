@@ -126,11 +126,10 @@ class MoectlPoolPlanner:
     num_folds: int = 12  # cut points the rate forecast is backtested on: the last six minutes' surprises
     load_windows: int = 2  # the load "now" is measured over this many windows
     rate_noise_sigmas: float = 1.0  # a reactive step without a breach acts on the rate less this many standard errors
-    cold_start_windows: int = COLD_START_WINDOWS
 
     def plan(self, view: PoolsView) -> PoolPlan:
         recent = view.windows[-self.model_windows:]
-        model = fit_latency(recent, self.cold_start_windows)
+        model = fit_latency(recent, self.rules.cold_start_windows)
         now_load = measured_load(view.windows, self.load_windows)
         if now_load is not None:
             now_load = replace(now_load, sure_rate=sure_rate(view.windows, self.load_windows, self.rate_noise_sigmas))
@@ -141,5 +140,5 @@ class MoectlPoolPlanner:
             forecast = forecast_load(view.windows, now_load, self.bucket_seconds, self.horizon_seconds,
                                      self.hold_seconds, self.surge, self.num_folds,
                                      (self.startup_seconds,
-                                      self.startup_seconds + self.cold_start_windows * latest.seconds))
+                                      self.startup_seconds + self.rules.cold_start_windows * latest.seconds))
         return plan_pools(view, model, now_load, forecast, self.rules)
