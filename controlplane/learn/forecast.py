@@ -101,24 +101,16 @@ def _ahead(forecast, history: np.ndarray, horizon: int, ceiling: float = np.inf)
     return np.stack(steps)
 
 
-def _held(path: np.ndarray, max_reach: int | None) -> np.ndarray:
-    """[horizon, ...] `path` followed `max_reach` windows (None: all), its last value held after."""
-    if max_reach is None or max_reach >= path.shape[0]:
-        return path
-    return np.concatenate([path[:max_reach], np.repeat(path[max_reach - 1:max_reach], path.shape[0] - max_reach, 0)])
-
-
-def backtest_errors(history, num_folds: int = 4, horizon: int = 1, ceiling: float = np.inf,
-                    max_reach: int | None = None) -> dict[str, float]:
+def backtest_errors(history, num_folds: int = 4, horizon: int = 1, ceiling: float = np.inf) -> dict[str, float]:
     """Mean absolute error of each candidate over the `horizon` windows after each of the last
-    `num_folds` cut points (tokens, or the series' unit), each followed `max_reach` windows at most."""
+    `num_folds` cut points (tokens, or the series' unit)."""
     history = _check_history(history)
     num_folds = max(1, min(num_folds, history.shape[0] - horizon))
     errors = {name: 0.0 for name in CANDIDATES}
     for end in range(history.shape[0] - horizon - num_folds + 1, history.shape[0] - horizon + 1):
         truth = history[end:end + horizon]
         for name, forecast in CANDIDATES.items():
-            ahead = _held(_ahead(forecast, history[:end], horizon, ceiling), max_reach)
+            ahead = _ahead(forecast, history[:end], horizon, ceiling)
             errors[name] += float(np.abs(ahead - truth).mean()) / num_folds
     return errors
 
@@ -138,18 +130,13 @@ def forecast_load(history) -> np.ndarray:
 MAX_GROWTH = 2.0  # a series forecast never leaves [0, MAX_GROWTH x its highest value so far]
 MIN_BACKTEST = 6  # windows a series needs before a candidate is chosen by backtest
 PLAUSIBLE_ERROR = 1.5  # candidates within this factor of the best backtest error make up `upper`
-# a forecast is followed this many windows, then held: candidates read a trend from the last few windows (trend
-# 8, ridge 4 lags), which says little about further out; on a diurnal peak of 24 req/s (30 s windows), a trend
-# followed out ten windows read the bend and counting noise as a slope and forecast 33
-MAX_REACH = 4
 
 
 class SeriesForecast(NamedTuple):
     values: np.ndarray  # [horizon]
     method: str  # the chosen candidate
     error: float  # its mean absolute backtest error (NaN: too short to backtest)
-    upper: np.ndarray  # [horizon] the highest any plausible candidate forecasts, each followed out the whole
-    # horizon (not held after MAX_REACH): for decisions that must not undershoot
+    upper: np.ndarray  # [horizon] the highest any candidate forecasts: for decisions that must not undershoot
     is_backtested: bool  # chosen by backtest over at least half the horizon (not by default)
 
 
@@ -158,9 +145,8 @@ def forecast_series(series, horizon: int = 1, num_folds: int = 4) -> SeriesForec
 
     Chosen by backtest over the last `num_folds` cut points when the series has at least MIN_BACKTEST
     windows (over the horizon, or over as many windows as can be held out three times when the series
-    is shorter); EWMA otherwise, with a NaN error. Each is followed MAX_REACH windows, then held. Fed its own
-    forecasts, a trend model on a short series can run away (a step read as a slope), so each step is kept within
-    MAX_GROWTH x the highest value seen."""
+    is shorter); EWMA otherwise, with a NaN error. Fed its own forecasts, a trend model on a short series can run away
+    (a step read as a slope), so each step is kept within MAX_GROWTH x the highest value seen."""
     series = np.asarray(series, dtype=np.float64)
     if series.ndim != 1 or series.size == 0:
         raise ValueError(f"series must be [num_windows] with at least one window, got shape {series.shape}")
@@ -168,15 +154,14 @@ def forecast_series(series, horizon: int = 1, num_folds: int = 4) -> SeriesForec
         raise ValueError(f"horizon must be >= 1 window, got {horizon}")
     history = _check_history(series[:, None, None])
     ceiling = MAX_GROWTH * float(series.max())
-    followed = {name: _ahead(forecast, history, horizon, ceiling).reshape(horizon)
-                for name, forecast in CANDIDATES.items()}
-    ahead = {name: _held(path, MAX_REACH) for name, path in followed.items()}
+    ahead = {name: _ahead(forecast, history, horizon, ceiling).reshape(horizon)
+             for name, forecast in CANDIDATES.items()}
     if history.shape[0] < MIN_BACKTEST:
-        return SeriesForecast(ahead["ewma4"], "ewma4", float("nan"),
-                              np.max(np.stack(list(followed.values())), axis=0), False)
+        return SeriesForecast(ahead["ewma4"], "ewma4", float("nan"), np.max(np.stack(list(ahead.values())), axis=0),
+                              False)
     tested = min(horizon, history.shape[0] - 3)
-    errors = backtest_errors(history, num_folds, horizon=tested, ceiling=ceiling, max_reach=MAX_REACH)
+    errors = backtest_errors(history, num_folds, horizon=tested, ceiling=ceiling)
     name = min(errors, key=errors.get)
-    plausible = [followed[n] for n in followed if errors[n] <= PLAUSIBLE_ERROR * errors[name]]
+    plausible = [ahead[n] for n in ahead if errors[n] <= PLAUSIBLE_ERROR * errors[name]]
     return SeriesForecast(ahead[name], name, errors[name], np.max(np.stack(plausible), axis=0),
                           2 * tested >= horizon)
