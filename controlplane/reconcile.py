@@ -1,19 +1,19 @@
 """The one reconcile path: for a pool, observe -> verify -> plan -> actuate, level-triggered.
 
-Every trigger ends here. The loop calls `reconcile_pool` for every pool each pass (the prefill and decode
-pools of a deployment with a latency SLO are sized by the pool planner: reconcile_pools.py); a person's
-rebalance and an alert only record a request on the pool (`store.requests`) and then call it at once,
-so they can answer with the action. A pending request forces the plan (trigger thresholds skipped,
-safety rails kept); an action already in flight on the knob is joined, never doubled
-(`actuate.in_flight`). What a plan changes, knob by knob, is in controlplane/reconcile_knobs.py and what
-is recorded for people in controlplane/findings.py; every change is written by `actuate`, and a pool's size
-is then made real by its `PoolScaler` (`actuate.scale`). A pool's failure is logged and retried next pass; it never stops the others,
-unless the database itself failed (gone, locked, timed out): then the pass ends there, as every other pool
-would wait as long. `dry_run` plans and writes nothing. Every writer of a pool holds its lock
-(`store.deployments.lock_pool`) from the start of its transaction: the loop, an alert, a person. Where that
-lock is SQLite's one write lock, the loop first plans the pool with a dry run and reuses the plan under the
-lock when nothing it was made from changed (controlplane/plan_ahead.py): agents' posts never wait for a solve.
-The loop also runs the pruning job (controlplane/prune.py) at its bounded rate.
+Every trigger ends here. The loop calls `reconcile_pool` for every pool each pass (the prefill and decode pools
+of a deployment with a latency SLO are sized by the pool planner: reconcile_pools.py); a person's rebalance and
+an alert only record a request on the pool (`store.requests`) and then call it at once, so they can answer with
+the action. A pending request forces the plan (trigger thresholds skipped, safety rails kept); an action already
+in flight on the knob is joined, never doubled (`actuate.in_flight`). What a plan changes, knob by knob, is in
+controlplane/reconcile_knobs.py and what is recorded for people in controlplane/findings.py; every change is
+written by `actuate`, and a pool's size is then made real by its `PoolScaler` (`actuate.scale`). A pool's
+failure is logged and retried next pass; it never stops the others, unless the database itself failed (gone,
+locked, timed out): then the pass ends there, as every other pool would wait as long. `dry_run` plans and writes
+nothing. Every writer of a pool holds its lock (`store.deployments.lock_pool`) from the start of its
+transaction: the loop, an alert, a person. Where that lock is SQLite's one write lock, the loop first plans the
+pool with a dry run and reuses the plan under the lock when nothing it was made from changed
+(controlplane/plan_ahead.py): agents' posts never wait for a solve. The loop also runs the pruning job
+(controlplane/prune.py) at its bounded rate.
 
 With leader election only the leader reconciles (and prunes): a pass checks the `fence` before each pool,
 each commit that wrote is fenced (`actuate.fence.guard`), and a replica that lost the leadership mid-pass
