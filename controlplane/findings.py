@@ -20,7 +20,7 @@ ROUTING_LIMIT_VIOLATION = "routing_limit_violation"  # the action kind of a grou
 
 
 def record_findings(session: Session, deployment: Deployment, pool: Pool, state: PoolState, policy: Policy,
-                     now: float, mtp: MtpDiagnosis | None) -> None:
+                    now: float, mtp: MtpDiagnosis | None) -> None:
     """Findings go to the audit trail, where the dashboard's timeline shows them: each at most once an hour,
     an MTP diagnosis also whenever its cause changes."""
     recent = [a for a in actions.of_pool(session, pool, since=now - 3600.0, statuses=(actions.RECORDED,))
@@ -41,7 +41,7 @@ def record_findings(session: Session, deployment: Deployment, pool: Pool, state:
 
 
 def record_routing_reach(session: Session, deployment: Deployment, pool: Pool, state: PoolState, policy: Policy,
-                          now: float) -> RoutingReach:
+                         now: float) -> RoutingReach:
     """A group limit configured but not honoured is recorded (at most once an hour, with the windows that show
     it) for people: no knob of the loop fixes a code path that bypasses it."""
     reach = check_routing_limit(policy, state)

@@ -32,7 +32,7 @@ log = logging.getLogger("moectl.reconcile")
 
 
 def actuate_placement(session: Session, deployment: Deployment, pool: Pool, policy: Policy, plan: Plan,
-                       pending: list[Request], settings: Settings, now: float) -> tuple[Action | None, bool]:
+                      pending: list[Request], settings: Settings, now: float) -> tuple[Action | None, bool]:
     """Returns the action the plan made, or the one in flight the requests joined, and whether it is new."""
     if plan.decision != Decision.rebalance and not pending:
         return None, False
@@ -54,7 +54,7 @@ def actuate_placement(session: Session, deployment: Deployment, pool: Pool, poli
 
 
 def actuate_routing(session: Session, deployment: Deployment, pool: Pool, state: PoolState, policy: Policy,
-                     settings: Settings, now: float, mtp: MtpDiagnosis | None) -> None:
+                    settings: Settings, now: float, mtp: MtpDiagnosis | None) -> None:
     step = plan_routing(policy, state, now, mtp)
     if step.unparked is not None:
         parks.release(session, pool=pool, knob=ROUTING.kind, reason=step.unparked, now=now)
@@ -85,7 +85,7 @@ def actuate_routing(session: Session, deployment: Deployment, pool: Pool, state:
 
 
 def roll_back_regression(session: Session, deployment: Deployment, pool: Pool, state: PoolState,
-                          mtp: MtpDiagnosis, settings: Settings, now: float) -> PoolState:
+                         mtp: MtpDiagnosis, settings: Settings, now: float) -> PoolState:
     """MTP acceptance fell under its floor right after a change: that change is reverted and its knob parked."""
     action = session.get(Action, mtp.action_id)
     if action is None or action.status not in (actions.APPLIED, actions.VERIFIED):
@@ -97,7 +97,7 @@ def roll_back_regression(session: Session, deployment: Deployment, pool: Pool, s
 
 
 def actuate_pool_size(session: Session, deployment: Deployment, pool: Pool, policy: Policy, settings: Settings,
-                       now: float) -> None:
+                      now: float) -> None:
     """A person's pool size (until the pool planner decides them): each pending request is checked against the
     policy's bounds and GPU budget, and makes an action, joins the one in flight asking the same size, or is
     refused; never while moectl stands down from the pool."""
