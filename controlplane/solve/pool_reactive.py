@@ -7,8 +7,9 @@ capacity shortage. The step is one replica, or as many as the model says the loa
 there will be when new replicas serve, to be served within `drain_seconds` after that), at most
 `max_reactive_share` of the pool more; none while replicas already starting cover it, none when one
 more replica is predicted to hardly change the breached percentile (long prompts' own prefill time, not
-a queue). An ITL breach that only replicas still warming up measure is not one (is_warming_up). Without a breach, the load now moves a pool only when it needs more replicas at the rate its
-counts surely exceed (solve/pool_load.py: sure_rate).
+a queue). An ITL breach that only decode replicas still warming up measure is not one (is_warming_up).
+Without a breach, the load now moves a pool only when it needs more replicas at the rate its counts surely
+exceed (solve/pool_load.py: sure_rate).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from pydantic import ValidationError
 from support.pools import view, window
 
 from controlplane.desired import LatencySlo, Policy
+from controlplane.learn.latency import COLD_START_WINDOWS
 from controlplane.plan_pools import (
     MoectlPoolPlanner,
     fit_latency,
@@ -18,6 +19,7 @@ from controlplane.plan_pools import (
 )
 from controlplane.solve.pool_decision import DecisionKind, PoolPlanner
 from controlplane.solve.pool_load import load_series, measured_load, sure_rate
+from controlplane.solve.pool_rules import PoolRules
 from controlplane.solve.pool_view import SloTarget
 
 
@@ -89,3 +91,8 @@ def test_the_sure_rate_is_a_count_less_its_noise_over_the_span_that_tells_most()
     assert sure_rate((), 2, 1.0) is None
     planned = MoectlPoolPlanner().plan(view(list(windows)))
     assert planned.load.sure_rate == pytest.approx((960 - 960**0.5) / 80)
+
+
+def test_the_planner_and_the_learner_agree_on_the_cold_windows():
+    """The windows the latency model leaves out are those whose breaches the reactive step discounts."""
+    assert PoolRules().cold_start_windows == COLD_START_WINDOWS
