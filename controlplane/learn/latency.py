@@ -16,8 +16,8 @@ Windows in which a prefill replica finished fewer than MIN_REQUESTS prompts are 
 percentiles are mostly noise), the others weighted by their request count; so are windows that begin
 or end with more than MAX_BACKLOG_SECONDS of queued work: their requests waited out an earlier overload,
 which says nothing about the steady state at this window's load (kept, the windows draining a burst's
-backlog read as a TTFT floor over a second, and prefill was sized for it for a quarter of an hour). A replica's first
-`cold_start_windows` windows are left out (cold caches and kernels run slow and
+backlog read as a TTFT floor over a second, and prefill was sized for it for a quarter of an hour). A
+replica's first `cold_start_windows` windows are left out (cold caches and kernels run slow and
 would read as lost capacity); with fewer than `min_samples` warm windows a fit is None and the
 caller falls back (controlplane/plan_pools.py: reactive steps only, no consolidation).
 Arrays are [n] over replica windows; seconds, tokens, tokens/s.

@@ -15,7 +15,7 @@ from support.pools import latency, model, view, window
 from controlplane.solve.pool_capacity import LoadForecast, replicas_needed
 from controlplane.solve.pool_decision import DecisionKind, PoolDecision
 from controlplane.solve.pool_rules import PoolRules
-from controlplane.solve.pool_view import SloTarget
+from controlplane.solve.pool_view import PoolWindow, SloTarget
 from controlplane.solve.pools import is_predictive_tick, plan_pools
 
 TTFT = (SloTarget("ttft", 90, 1.0), SloTarget("ttft", 99, 2.0))
@@ -77,7 +77,7 @@ def test_itl_breach_adds_a_decode_replica():
     assert (plan.decision("decode").kind, plan.decision("decode").target) == (DecisionKind.reactive, 4)
 
 
-def _cold_decode(end: float, warm_itl: float) -> object:
+def _cold_decode(end: float, warm_itl: float) -> PoolWindow:
     """A window whose pool-wide ITL p90 is 0.06 s over the 0.05 s target, one decode replica in its first window."""
     healthy = window(end, itl=0.06)
     replicas = tuple(replace(r, age_windows=0, itl=latency(0.1)) if r.replica == "d0" else
