@@ -49,6 +49,9 @@ def pack(load: np.ndarray, counts: np.ndarray, num_gpus: int, slots_per_gpu: int
     order = np.argsort(-replica_load, axis=1, kind="stable")
     replica_expert = np.take_along_axis(replica_expert, order, axis=1)
     replica_load = np.take_along_axis(replica_load, order, axis=1)
+    if slots_per_gpu == 1:
+        # the loop below would give replica r to GPU r (every GPU left is empty, the lowest index wins)
+        return replica_expert
 
     gpu_load = np.zeros((num_layers, num_gpus))
     gpu_fill = np.zeros((num_layers, num_gpus), dtype=np.int64)

@@ -62,19 +62,28 @@ def water_fill(table: np.ndarray, load: np.ndarray, slots_per_gpu: int, num_swee
 
 
 def _replica_slots(table: np.ndarray, load: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """[L, R, C] slots of each layer's replicated experts, hottest expert first; -1 pads."""
-    num_layers = table.shape[0]
-    per_layer = []
-    for layer in range(num_layers):
-        experts = np.flatnonzero(counts[layer] >= 2)
-        experts = experts[np.argsort(-load[layer, experts], kind="stable")]
-        per_layer.append([np.flatnonzero(table[layer] == e) for e in experts])
-    num_experts = max(len(x) for x in per_layer)
-    num_replicas = max((len(s) for x in per_layer for s in x), default=0)
-    result = np.full((num_layers, num_experts, num_replicas), -1, dtype=np.int64)
-    for layer, slot_lists in enumerate(per_layer):
-        for rank, slots in enumerate(slot_lists):
-            result[layer, rank, :len(slots)] = slots
+    """[L, R, C] slots of each layer's replicated experts, hottest expert first (ties: lower id), each
+    expert's slots ascending; -1 pads."""
+    num_layers, num_slots = table.shape
+    is_replicated = counts >= 2                                          # [L, E]
+    num_replicated = is_replicated.sum(axis=1)
+    num_ranks, num_replicas = int(num_replicated.max()), int(counts.max(initial=0))
+    result = np.full((num_layers, num_ranks, num_replicas if num_ranks else 0), -1, dtype=np.int64)
+    if num_ranks == 0:
+        return result
+    rows = np.arange(num_layers)[:, None]
+    expert_order = np.argsort(np.where(is_replicated, -load, np.inf), axis=1, kind="stable")
+    expert_rank = np.empty_like(expert_order)
+    expert_rank[rows, expert_order] = np.arange(load.shape[1])
+    slot_rank = np.where(is_replicated[rows, table], expert_rank[rows, table], num_ranks)  # [L, S]
+    # slots grouped by rank, ascending inside a group; a slot's place in its group is its replica index
+    by_rank = np.argsort(slot_rank, axis=1, kind="stable")
+    sorted_rank = np.take_along_axis(slot_rank, by_rank, axis=1)
+    first = np.argmax(sorted_rank[:, :, None] == np.arange(num_ranks), axis=1)  # [L, R] first position
+    is_real = sorted_rank < num_ranks
+    place = np.arange(num_slots) - np.take_along_axis(first, np.minimum(sorted_rank, num_ranks - 1), axis=1)
+    layer_of = np.broadcast_to(rows, table.shape)
+    result[layer_of[is_real], sorted_rank[is_real], place[is_real]] = by_rank[is_real]
     return result
 
 
