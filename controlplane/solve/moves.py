@@ -119,10 +119,13 @@ def _swap_and_retarget(ctx, hot_slots, cand) -> dict[str, np.ndarray]:
     cand_total, cand_count = w[rows, cand_expert], cnt[rows, cand_expert]
     with np.errstate(divide="ignore", invalid="ignore"):
         spare_rise = np.where(cand_count >= 2, cand_total / np.maximum(cand_count - 1, 1) - cand_replica, np.inf)
-    max_load_holding = np.full(w.shape, -np.inf)  # [n, E] load of the busiest GPU holding each expert
-    slot_gpu_load = gl[:, np.arange(tbl.shape[1]) // k]
-    np.maximum.at(max_load_holding, (np.broadcast_to(rows, tbl.shape), tbl), slot_gpu_load)
-    cand_expert_peak = np.take_along_axis(max_load_holding, cand_expert, axis=1) + spare_rise
+    if k == 1:
+        # a GPU's load is its one replica's, and every replica of an expert takes the same even split
+        cand_expert_peak = cand_gpu_load + spare_rise
+    else:
+        # the busiest GPU holding each candidate's expert ([n, c, G] masked; a ufunc.at over all slots cost more)
+        holds = np.swapaxes(ctx["on"], 1, 2)[on_rows, cand_expert]
+        cand_expert_peak = np.where(holds, gl[:, None, :], -np.inf).max(axis=2) + spare_rise
     retarget_value = np.maximum.reduce([
         np.broadcast_to(cand_expert_peak[:, None, :], delta.shape),
         cand_gpu_load[:, None, :] - cand_replica[:, None, :] + new_hot_replica[:, :, None],
@@ -148,7 +151,9 @@ def _swap_and_retarget(ctx, hot_slots, cand) -> dict[str, np.ndarray]:
         return {"kind": kind, "slot1": cand[r, j], "expert1": hot_expert[r, i],
                 "slot2": np.where(is_swap, hot_slots[r, i], -1), "expert2": np.where(is_swap, cand_expert[r, j], -1)}
 
-    gain = hot_load[:, None, None, None] - np.stack([swap_value, retarget_value], axis=1)
+    gain = np.empty((n, 2) + shape[1:])
+    np.subtract(hot_load[:, None, None], swap_value, out=gain[:, SWAP])
+    np.subtract(hot_load[:, None, None], retarget_value, out=gain[:, RETARGET])
     return {"gain": gain.reshape(n, -1), "cost": cost.reshape(n, -1), "decode": decode}
 
 
