@@ -76,9 +76,12 @@ def _improve_in_stages(table, load, topology, current, max_moved_slots, expert_n
                         gpus_per_node=topology.gpus_per_node, max_rounds=num_rounds, min_gain=min_gain,
                         tolerance=tolerance)
         table[layers] = after
+        # shares are per layer, so only the layers the stage changed need new ones; the others close
+        is_changed = (after != before).any(axis=1)
+        layers, after = layers[is_changed], after[is_changed]
         share[layers] = water_fill(after, load[layers], k)
-        is_open[layers] = _is_open(layer_ratio(after, share[layers], load[layers], k), bound[layers], tolerance) \
-            & (after != before).any(axis=1)
+        is_open[:] = False
+        is_open[layers] = _is_open(layer_ratio(after, share[layers], load[layers], k), bound[layers], tolerance)
         num_rounds *= 2
     return share
 
@@ -135,19 +138,25 @@ def _adopt_fresh(table, share, load, topology, current, max_moved_slots, is_loca
 
 
 def _relocate(table, current, load, topology, max_moved_slots) -> np.ndarray:
-    """Make spread layers group-local while the budget lasts (mutates table); -> group_to_node [L, G]."""
-    groups, nodes = topology.num_groups, topology.num_nodes
-    group_to_node = group_to_node_of(table, load.shape[1], groups, nodes)
+    """Make spread layers group-local while the budget lasts (mutates table); -> group_to_node [L, G].
+
+    Layers are independent, so every spread layer's local table is solved in one batch; the budget is then
+    spent layer by layer in ascending order.
+    """
+    groups, nodes, num_experts = topology.num_groups, topology.num_nodes, load.shape[1]
+    group_to_node = group_to_node_of(table, num_experts, groups, nodes)
     budget = np.inf if max_moved_slots is None else max_moved_slots - int((table != current).sum())
-    for layer in np.flatnonzero((group_to_node < 0).any(axis=1)):
-        fresh_map = balance_groups(load[layer:layer + 1], groups, nodes)
-        fresh = relabel(solve_local(load[layer:layer + 1], fresh_map, nodes, topology.gpus_per_node,
-                                    topology.slots_per_gpu), current[layer:layer + 1], topology.slots_per_gpu,
-                        topology.gpus_per_node, True, load.shape[1])[0]
-        # relabelling permutes nodes, so the groups' nodes are read back from the table
-        fresh_map = group_to_node_of(fresh[None], load.shape[1], groups, nodes)
-        cost = int((fresh != current[layer]).sum()) - int((table[layer] != current[layer]).sum())
-        if cost <= budget:
-            table[layer], group_to_node[layer] = fresh, fresh_map[0]
-            budget -= cost
+    layers = np.flatnonzero((group_to_node < 0).any(axis=1))
+    if len(layers) == 0:
+        return group_to_node
+    fresh = relabel(solve_local(load[layers], balance_groups(load[layers], groups, nodes), nodes,
+                                topology.gpus_per_node, topology.slots_per_gpu), current[layers],
+                    topology.slots_per_gpu, topology.gpus_per_node, True, num_experts)
+    # relabelling permutes nodes, so the groups' nodes are read back from the table
+    fresh_map = group_to_node_of(fresh, num_experts, groups, nodes)
+    cost = (fresh != current[layers]).sum(axis=1) - (table[layers] != current[layers]).sum(axis=1)
+    for index, layer in enumerate(layers):
+        if cost[index] <= budget:
+            table[layer], group_to_node[layer] = fresh[index], fresh_map[index]
+            budget -= cost[index]
     return group_to_node

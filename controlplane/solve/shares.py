@@ -67,7 +67,7 @@ def _replica_slots(table: np.ndarray, load: np.ndarray, counts: np.ndarray) -> n
     num_layers, num_slots = table.shape
     is_replicated = counts >= 2                                          # [L, E]
     num_replicated = is_replicated.sum(axis=1)
-    num_ranks, num_replicas = int(num_replicated.max()), int(counts.max(initial=0))
+    num_ranks, num_replicas = int(num_replicated.max(initial=0)), int(counts.max(initial=0))
     result = np.full((num_layers, num_ranks, num_replicas if num_ranks else 0), -1, dtype=np.int64)
     if num_ranks == 0:
         return result
