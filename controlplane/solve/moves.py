@@ -101,18 +101,19 @@ def _swap_and_retarget(ctx, hot_slots, cand) -> dict[str, np.ndarray]:
     cand_gpu_load = gl[rows, cand_gpu]
     hot_has_cand = np.take_along_axis(on[on_rows[:, 0], hot], cand_expert, axis=1)  # [n, c]
     cand_has_hot = on[on_rows[:, :, None], cand_gpu[:, None, :], hot_expert[:, :, None]]  # [n, k, c]
-    is_hot_local = np.ones((n, k, cand.shape[1]), dtype=bool)
-    is_cand_local = np.ones((n, 1, cand.shape[1]), dtype=bool)
+    is_swap_blocked = cand_has_hot | hot_has_cand[:, None, :]              # [n, k, c]
+    is_retarget_blocked = cand_has_hot | (cnt[rows, cand_expert] < 2)[:, None, :]
     if ctx["node_of"] is not None:
         node_of, gpn = ctx["node_of"], ctx["gpus_per_node"]
         hot_home, cand_home = node_of[rows, hot_expert][:, :, None], node_of[rows, cand_expert]
-        is_hot_local = (hot_home < 0) | (hot_home == (cand_gpu // gpn)[:, None, :])
-        is_cand_local = ((cand_home < 0) | (cand_home == (hot // gpn)[:, None]))[:, None, :]
+        is_hot_far = (hot_home >= 0) & (hot_home != (cand_gpu // gpn)[:, None, :])
+        is_cand_far = ((cand_home >= 0) & (cand_home != (hot // gpn)[:, None]))[:, None, :]
+        is_swap_blocked = is_swap_blocked | is_hot_far | is_cand_far
+        is_retarget_blocked = is_retarget_blocked | is_hot_far
 
     delta = hot_replica[:, :, None] - cand_replica[:, None, :]
     swap_value = np.maximum(hot_load[:, None, None] - delta, cand_gpu_load[:, None, :] + delta)
-    is_blocked = cand_has_hot | hot_has_cand[:, None, :] | ~is_hot_local | ~is_cand_local
-    swap_value[(delta <= 0) | is_blocked] = np.inf
+    swap_value[(delta <= 0) | is_swap_blocked] = np.inf
 
     hot_total, hot_count = w[rows, hot_expert], cnt[rows, hot_expert]
     new_hot_replica = hot_total / (hot_count + 1)
@@ -131,7 +132,7 @@ def _swap_and_retarget(ctx, hot_slots, cand) -> dict[str, np.ndarray]:
         cand_gpu_load[:, None, :] - cand_replica[:, None, :] + new_hot_replica[:, :, None],
         np.broadcast_to((hot_load[:, None] - hot_replica + new_hot_replica)[:, :, None], delta.shape),
     ])
-    retarget_value[cand_has_hot | (cand_count[:, None, :] < 2) | ~is_hot_local] = np.inf
+    retarget_value[is_retarget_blocked] = np.inf
 
     shape = delta.shape
     cost = np.zeros((n, 2) + shape[1:])
