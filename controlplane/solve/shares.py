@@ -31,22 +31,29 @@ def water_fill(table: np.ndarray, load: np.ndarray, slots_per_gpu: int, num_swee
     replica_slots = _replica_slots(table, load, counts)               # [L, R, C], -1 padded
     if replica_slots.size == 0:
         return share
-    rows = np.arange(num_layers)[:, None]
     slot_gpu = np.arange(num_slots) // slots_per_gpu
     # kept in step with `share` by every fill below: gpu_tokens == gpu_load(slot_load(table, load, share), G)
     gpu_tokens = gpu_load(slot_load(table, load, share), num_slots // slots_per_gpu)
+    # each rank's step touches only the layers that have an expert of that rank and that expert's replicas
+    # (colder ranks have fewer): padding changes nothing, so it is left out
+    num_real = (replica_slots >= 0).sum(axis=2)                       # [L, R]
+    rank_layers = [np.flatnonzero(num_real[:, rank]) for rank in range(replica_slots.shape[1])]
     # per-layer convergence, so a layer's shares never depend on which other layers are solved with it
     is_active = np.ones(num_layers, dtype=bool)
     for _ in range(num_sweeps):
         previous = gpu_tokens.max(axis=1)
-        for rank in range(replica_slots.shape[1]):
-            slots = replica_slots[:, rank]                            # [L, C]
-            is_real = (slots >= 0) & is_active[:, None]
+        for rank, layers in enumerate(rank_layers):
+            layers = layers[is_active[layers]]
+            if len(layers) == 0:
+                continue
+            rows = layers[:, None]
+            slots = replica_slots[layers, rank, :num_real[layers, rank].max()]  # [l, C]
+            is_real = slots >= 0
             safe = np.where(is_real, slots, 0)
             gpus = slot_gpu[safe]
-            tokens = load[rows, table[rows, safe][:, :1]][:, 0]       # [L] the expert's tokens
+            tokens = load[rows, table[rows, safe][:, :1]][:, 0]       # [l] the expert's tokens
             count = is_real.sum(axis=1)
-            floor = min_share / np.maximum(count, 1) * tokens         # [L]
+            floor = min_share / np.maximum(count, 1) * tokens         # [l]
             old = np.where(is_real, share[rows, safe] * tokens[:, None], 0.0)
             base = np.where(is_real, gpu_tokens[rows, gpus] - old + floor[:, None], np.inf)
             new = floor[:, None] + _fill(base, tokens * (1.0 - min_share))
