@@ -176,13 +176,13 @@ def _chain(ctx, hot_slots, light, spare, num_hot: int = 2) -> dict[str, np.ndarr
         # a spare-less a is blocked below; 0 keeps the arithmetic finite meanwhile
         ra = np.where(ca >= 2, w[rows, a] / np.maximum(ca - 1, 1) - sa, 0.0)
     u_is_hot = u == hot[:, None]
-    hot_has_a = on[on_rows, hot[:, None], a] & ~u_is_hot                 # [n, P]
-    t_has_a = on[on3, t[:, :, None], a[:, None, :]]                    # [n, C, P]
-    t_has_h = on[on3, t[:, None, :], h[:, :, None]]                    # [n, H, C]
-    u_has_b = on[on3, u[:, None, :], b[:, :, None]]                    # [n, C, P]
-    u_has_h = on[on3, u[:, None, :], h[:, :, None]]                    # [n, H, P]
+    hot_has_a = on[on_rows, hot[:, None], a] & ~u_is_hot              # [n, P]
+    t_has_a = on[on3, t[:, :, None], a[:, None, :]]                   # [n, C, P]
+    t_has_h = on[on3, t[:, None, :], h[:, :, None]]                   # [n, H, C]
+    u_has_b = on[on3, u[:, None, :], b[:, :, None]]                   # [n, C, P]
+    u_has_h = on[on3, u[:, None, :], h[:, :, None]]                   # [n, H, P]
     # busiest other holder of a: top two holders, excluding u and the hot GPU (both handled exactly)
-    holders = np.swapaxes(on, 1, 2)[on_rows, a]                          # [n, P, G]
+    holders = np.swapaxes(on, 1, 2)[on_rows, a]                       # [n, P, G]
     holders[np.arange(n)[:, None], np.arange(a.shape[1]), u] = False
     holders[np.arange(n), :, hot] = False
     holder_load = np.where(holders, gl[:, None, :], -np.inf)
