@@ -87,3 +87,11 @@ def load_series(windows: tuple[PoolWindow, ...], bucket_seconds: float) -> tuple
         outs = [w.mean_output_tokens for w in group if w.mean_output_tokens is not None]
         output.append(float(np.mean(outs)) if outs else (output[-1] if output else 0.0))
     return np.asarray(rate), np.asarray(prompt), np.asarray(output)
+
+
+def peak_rate(windows: tuple[PoolWindow, ...], seconds: float, bucket_seconds: float) -> float | None:
+    """requests/s: the highest rate of a complete `bucket_seconds` bucket over the last `seconds` of measured
+    windows (what the deployment carried at its busiest lately); None when no bucket is complete."""
+    rate, _, _ = load_series(windows, bucket_seconds)
+    recent = rate[-max(1, math.ceil(seconds / bucket_seconds)):]
+    return float(recent.max()) if recent.size else None
