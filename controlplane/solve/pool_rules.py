@@ -36,6 +36,7 @@ class PoolRules:
     # a scale-down cannot be undone for cooldown + startup seconds, so it must carry the busiest load of the last
     # that long too (the rate of its busiest bucket this long): a burst that came and went may come back
     peak_bucket_seconds: float = 60.0
+    peak_lookback_seconds: float | None = None  # None: irreversible_seconds
     drain_seconds: float = 180.0  # a backlog is planned to be gone within this after new replicas serve
     # a new decode replica's first steps run this much slower (cold caches and kernels: the windows the latency
     # model leaves out; in benchmarks/pdsim its ITL over its first minute is 1.9-2.05x the warm replicas' in the

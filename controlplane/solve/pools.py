@@ -145,7 +145,7 @@ def _decide(role: PoolRole, view: PoolsView, model: LatencyModel | None, now_loa
             return decision(current, DecisionKind.keep, f"forecast needs {need[0]}, but the forecaster has too little "
                             "history to be trusted with a scale-down", forecast)
         load = forecast.for_hold()
-        peak = peak_rate(view.windows, rules.irreversible_seconds, rules.peak_bucket_seconds)
+        peak = peak_rate(view.windows, rules.peak_lookback_seconds or rules.irreversible_seconds, rules.peak_bucket_seconds)
         for rate in (now_load.request_rate if now_load is not None else None, peak):
             if rate is not None and rate > load.request_rate:
                 load = load.scaled(rate / max(load.request_rate, 1e-9))
