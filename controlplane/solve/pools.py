@@ -13,9 +13,10 @@ Every `predictive_interval_seconds`, on the clock's grid:
   the forecast load (the peak over a horizon covering startup) — a jump up, not a step;
 - consolidate: the fewest replicas M (at most `max_step_down_share` of the pool fewer) for which the
   model predicts every target within the (smaller) consolidate margin at the load they would carry
-  (load x N/M, the forecast's hold rate included, and never less than the busiest rate measured over the
-  cooldown plus startup before now, which the scale-down cannot undo within), and only on a forecast chosen
-  by backtest (a short history cannot promise the load stays down).
+  (load x N/M, the forecast's hold rate included, and never less than the highest recent burst measured,
+  pool_load.burst_peak_rate: no forecaster sees a burst coming, and a scale-down made less than cooldown +
+  startup before one cannot be undone in time), and only on a forecast chosen by backtest (a short history
+  cannot promise the load stays down).
 A decode scale-up is sized so that its new replicas, which run `cold_slowdown` x slower while they warm
 up and fill to the others' batch at once, keep their ITL within the bound (at the load forecast for
 their warm-up minute, or the load measured now on a reactive step).
@@ -41,7 +42,7 @@ from controlplane.solve.pool_capacity import (
     worst,
 )
 from controlplane.solve.pool_decision import DecisionKind, PoolDecision, PoolPlan, PredictedEffect
-from controlplane.solve.pool_load import peak_rate
+from controlplane.solve.pool_load import burst_peak_rate
 from controlplane.solve.pool_reactive import breaches, is_short, react
 from controlplane.solve.pool_rules import PoolRules
 from controlplane.solve.pool_view import ROLES, PoolRole, PoolSize, PoolsView, SloTarget, role_targets
@@ -145,10 +146,13 @@ def _decide(role: PoolRole, view: PoolsView, model: LatencyModel | None, now_loa
             return decision(current, DecisionKind.keep, f"forecast needs {need[0]}, but the forecaster has too little "
                             "history to be trusted with a scale-down", forecast)
         load = forecast.for_hold()
-        peak = peak_rate(view.windows, rules.peak_lookback_seconds or rules.irreversible_seconds, rules.peak_bucket_seconds)
-        for rate in (now_load.request_rate if now_load is not None else None, peak):
-            if rate is not None and rate > load.request_rate:
-                load = load.scaled(rate / max(load.request_rate, 1e-9))
+        peak = burst_peak_rate(view.windows, rules.burst_memory_seconds, rules.burst_bucket_seconds, rules.burst_rise,
+                               rules.burst_rise_seconds)
+        rate = max(now_load.request_rate if now_load is not None else 0.0, peak or 0.0)
+        if rate > load.request_rate:
+            load = load.scaled(rate / max(load.request_rate, 1e-9))
+        burst = f" (at the {peak:.1f} req/s burst of the last {rules.burst_memory_seconds:.0f}s)" \
+            if peak is not None and peak == rate > forecast.held else ""
         goal = max(rules.margins(role)[1], FLOOR_SLACK * worst(predict(role, model, load, FLOOR_REPLICAS, targets),
                                                                  targets)[1])
         # the fewest replicas, down to `fewer`, that carry load x current/M within the goal: a step the
@@ -157,9 +161,9 @@ def _decide(role: PoolRole, view: PoolsView, model: LatencyModel | None, now_loa
             target, ratio = worst(predict(role, model, load, replicas, targets), targets)
             if ratio <= goal:
                 return decision(replicas, DecisionKind.consolidate,
-                                f"load x {current}/{replicas} keeps {target.name} at {ratio:.2f} of target", load)
+                                f"load x {current}/{replicas} keeps {target.name} at {ratio:.2f} of target{burst}", load)
         return decision(current, DecisionKind.keep, f"consolidation to {current - 1} refused: {target.name} "
-                        f"would be at {ratio:.2f} of target (> {goal:.2f})", load)
+                        f"would be at {ratio:.2f} of target (> {goal:.2f}){burst}", load)
     if model is None:
         return decision(current, DecisionKind.keep, "within targets; no latency model yet (reactive steps only)")
     return decision(current, DecisionKind.keep, "within targets", forecast)
