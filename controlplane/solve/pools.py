@@ -146,24 +146,31 @@ def _decide(role: PoolRole, view: PoolsView, model: LatencyModel | None, now_loa
             return decision(current, DecisionKind.keep, f"forecast needs {need[0]}, but the forecaster has too little "
                             "history to be trusted with a scale-down", forecast)
         load = forecast.for_hold()
-        peak = burst_peak_rate(view.windows, rules.burst_memory_seconds, rules.burst_bucket_seconds, rules.burst_rise,
-                               rules.burst_rise_seconds)
-        rate = max(now_load.request_rate if now_load is not None else 0.0, peak or 0.0)
-        if rate > load.request_rate:
-            load = load.scaled(rate / max(load.request_rate, 1e-9))
-        burst = f" (at the {peak:.1f} req/s burst of the last {rules.burst_memory_seconds:.0f}s)" \
-            if peak is not None and peak == rate > forecast.held else ""
+        if now_load is not None and now_load.request_rate > load.request_rate:
+            load = load.scaled(now_load.request_rate / max(load.request_rate, 1e-9))
         goal = max(rules.margins(role)[1], FLOOR_SLACK * worst(predict(role, model, load, FLOOR_REPLICAS, targets),
                                                                  targets)[1])
+        # a recent burst may come back before the step could be undone: the pool must still meet its targets
+        # then (within the target itself, not the margin: the burst is a risk, the forecast the expectation)
+        peak = burst_peak_rate(view.windows, rules.burst_memory_seconds, rules.burst_bucket_seconds, rules.burst_rise,
+                               rules.burst_rise_seconds)
+        burst = load.scaled(peak / max(load.request_rate, 1e-9)) if peak and peak > load.request_rate else None
         # the fewest replicas, down to `fewer`, that carry load x current/M within the goal: a step the
         # model refuses at its largest may still be safe one replica smaller
         for replicas in range(fewer, current):
             target, ratio = worst(predict(role, model, load, replicas, targets), targets)
-            if ratio <= goal:
-                return decision(replicas, DecisionKind.consolidate,
-                                f"load x {current}/{replicas} keeps {target.name} at {ratio:.2f} of target{burst}", load)
-        return decision(current, DecisionKind.keep, f"consolidation to {current - 1} refused: {target.name} "
-                        f"would be at {ratio:.2f} of target (> {goal:.2f}){burst}", load)
+            if ratio > goal:
+                continue
+            if burst is not None:
+                in_burst, burst_ratio = worst(predict(role, model, burst, replicas, targets), targets)
+                if burst_ratio > max(1.0, goal):
+                    continue
+            return decision(replicas, DecisionKind.consolidate,
+                            f"load x {current}/{replicas} keeps {target.name} at {ratio:.2f} of target", load)
+        why = f"{target.name} would be at {ratio:.2f} of target (> {goal:.2f})" if ratio > goal else \
+            f"{in_burst.name} would be at {burst_ratio:.2f} of target at the {peak:.1f} req/s burst of the last " \
+            f"{rules.burst_memory_seconds:.0f}s"
+        return decision(current, DecisionKind.keep, f"consolidation to {current - 1} refused: {why}", load)
     if model is None:
         return decision(current, DecisionKind.keep, "within targets; no latency model yet (reactive steps only)")
     return decision(current, DecisionKind.keep, "within targets", forecast)
