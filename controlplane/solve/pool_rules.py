@@ -39,7 +39,7 @@ class PoolRules:
     burst_bucket_seconds: float = 60.0
     burst_rise: float = 1.5
     burst_rise_seconds: float = 180.0
-    burst_memory_seconds: float = 900.0
+    burst_memory_seconds: float = 600.0
     drain_seconds: float = 180.0  # a backlog is planned to be gone within this after new replicas serve
     # a new decode replica's first steps run this much slower (cold caches and kernels: the windows the latency
     # model leaves out; in benchmarks/pdsim its ITL over its first minute is 1.9-2.05x the warm replicas' in the

@@ -259,7 +259,7 @@ def test_the_load_now_must_need_more_replicas_at_the_rate_it_surely_is(sure, is_
 
 def test_scale_down_must_carry_the_last_bursts_rate():
     # the forecast holds at 10 req/s (4 -> 3 is safe there, as above), but a burst to 22 req/s was measured
-    # within the last 900 s: 3 replicas would not carry it, and bursts recur, so the pool keeps 4
+    # within the last 600 s: 3 replicas would not carry it, and bursts recur, so the pool keeps 4
     burst = [window(t, rate=22.0 if 120 < t <= 180 else 10.0) for t in range(10, 541, 10)]
     plan = plan_pools(view(burst, prefill=4), model(), load(10.0), load(10.0, hold=10.0))
     assert plan.decision("prefill").direction == 0
