@@ -6,9 +6,10 @@ at once and each round trip waits on the database under load (benchmarks/results
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
-from sqlalchemy import and_, select
+from sqlalchemy import Select, and_, bindparam, select
 from sqlalchemy.orm import Session, aliased
 
 from controlplane.desired import Policy
@@ -32,18 +33,24 @@ class InForce:
     local_prefill_threshold: int | None  # `prefill_thresholds.in_force`
 
 
+@functools.cache
+def _query() -> Select:
+    # built once: the statement object costs more Python to build (aliases, correlated subqueries) than the
+    # database takes to answer it
+    pool, decode = aliased(Pool), aliased(Pool)
+    return (select(Deployment, pool, decode, PolicyRow, Placement, RoutingLimit, PrefillThreshold)
+            .outerjoin(pool, and_(pool.deployment_id == Deployment.id, pool.role == bindparam("role")))
+            .outerjoin(decode, and_(decode.deployment_id == Deployment.id, decode.role == prefill_thresholds.ROLE))
+            .outerjoin(PolicyRow, policies.is_active(Deployment.id))
+            .outerjoin(Placement, versions.is_newest(Placement, pool.id))
+            .outerjoin(RoutingLimit, versions.is_newest(RoutingLimit, pool.id))
+            .outerjoin(PrefillThreshold, versions.is_newest(PrefillThreshold, decode.id))
+            .where(Deployment.name == bindparam("name")))
+
+
 def read(session: Session, deployment_name: str, role: str) -> InForce | None:
     """None: no deployment of that name."""
-    pool, decode = aliased(Pool), aliased(Pool)
-    query = (select(Deployment, pool, decode, PolicyRow, Placement, RoutingLimit, PrefillThreshold)
-             .outerjoin(pool, and_(pool.deployment_id == Deployment.id, pool.role == role))
-             .outerjoin(decode, and_(decode.deployment_id == Deployment.id, decode.role == prefill_thresholds.ROLE))
-             .outerjoin(PolicyRow, policies.is_active(Deployment.id))
-             .outerjoin(Placement, versions.is_newest(Placement, pool.id))
-             .outerjoin(RoutingLimit, versions.is_newest(RoutingLimit, pool.id))
-             .outerjoin(PrefillThreshold, versions.is_newest(PrefillThreshold, decode.id))
-             .where(Deployment.name == deployment_name))
-    row = session.execute(query).one_or_none()
+    row = session.execute(_query(), {"name": deployment_name, "role": role}).one_or_none()
     if row is None:
         return None
     deployment, pool_row, decode_row, policy_row, placement, routing, threshold = row
