@@ -110,13 +110,14 @@ def record_agents(session: Session, *, pool: Pool, instance: str, seen: list[Age
     for rank in seen:
         by_version.setdefault(rank.placement_version, []).append(rank.rank)
     counted = {}  # rank -> (id, num_windows, node, gpu_uuid) of the ranks the UPDATE counted
+    table, c = Agent.__table__, Agent.__table__.c  # a Core statement: the ORM's bulk-update path costs more Python
     for version, ranks in by_version.items():
         counted |= {row.rank: row for row in session.execute(
-            update(Agent).where(*in_instance, Agent.rank.in_(ranks), Agent.last_window_index < window_index)
+            update(table).where(c.pool_id == pool.id, c.instance == instance, c.rank.in_(ranks),
+                                c.last_window_index < window_index)
             .values(last_seen=now, placement_version=version, last_window_index=window_index,
-                    num_windows=Agent.num_windows + 1)
-            .returning(Agent.id, Agent.rank, Agent.num_windows, Agent.node, Agent.gpu_uuid)
-            .execution_options(synchronize_session=False))}
+                    num_windows=c.num_windows + 1)
+            .returning(c.id, c.rank, c.num_windows, c.node, c.gpu_uuid))}
     rest = [r for r in seen if r.rank not in counted]
     known = {} if not rest else {row.rank: row.id for row in session.execute(
         select(Agent.rank, Agent.id).where(*in_instance, Agent.rank.in_([r.rank for r in rest])))}
