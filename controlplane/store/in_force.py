@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session, aliased
 
 from controlplane.desired import Policy
 from controlplane.store import placements, policies, prefill_thresholds, versions
+from controlplane.store.decoded import unpack_for
 from controlplane.store.placements import StoredPlacement
 from controlplane.store.tables import Deployment, Placement, Pool, PrefillThreshold, RoutingLimit
 from controlplane.store.tables import Policy as PolicyRow
@@ -28,7 +29,7 @@ class InForce:
     decode: Pool | None  # the deployment's decode pool (`pool` itself for a decode post)
     policy_version: int
     policy: Policy
-    placement: StoredPlacement | None
+    placement: StoredPlacement | None  # its arrays read-only (decoded once for every post)
     topk_group: int | None  # the pool's routing limit in force (None: none issued)
     local_prefill_threshold: int | None  # `prefill_thresholds.in_force`
 
@@ -56,7 +57,7 @@ def read(session: Session, deployment_name: str, role: str) -> InForce | None:
     deployment, pool_row, decode_row, policy_row, placement, routing, threshold = row
     policy_version, policy = policies.of_row(policy_row)
     return InForce(deployment, pool_row, decode_row, policy_version, policy,
-                   placements.stored(placement) if placement is not None else None,
+                   placements.stored(placement, unpack_for(session)) if placement is not None else None,
                    routing.topk_group if routing is not None else None,
                    prefill_thresholds.tokens_in_force(
                        prefill_thresholds.stored(threshold) if threshold is not None else None, policy))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,9 +26,10 @@ class StoredPlacement:
     action_id: int | None
 
 
-def stored(row: Placement) -> StoredPlacement:
-    share = unpack(row.slot_share) if row.slot_share is not None else None
-    return StoredPlacement(row.version, unpack(row.slot_to_expert), share, seconds(row.created_at), row.action_id)
+def stored(row: Placement, decode: Callable[[bytes], np.ndarray] = unpack) -> StoredPlacement:
+    """decode: `store.decoded.unpack_for`'s, for a reader that never writes into the arrays."""
+    share = decode(row.slot_share) if row.slot_share is not None else None
+    return StoredPlacement(row.version, decode(row.slot_to_expert), share, seconds(row.created_at), row.action_id)
 
 
 def add(session: Session, *, pool: Pool, version: int, slot_to_expert: np.ndarray, slot_share: np.ndarray | None,
