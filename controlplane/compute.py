@@ -9,7 +9,10 @@ Only pure functions go there: arrays and dataclasses in, dataclasses out.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -32,7 +35,8 @@ def in_process(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
 class WorkerProcess:
     """One worker process, started on first use; `spawn`, because the controller runs threads that a fork
     would copy in whatever state they were. A worker that died (killed, out of memory) fails the call it
-    was running, and the next call starts a new one."""
+    was running, and the next call starts a new one. The worker leaves with the controller, however that
+    ends, and leaves Ctrl-C to it."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -48,7 +52,8 @@ class WorkerProcess:
     def _started(self) -> ProcessPoolExecutor:
         with self._lock:
             if self._pool is None:
-                self._pool = ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn"))
+                self._pool = ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn"),
+                                                 initializer=_serve_parent, initargs=(os.getpid(),))
             return self._pool
 
     def __call__(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
@@ -71,3 +76,18 @@ class WorkerProcess:
 def _is_loaded(fn: Callable[..., Any]) -> bool:
     """Runs in the worker: unpickling `fn` imported its module there."""
     return callable(fn)
+
+
+def _serve_parent(parent_pid: int) -> None:
+    """Runs first in the worker. A worker blocks on its call queue, whose writing end it holds itself, so it
+    would outlive a controller killed outright (an orphan with its resource tracker): it watches its parent
+    and exits when the parent is gone. Ctrl-C reaches the terminal's whole process group; the controller
+    stops the worker itself, without the worker's KeyboardInterrupt traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()

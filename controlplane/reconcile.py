@@ -1,18 +1,19 @@
 """The one reconcile path: for a pool, observe -> verify -> plan -> actuate, level-triggered.
 
-Every trigger ends here. The loop calls `reconcile_pool` for every pool each pass (the prefill and decode
-pools of a deployment with a latency SLO are sized by the pool planner: reconcile_pools.py); a person's
-rebalance and an alert only record a request on the pool (`store.requests`) and then call it at once,
-so they can answer with the action. A pending request forces the plan (trigger thresholds skipped,
-safety rails kept); an action already in flight on the knob is joined, never doubled
-(`actuate.in_flight`). Every change is written by `actuate`; a pool's size is then made real by its
-`PoolScaler` (`actuate.scale`). A pool's failure is logged and retried next pass; it never stops the others,
-unless the database itself failed (gone, locked, timed out): then the pass ends there, as every other pool
-would wait as long. `dry_run` plans and writes nothing. Every writer of a pool holds its lock
-(`store.deployments.lock_pool`) from the start of its transaction: the loop, an alert, a person. Where that
-lock is SQLite's one write lock, the loop first plans the pool with a dry run and reuses the plan under the
-lock when nothing it was made from changed (controlplane/plan_ahead.py): agents' posts never wait for a solve.
-The loop also runs the pruning job (controlplane/prune.py) at its bounded rate.
+Every trigger ends here. The loop calls `reconcile_pool` for every pool each pass (the prefill and decode pools
+of a deployment with a latency SLO are sized by the pool planner: reconcile_pools.py); a person's rebalance and
+an alert only record a request on the pool (`store.requests`) and then call it at once, so they can answer with
+the action. A pending request forces the plan (trigger thresholds skipped, safety rails kept); an action already
+in flight on the knob is joined, never doubled (`actuate.in_flight`). What a plan changes, knob by knob, is in
+controlplane/reconcile_knobs.py and what is recorded for people in controlplane/findings.py; every change is
+written by `actuate`, and a pool's size is then made real by its `PoolScaler` (`actuate.scale`). A pool's
+failure is logged and retried next pass; it never stops the others, unless the database itself failed (gone,
+locked, timed out): then the pass ends there, as every other pool would wait as long. `dry_run` plans and writes
+nothing. Every writer of a pool holds its lock (`store.deployments.lock_pool`) from the start of its
+transaction: the loop, an alert, a person. Where that lock is SQLite's one write lock, the loop first plans the
+pool with a dry run and reuses the plan under the lock when nothing it was made from changed
+(controlplane/plan_ahead.py): agents' posts never wait for a solve. The loop also runs the pruning job
+(controlplane/prune.py) at its bounded rate.
 
 With leader election only the leader reconciles (and prunes): a pass checks the `fence` before each pool,
 each commit that wrote is fenced (`actuate.fence.guard`), and a replica that lost the leadership mid-pass
@@ -30,43 +31,33 @@ from dataclasses import dataclass, field, replace
 from opentelemetry import trace
 from sqlalchemy.orm import Session, sessionmaker
 
-from agents.protocol.placement import PlacementTable
-from controlplane import reconcile_pools
-from controlplane.actuate import change
+from controlplane import findings, reconcile_knobs, reconcile_pools
 from controlplane.actuate.fence import SOLE, Fence, NotLeader, guard
-from controlplane.actuate.in_flight import in_flight, join
-from controlplane.actuate.knobs import KNOBS
 from controlplane.actuate.placement import PLACEMENT
-from controlplane.actuate.pool_size import POOL_SIZE
-from controlplane.actuate.routing import ROUTING
-from controlplane.actuate.scale import standing_down, sync_pool_size
 from controlplane.actuate.scaler import PoolScaler
 from controlplane.compute import Compute, in_process
 from controlplane.config import Settings
-from controlplane.desired import Decision, Plan, Policy
-from controlplane.diagnose import Cause, MtpDiagnosis, diagnose_mtp, diagnose_prefix_hits
+from controlplane.desired import Decision, Plan
+from controlplane.diagnose import Cause, MtpDiagnosis, diagnose_mtp
 from controlplane.liveness import LoopLiveness
-from controlplane.observed import PoolState
-from controlplane.plan import check_pool_size, plan_pool, plan_routing
+from controlplane.plan import plan_pool
 from controlplane.plan_ahead import PlannedAhead
 from controlplane.prune import Pruning
 from controlplane.reconcile_pools import PoolsOutcome
-from controlplane.routing_reach import RoutingReach, check_routing_limit
+from controlplane.routing_reach import RoutingReach
 from controlplane.store import (
     actions,
     deployments,
     parks,
     policies,
-    pool_sizes,
     pools,
     requests,
     serving,
-    tokens,
     windows,
 )
 from controlplane.store.db import is_unavailable
-from controlplane.store.tables import Action, Deployment, Pool, Request
-from controlplane.verify import roll_back, verify_pool
+from controlplane.store.tables import Action, Deployment, Pool
+from controlplane.verify import verify_pool
 
 log = logging.getLogger("moectl.reconcile")
 ROUTING_LIMIT_VIOLATION = "routing_limit_violation"  # the action kind of a group limit found not in effect
@@ -191,7 +182,7 @@ def reconcile_pool(session: Session, deployment: Deployment, pool: Pool, setting
                     state = pools.read_state(session, deployment, pool, now=now, settings=settings)
         mtp = diagnose_mtp(policy, state, now)
         if not dry_run and mtp is not None and mtp.cause == Cause.regression:
-            state = _roll_back_regression(session, deployment, pool, state, mtp, settings, now)
+            state = reconcile_knobs.roll_back_regression(session, deployment, pool, state, mtp, settings, now)
         with tracer.start_as_current_span("plan"):
             plan = compute(plan_pool, policy, state, now, is_forced=is_forced or bool(pending), mtp=mtp,
                            is_asked=any(r.trigger == "manual" for r in pending))
@@ -209,17 +200,18 @@ def reconcile_pool(session: Session, deployment: Deployment, pool: Pool, setting
         with tracer.start_as_current_span("actuate"):
             if plan.unparked is not None:
                 parks.release(session, pool=pool, knob=PLACEMENT.kind, reason=plan.unparked, now=now)
-            action, is_new = _actuate_placement(session, deployment, pool, policy, plan, pending, settings, now)
+            action, is_new = reconcile_knobs.actuate_placement(session, deployment, pool, policy, plan, pending,
+                                                               settings, now)
             if plan.decision != Decision.rebalance:  # one change per pass: routing moves when the placement does not
-                _actuate_routing(session, deployment, pool, state, policy, settings, now, mtp)
-            _record_findings(session, deployment, pool, state, policy, now, mtp)
-            reach = _record_routing_reach(session, deployment, pool, state, policy, now)
-            _actuate_pool_size(session, deployment, pool, policy, settings, now)
+                reconcile_knobs.actuate_routing(session, deployment, pool, state, policy, settings, now, mtp)
+            findings.record_findings(session, deployment, pool, state, policy, now, mtp)
+            reach = findings.record_routing_reach(session, deployment, pool, state, policy, now)
+            reconcile_knobs.actuate_pool_size(session, deployment, pool, policy, settings, now)
             if sized is not None:
                 reconcile_pools.record(session, deployment, sized, now=now)
                 reconcile_pools.actuate(session, deployment, pool, policy, sized, settings, now=now)
             if scaler is not None:
-                _sync_pool_size(session, deployment, pool, scaler, fence, policy, now)
+                reconcile_knobs.sync_pool_size_or_retry(session, deployment, pool, scaler, fence, policy, now)
         result = PoolResult(plan, action, is_new, parked=tuple(sorted(parks.active(session, pool))), mtp=mtp,
                             pool_plan=sized, reach=reach)
         for i, request in enumerate(pending):  # the first request made a new action, the others joined it
@@ -238,152 +230,6 @@ def reconcile_requested(session: Session, deployment: Deployment, pool: Pool, se
     deployments.lock_pool(session, pool)
     if requests.pending(session, pool, knob=PLACEMENT.kind):  # again: another reconcile may have had the lock
         reconcile_pool(session, deployment, pool, settings, now=now, scaler=scaler, fence=fence)
-
-
-def _actuate_placement(session: Session, deployment: Deployment, pool: Pool, policy: Policy, plan: Plan,
-                       pending: list[Request], settings: Settings, now: float) -> tuple[Action | None, bool]:
-    """Returns the action the plan made, or the one in flight the requests joined, and whether it is new."""
-    if plan.decision != Decision.rebalance and not pending:
-        return None, False
-    alerts = [alert for request in pending for alert in request.alerts]
-    current = in_flight(session, pool, PLACEMENT.kind, policy=policy, window_seconds=settings.window_seconds, now=now)
-    if current is not None:
-        if not pending:
-            return None, False
-        join(current, alerts=alerts, now=now)
-        return current, False
-    if plan.decision != Decision.rebalance:
-        return None, False
-    trigger, created_by = (pending[0].trigger, pending[0].created_by) if pending else ("loop", tokens.LOOP)
-    action = change.propose(session, PLACEMENT, deployment=deployment, pool=pool,
-                            value=PlacementTable(plan.change.slot_to_expert, plan.change.slot_share), policy=policy,
-                            reason=plan.reason, inputs=plan.inputs, predicted=plan.change.predicted(),
-                            trigger=trigger, created_by=created_by, alerts=alerts, now=now)
-    return action, action is not None
-
-
-def _actuate_routing(session: Session, deployment: Deployment, pool: Pool, state: PoolState, policy: Policy,
-                     settings: Settings, now: float, mtp: MtpDiagnosis | None) -> None:
-    step = plan_routing(policy, state, now, mtp)
-    if step.unparked is not None:
-        parks.release(session, pool=pool, knob=ROUTING.kind, reason=step.unparked, now=now)
-    if not step.is_change_from(state.topk_group):
-        return
-    if in_flight(session, pool, ROUTING.kind, policy=policy, window_seconds=settings.window_seconds,
-                 now=now) is not None:
-        return
-    windows_used = [w for w in state.windows if w.start >= (state.routing_changed_at or 0.0)]
-    windows_used = windows_used[-policy.sustained_windows:]
-    recall = [w.ratio("routing_recall_sum", "routing_recall_count") for w in windows_used]
-    measured_recall = [r for r in recall if r is not None]
-    at_model_limit = state.model_topk_group is None or state.effective_topk_group >= state.model_topk_group
-    # recall (against the unconstrained top-k) under the model's own limit: what later recall is judged against
-    reference = (sum(measured_recall) / len(measured_recall) if measured_recall else None) if at_model_limit \
-        else state.recall_reference
-    inputs = {"all2all_share": [round(w.all2all_share or 0.0, 4) for w in windows_used],
-              "routing_recall": [round(r, 4) for r in measured_recall], "recall_reference": reference,
-              "windows": [w.index for w in windows_used], "topk_group": state.topk_group}
-    predicted = {"topk_group_before": state.topk_group, "topk_group_after": step.topk_group}
-    if step.effect is not None:
-        predicted["effect"] = step.effect.to_json()
-    change.propose(session, ROUTING, deployment=deployment, pool=pool, value=step.topk_group, policy=policy,
-                   reason=step.reason, inputs=inputs, trigger="loop", created_by=tokens.LOOP, now=now,
-                   predicted=predicted)
-    log.info("%s/%s: routing %s -> %s (%s)", deployment.name, pool.role, state.topk_group, step.topk_group,
-             step.reason)
-
-
-def _roll_back_regression(session: Session, deployment: Deployment, pool: Pool, state: PoolState,
-                          mtp: MtpDiagnosis, settings: Settings, now: float) -> PoolState:
-    """MTP acceptance fell under its floor right after a change: that change is reverted and its knob parked."""
-    action = session.get(Action, mtp.action_id)
-    if action is None or action.status not in (actions.APPLIED, actions.VERIFIED):
-        return state
-    roll_back(session, KNOBS[action.kind], pool=pool, action=action, state=state, reason=mtp.reason,
-              measured=action.measured | {"verdict": mtp.reason}, now=now)
-    log.info("%s/%s: rolled back action %d (%s)", deployment.name, pool.role, action.id, mtp.reason)
-    return pools.read_state(session, deployment, pool, now=now, settings=settings)
-
-
-def _actuate_pool_size(session: Session, deployment: Deployment, pool: Pool, policy: Policy, settings: Settings,
-                       now: float) -> None:
-    """A person's pool size (until the pool planner decides them): each pending request is checked against the
-    policy's bounds and GPU budget, and makes an action, joins the one in flight asking the same size, or is
-    refused; never while moectl stands down from the pool."""
-    for request in requests.pending(session, pool, knob=POOL_SIZE.kind):
-        replicas, action = request.value["replicas"], None
-        current = in_flight(session, pool, POOL_SIZE.kind, policy=policy, window_seconds=settings.window_seconds,
-                            now=now)
-        step = check_pool_size(policy, role=pool.role, replicas=replicas,
-                               current=pool_sizes.latest(session, pool).replicas, gpus_per_instance=pool.ep_size,
-                               other_pools_gpus=pools.other_pools_gpus(session, deployment, pool, settings, now))
-        conflict = standing_down(session, pool)
-        if conflict is not None:
-            outcome = f"refused: moectl stands down from this pool (action {conflict.id}); resume it first"
-        elif not step.is_allowed:
-            outcome = f"refused: {step.reason}"
-        elif current is not None and current.predicted.get("replicas_after") == replicas:
-            action, outcome = current, f"joined action {current.id} ({current.status})"
-        elif current is not None:
-            outcome = (f"refused: action {current.id} ({current.status}, "
-                       f"{current.predicted.get('replicas_after')} replicas) is in flight")
-        elif not step.is_change:
-            outcome = f"kept: {step.reason}"
-        else:
-            note = (request.value.get("note") or "").strip()
-            action = change.propose(session, POOL_SIZE, deployment=deployment, pool=pool, value=replicas,
-                                    policy=policy, reason=f"asked by {request.created_by}: {step.reason}"
-                                    + (f" ({note})" if note else ""), inputs={"replicas": replicas},
-                                    predicted=step.predicted(), trigger=request.trigger,
-                                    created_by=request.created_by, now=now)
-            outcome = f"action {action.id} {action.status}" if action else "policy mode is off"
-        requests.settle(request, outcome=outcome, action_id=action.id if action else None, now=now)
-
-
-def _sync_pool_size(session: Session, deployment: Deployment, pool: Pool, scaler: PoolScaler, fence: Fence,
-                    policy: Policy, now: float) -> None:
-    """The platform unreachable keeps the pool's size as it is until a later pass, never its other knobs."""
-    try:
-        sync_pool_size(session, deployment, pool, scaler, fence, policy, now)
-    except NotLeader:
-        raise
-    except Exception:
-        log.exception("%s/%s: could not bring the pool to its size; retrying next pass", deployment.name, pool.role)
-
-
-def _record_findings(session: Session, deployment: Deployment, pool: Pool, state: PoolState, policy: Policy,
-                     now: float, mtp: MtpDiagnosis | None) -> None:
-    """Findings go to the audit trail, where the dashboard's timeline shows them: each at most once an hour,
-    an MTP diagnosis also whenever its cause changes."""
-    recent = [a for a in actions.of_pool(session, pool, since=now - 3600.0, statuses=(actions.RECORDED,))
-              if a.kind == "diagnosis"]  # newest first
-    last_mtp = next((a for a in recent if a.inputs.get("cause") in set(Cause)), None)
-    if mtp is not None and (last_mtp is None or last_mtp.inputs["cause"] != mtp.cause.value):
-        actions.record(session, deployment=deployment, pool=pool, kind="diagnosis", trigger="loop",
-                       mode=policy.mode.value, status=actions.RECORDED, reason=mtp.reason,
-                       inputs=mtp.evidence | {"cause": mtp.cause.value}, predicted={}, created_by=tokens.LOOP, now=now)
-    diagnosis = diagnose_prefix_hits(policy, state)
-    if diagnosis is None or any(a.inputs.get("cause") == "prefix_hits" for a in recent):
-        return
-    finding, ratios = diagnosis
-    actions.record(session, deployment=deployment, pool=pool, kind="diagnosis", trigger="loop",
-                   mode=policy.mode.value, status=actions.RECORDED, reason=finding,
-                   inputs={"prefix_hit_ratio": [round(r, 4) for r in ratios], "cause": "prefix_hits"}, predicted={},
-                   created_by=tokens.LOOP, now=now)
-
-
-def _record_routing_reach(session: Session, deployment: Deployment, pool: Pool, state: PoolState, policy: Policy,
-                          now: float) -> RoutingReach:
-    """A group limit configured but not honoured is recorded (at most once an hour, with the windows that show
-    it) for people: no knob of the loop fixes a code path that bypasses it."""
-    reach = check_routing_limit(policy, state)
-    if reach.is_violated and actions.open_for(session, pool, since=now - 3600.0, kind=ROUTING_LIMIT_VIOLATION,
-                                              statuses=(actions.RECORDED,)) is None:
-        actions.record(session, deployment=deployment, pool=pool, kind=ROUTING_LIMIT_VIOLATION, trigger="loop",
-                       mode=policy.mode.value, status=actions.RECORDED, reason=reach.reason,
-                       inputs=reach.evidence(), predicted={}, created_by=tokens.LOOP, now=now)
-        log.warning("%s/%s: %s", deployment.name, pool.role, reach.reason)
-    return reach
 
 
 def run_forever(sessions: sessionmaker[Session], settings: Settings, *, stop: threading.Event,

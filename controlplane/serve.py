@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from agents.protocol.http import KEEP_ALIVE_SECONDS
 from controlplane.actuate import kube
 from controlplane.actuate.fence import SOLE
 from controlplane.actuate.scaler import PoolScaler
@@ -30,8 +31,6 @@ from controlplane.prune import prune_all
 from controlplane.reconcile import PassResult, reconcile_once, run_forever
 from controlplane.store.db import make_engine, make_sessions, upgrade
 from controlplane.telemetry import ControllerMetrics
-
-KEEP_ALIVE_SECONDS = 30  # an idle connection's life on this server
 
 log = logging.getLogger("moectl")
 
@@ -98,8 +97,6 @@ class Controller:
         actuation, self.elector = make_actuation(settings, self.sessions, scaler)
         self.liveness = LoopLiveness.for_settings(settings) if run_loop else None
         app = create_app(settings, self.sessions, metrics=self.metrics, actuation=actuation, liveness=self.liveness)
-        # keep-alive past the agents' pooled connections' 5 s (httpx's default), which post every window: at
-        # equal timeouts a post sent on a connection the server is closing fails
         self.server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
                                                     timeout_keep_alive=KEEP_ALIVE_SECONDS))
         self.stop_loop = threading.Event()
@@ -149,11 +146,17 @@ class Controller:
         try:
             self.server.run()
         finally:
-            self.stop_loop.set()
-            for thread in self.threads:
-                thread.join(timeout=10)
+            self.stop_reconciling()
             if self.compute is not None:
                 self.compute.close()
+
+    def stop_reconciling(self) -> None:
+        """Ends the loop (and the campaign, releasing the leadership) while the API still serves: `moectl up`
+        stops the instances the loop would otherwise start again."""
+        self.stop_loop.set()
+        for thread in self.threads:
+            if thread.ident is not None:
+                thread.join(timeout=10)
 
     def stop(self) -> None:
         self.server.should_exit = True

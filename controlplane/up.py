@@ -52,8 +52,9 @@ class Processes:
         self.env, self.children = env, {}
 
     def start(self, name: str, module: str, *args: str, env: dict[str, str] | None = None) -> None:
+        # a session of its own: a terminal's Ctrl-C reaches this process only, which stops the children in order
         self.children[name] = subprocess.Popen([sys.executable, "-m", module, *args], env=self.env | (env or {}),
-                                               preexec_fn=die_with_parent)
+                                               preexec_fn=die_with_parent, start_new_session=True)
 
     def exited(self) -> list[tuple[str, int]]:
         return [(name, p.returncode) for name, p in self.children.items() if p.poll() is not None]
@@ -184,6 +185,7 @@ def up(settings: Settings, *, ep_size: int, router_port: int | None = None, is_l
         print(f"error: {exc}", flush=True)
         code = 1
     finally:
+        controller.stop_reconciling()  # first: the loop would start again the instances stopped below
         processes.stop()
         scaler.stop()
         controller.stop()
@@ -206,6 +208,7 @@ def up_sim(settings: Settings, *, num_deployments: int, ep_size: int, is_fresh: 
     try:
         serve_until_stopped(processes, thread, stop)
     finally:
+        controller.stop_reconciling()
         processes.stop()
         controller.stop()
         thread.join(timeout=10)

@@ -3,11 +3,13 @@
 wire: what one round trip carries (Snapshot, DesiredState, compact arrays); group: moectl.v2, one snapshot per
 EP group (GroupSnapshot, RankRow); router: a router's window and the controller's answer to it; placement: the placement
 value and the numbers derived from it (replica counts, shares, per-GPU load, imbalance); grid: the
-window grid both sides file load on. Every public name is re-exported here.
+window grid both sides file load on; http: what every server promises its clients' connections.
+Every public name is re-exported here.
 """
 
 from agents.protocol.grid import window_index, window_start
 from agents.protocol.group import GROUP_PROTOCOL_VERSION, GroupSnapshot, RankRow
+from agents.protocol.http import KEEP_ALIVE_SECONDS
 from agents.protocol.placement import (
     PlacementTable,
     default_slot_to_expert,
@@ -41,6 +43,7 @@ from agents.protocol.wire import (
 )
 
 __all__ = [
+    "KEEP_ALIVE_SECONDS",
     "GROUP_PROTOCOL_VERSION", "GroupSnapshot", "RankRow",
     "MAX_ARRAY_ELEMENTS", "MAX_COUNT", "MAX_SECONDS", "NAME_PATTERN", "PLACEMENT_UNKNOWN", "PROTOCOL_VERSION",
     "Array", "DesiredState", "Identity", "LatencySummary", "ModelShape", "PlacementTable", "Role", "RouterState",

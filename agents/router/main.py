@@ -18,12 +18,11 @@ import time
 
 from prometheus_client import CollectorRegistry
 
+from agents.protocol.http import KEEP_ALIVE_SECONDS
 from agents.router.app import Router, create_app
 from agents.router.policy import Endpoint
 from agents.router.report import WindowReporter
 from agents.router.window import RouterWindows
-
-KEEP_ALIVE_SECONDS = 30  # an idle connection's life on this server
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -66,8 +65,6 @@ def main(argv: list[str] | None = None) -> int:
                     registry=CollectorRegistry(), windows=windows)
     reporter = WindowReporter(router, args.controller, args.agent_token) if args.controller else None
     app = create_app(router, admin_token=args.admin_token, reporter=reporter)
-    # keep-alive past clients' pooled connections' usual 5 s (httpx's, the OpenAI SDK's): at equal timeouts a
-    # request sent on a connection the server is closing fails
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning",
                                            timeout_keep_alive=KEEP_ALIVE_SECONDS))
     print(f"OpenAI API on http://{args.host}:{args.port}/v1", flush=True)

@@ -2,18 +2,13 @@
 
 import os
 import pickle
-import socket
 import traceback
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from agents.processes import free_port
 
 
 def _entry(fn, rank: int, size: int, port: int, args: tuple, results) -> None:

@@ -22,7 +22,8 @@ import sys
 import threading
 import time
 
-KEEP_ALIVE_SECONDS = 30  # an idle connection's life on this server
+from agents.processes import die_with_parent, free_port
+from agents.protocol.http import KEEP_ALIVE_SECONDS
 
 log = logging.getLogger("moectl.worker")
 
@@ -68,18 +69,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def launch(args: argparse.Namespace, argv: list[str]) -> int:
     """Starts every rank, waits; a rank that dies takes the group down (its peers would hang)."""
     dist_port = free_port()
     # tied to the launcher before exec: a launcher killed while a rank still starts up leaves no orphan
     procs = [subprocess.Popen([sys.executable, "-m", "agents.worker", *argv, "--rank", str(r),
-                               "--dist-port", str(dist_port)], preexec_fn=_die_with_parent)
+                               "--dist-port", str(dist_port)], preexec_fn=_start_rank)
              for r in range(args.ep_size)]
     stopping = threading.Event()
 
@@ -99,7 +94,7 @@ def launch(args: argparse.Namespace, argv: list[str]) -> int:
         stopping.wait(0.2)
     for p in procs:
         if p.poll() is None:
-            p.send_signal(signal.SIGINT)  # ranks agree on a step to stop at
+            p.send_signal(signal.SIGTERM)  # ranks agree on a step to stop at
     deadline = time.monotonic() + 15
     for p in procs:
         try:
@@ -110,19 +105,20 @@ def launch(args: argparse.Namespace, argv: list[str]) -> int:
     return code
 
 
-def _die_with_parent() -> None:
-    """Linux: the kernel sends SIGTERM when the launcher goes, so no rank outlives it."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+def _start_rank() -> None:
+    """Runs in a rank before exec: it goes with the launcher, and ignores Ctrl-C, which reaches the terminal's
+    whole group (its own, even while importing): the launcher stops its ranks together with SIGTERM."""
+    die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def run_rank(args: argparse.Namespace) -> int:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    _die_with_parent()
+    die_with_parent()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # ignored: a launcher's rank (_start_rank)
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
     import torch
     import uvicorn
     from prometheus_client import CollectorRegistry, disable_created_metrics
@@ -136,9 +132,6 @@ def run_rank(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(1)
     disable_created_metrics()  # a _created series per counter doubles the series for nothing
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
     group = init_ep_group(args.rank, args.ep_size, args.dist_port)
     built = build_engine(args, group)
     identity = Identity(deployment=args.deployment, instance=args.instance, role=Role(args.role), rank=args.rank,
@@ -157,8 +150,6 @@ def run_rank(args: argparse.Namespace) -> int:
     info = {"role": args.role, "instance": args.instance, "ep_rank": args.rank, "ep_size": args.ep_size,
             "model": built.model.name, "runtime": built.runtime}
     port = args.ports[args.rank]
-    # keep-alive past the router's pooled connections' 5 s (httpx's default): at equal timeouts a request sent on
-    # a connection the server is closing fails with an empty error (a 503 at the router under a step in load)
     server = uvicorn.Server(uvicorn.Config(create_app(loop, registry, info), host=args.host, port=port,
                                            log_level="warning", timeout_keep_alive=KEEP_ALIVE_SECONDS))
     server_thread = threading.Thread(target=server.run, name="http", daemon=True)

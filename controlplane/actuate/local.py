@@ -47,9 +47,9 @@ def die_with_parent() -> None:
 
 
 def stop_process(process: subprocess.Popen, name: str, timeout: float = STOP_SECONDS) -> None:
-    """SIGINT (a worker's ranks agree on a step to stop at), then SIGKILL after `timeout` seconds."""
+    """SIGTERM (the launcher has its ranks agree on a step to stop at), then SIGKILL after `timeout` seconds."""
     if process.poll() is None:
-        process.send_signal(signal.SIGINT)
+        process.send_signal(signal.SIGTERM)
     try:
         process.wait(timeout)
     except subprocess.TimeoutExpired:
@@ -139,7 +139,8 @@ class LocalScaler:
             process = subprocess.Popen(
                 [sys.executable, "-m", "agents.worker", "--deployment", self.deployment, "--role", role,
                  "--instance", name, "--ep-size", str(self.ep_sizes[role]), "--ports", ",".join(map(str, ports)),
-                 *self.worker_args, *args], env=self.env | (env or {}), preexec_fn=die_with_parent)
+                 *self.worker_args, *args], env=self.env | (env or {}), preexec_fn=die_with_parent,
+                start_new_session=True)  # a terminal's Ctrl-C is the controller's to handle: it stops instances
             instance = Instance(name, role, [f"http://127.0.0.1:{p}" for p in ports], process, time.monotonic())
             self.instances[name] = instance
             log.info("%s: started (%s)", name, " ".join(instance.urls))
@@ -153,7 +154,7 @@ class LocalScaler:
         with self.lock:
             for instance in self.instances.values():
                 if instance.process.poll() is None:
-                    instance.process.send_signal(signal.SIGINT)
+                    instance.process.send_signal(signal.SIGTERM)
             for instance in list(self.instances.values()):
                 stop_process(instance.process, instance.name)
             self.instances.clear()

@@ -6,6 +6,7 @@ import logging
 import threading
 
 from controlplane.leader.elector import LeaderElector
+from controlplane.store.db import is_unavailable
 
 log = logging.getLogger("moectl.leader")
 
@@ -15,8 +16,13 @@ def keep_campaigning(elector: LeaderElector, *, stop: threading.Event, retry_sec
     while not stop.is_set():
         try:
             elector.campaign()
-        except Exception:  # the election's store unreachable: keep trying; the fence holds meanwhile
-            log.exception("%s could not reach %s; retrying in %gs", elector.identity, elector.where, retry_seconds)
+        except Exception as exc:  # the election's store unreachable: keep trying; the fence holds meanwhile
+            if is_unavailable(exc):  # busy or gone: expected now and then, no traceback to read
+                log.warning("%s could not reach %s (%s); retrying in %gs", elector.identity, elector.where,
+                            str(exc.orig if hasattr(exc, "orig") else exc).splitlines()[0], retry_seconds)
+            else:
+                log.exception("%s could not reach %s; retrying in %gs", elector.identity, elector.where,
+                              retry_seconds)
         stop.wait(retry_seconds)
     try:
         elector.release()

@@ -7,7 +7,8 @@ from prometheus_client import CollectorRegistry
 from support.fleet import run_windows, start_fleet
 
 from agents.sim.fleet import DEFAULT_MODEL
-from controlplane.reconcile import ROUTING_LIMIT_VIOLATION, reconcile_once
+from controlplane.findings import ROUTING_LIMIT_VIOLATION
+from controlplane.reconcile import reconcile_once
 from controlplane.telemetry import ControllerMetrics
 
 MODEL = DEFAULT_MODEL.model_copy(update={"topk_group": 3})  # 8 groups, top-6: at most 3 groups per token

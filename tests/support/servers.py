@@ -6,7 +6,6 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -14,6 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
+
+from agents.processes import free_port  # noqa: F401  (re-exported: the tests' one free port)
 
 
 def require_binary(path_glob: str, package: str) -> str:
@@ -24,12 +25,6 @@ def require_binary(path_glob: str, package: str) -> str:
     if os.environ.get("CI") == "true":
         pytest.fail(message)
     pytest.skip(message)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager

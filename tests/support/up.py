@@ -1,5 +1,6 @@
 """`moectl up` with real workers as a test's subprocess: started on a free port, ready once the router is up,
-stopped with Ctrl-C (SIGINT) as a person would, and required to exit cleanly."""
+stopped with Ctrl-C as a person's terminal sends it (SIGINT to the whole foreground process group), and
+required to exit cleanly: code 0, no traceback while stopping, no process of its family left."""
 
 from __future__ import annotations
 
@@ -7,12 +8,15 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 
+from support.processes import descendants, die_with_parent, is_running
 from support.servers import free_port
 
 
@@ -23,19 +27,26 @@ def moectl_up(tmp_path: Path, *args: str) -> Iterator[str]:
     process = subprocess.Popen(
         [sys.executable, "-m", "controlplane", "up", "--port", str(port), *args,
          "--database-url", f"sqlite:///{tmp_path / 'up.db'}"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env=os.environ | {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"})
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        preexec_fn=die_with_parent, env=os.environ | {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"})
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True)
+    reader.start()
     try:
-        lines: list[str] = []
+        deadline = time.monotonic() + 300
         while not any(line.startswith("router: ") for line in lines):
-            line = process.stdout.readline()
-            assert line, "moectl up exited early:\n" + "".join(lines)
-            lines.append(line)
+            assert process.poll() is None and time.monotonic() < deadline, "moectl up did not start:\n" + "".join(lines)
+            time.sleep(0.1)
         yield f"http://127.0.0.1:{port}"
     finally:
-        process.send_signal(signal.SIGINT)
-        process.communicate(timeout=60)
-    assert process.returncode == 0
+        family, stopping_at = descendants(process.pid), len(lines)
+        os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: up, and any child still in its process group
+        process.wait(timeout=90)
+        reader.join(timeout=10)
+    stopping = "".join(lines[stopping_at:])
+    assert process.returncode == 0, stopping
+    assert "Traceback" not in stopping, stopping
+    assert not [pid for pid in family if is_running(pid)], f"left running after Ctrl-C: {family}\n{stopping}"
 
 
 def actions_of(url: str, kind: str, deployment: str = "tiny") -> list[dict]:
