@@ -112,9 +112,9 @@ def prune(sessions: sessionmaker[Session], settings: Settings, *, now: float, ma
     return pruned
 
 
-def _vacuum(sessions: sessionmaker[Session], pruned: dict[str, int]) -> list[str]:
+def _vacuum(sessions: sessionmaker[Session], pruned: dict[str, int]) -> None:
     """PostgreSQL: makes the space of the deleted and rewritten rows of the VACUUMED tables that hold enough of
-    them (DEAD_SHARE) reusable now; returns those vacuumed. Autovacuum would, but on its own schedule (a minute's
+    them (DEAD_SHARE) reusable now. Autovacuum would, but on its own schedule (a minute's
     nap, and only past a fifth of a table dead) and the database grew by the windows until it came. A table's
     dead rows are the server's count (deletes and updates by anyone since its last VACUUM) and this run's
     deletes, which the server may not count yet (each session reports its counts at most once a second).
@@ -123,16 +123,20 @@ def _vacuum(sessions: sessionmaker[Session], pruned: dict[str, int]) -> list[str
     with sessions() as session:
         engine = session.get_bind()
     if engine.dialect.name != "postgresql":
-        return []
+        return
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         counts = conn.execute(text("SELECT relname, n_live_tup, n_dead_tup FROM pg_stat_user_tables "
                                    "WHERE schemaname = current_schema() AND relname = ANY(:names)"),
                               {"names": list(VACUUMED)})
-        due = [row.relname for row in counts
-               if row.n_dead_tup + pruned.get(row.relname, 0) >= max(MIN_DEAD_ROWS, DEAD_SHARE * row.n_live_tup)]
+        due = [row.relname for row in counts if _is_due(row.n_live_tup, row.n_dead_tup, pruned.get(row.relname, 0))]
         for table in due:
             conn.exec_driver_sql(f"VACUUM {table}")
-    return due
+
+
+def _is_due(num_live: int, num_dead: int, num_deleted: int) -> bool:
+    """num_live, num_dead: the server's counts, which may or may not hold the run's num_deleted yet; taken as if
+    they did not (the table then looks emptier and deader than it may be: it is vacuumed early, never late)."""
+    return num_dead + num_deleted >= max(MIN_DEAD_ROWS, DEAD_SHARE * max(num_live - num_deleted, 0))
 
 
 def prune_all(sessions: sessionmaker[Session], settings: Settings, *, now: float) -> dict[str, int]:

@@ -19,7 +19,7 @@ class StoredRouting:
     action_id: int | None
 
 
-def stored(row: RoutingLimit) -> StoredRouting:
+def _load(row: RoutingLimit) -> StoredRouting:
     return StoredRouting(row.version, row.topk_group, seconds(row.created_at), row.action_id)
 
 
@@ -31,9 +31,9 @@ def add(session: Session, *, pool: Pool, version: int, topk_group: int | None, a
 
 
 def latest(session: Session, pool: Pool) -> StoredRouting:
-    return stored(versions.latest(session, RoutingLimit, pool))
+    return _load(versions.latest(session, RoutingLimit, pool))
 
 
 def get(session: Session, pool: Pool, version: int) -> StoredRouting | None:
     row = versions.get(session, RoutingLimit, pool, version)
-    return None if row is None else stored(row)
+    return None if row is None else _load(row)
