@@ -22,7 +22,7 @@ import numpy as np
 
 from benchmarks.baselines.eplb import Eplb
 from controlplane.solve.algorithm import MigrationAware, PlacementAlgorithm
-from controlplane.solve.packing import replicate
+from controlplane.solve.packing import ratio_bound
 from controlplane.solve.placement import Topology
 
 NUM_LAYERS, NUM_EXPERTS, NUM_SLOTS, NUM_GROUPS = 58, 256, 288, 8
@@ -42,10 +42,8 @@ def zipf_load(low: float, high: float, rng: np.random.Generator) -> np.ndarray:
 
 
 def replication_bound(load: np.ndarray, num_gpus: int) -> float:
-    """Mean over layers of max(1, best achievable max replica load / mean GPU load), global."""
-    counts = replicate(load, NUM_SLOTS, num_gpus)
-    mean = load.sum(axis=1) / num_gpus
-    return float(np.maximum(1.0, (load / counts).max(axis=1) / mean).mean())
+    """Mean over layers of the best achievable max/mean GPU load, global (packing.ratio_bound)."""
+    return float(ratio_bound(load, NUM_SLOTS, num_gpus).mean())
 
 
 def timed(repeats: int, fn, *args, **kwargs):

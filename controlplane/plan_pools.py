@@ -41,6 +41,17 @@ def rules_of(policy: Policy, rules: PoolRules = PoolRules()) -> PoolRules:
                    threshold=replace(rules.threshold, cooldown_seconds=policy.pool_cooldown_seconds))
 
 
+def _queued_before(windows: tuple[PoolWindow, ...]) -> np.ndarray:
+    """[prefill replica windows, in `columns` order] prompt tokens queued on the replica when each window began:
+    its previous window's end (0 in its first)."""
+    out, last = [], {}
+    for w in windows:
+        mine = w.of_role("prefill")
+        out.extend(last.get(r.replica, 0.0) for r in mine)
+        last = {r.replica: r.queued_tokens for r in mine}
+    return np.asarray(out, np.float64)
+
+
 def fit_latency(windows: tuple[PoolWindow, ...], cold_start_windows: int = COLD_START_WINDOWS,
                 min_samples: int = MIN_SAMPLES) -> PoolLatency | None:
     """Per-replica latency of both pools from the replica windows; None before any decode replica reported."""
@@ -55,8 +66,8 @@ def fit_latency(windows: tuple[PoolWindow, ...], cold_start_windows: int = COLD_
 
     p, d = stacked("prefill"), stacked("decode")
     prefill = fit_prefill(p["age_windows"], window_seconds, p["prefill_tokens"], p["busy_seconds"], p["num_prefilled"],
-                          p["queued_tokens"], p["ttft_p90"], p["ttft_p99"], cold_start_windows=cold_start_windows,
-                          min_samples=min_samples)
+                          p["queued_tokens"], p["ttft_p90"], p["ttft_p99"], _queued_before(windows),
+                          cold_start_windows=cold_start_windows, min_samples=min_samples)
     decode = fit_decode(d["age_windows"], window_seconds, d["batch"], d["kv_tokens"], d["prefill_tokens"],
                         d["itl_mean"], d["itl_p90"], d["itl_p99"], d["itl_count"], d["busy_seconds"],
                         cold_start_windows=cold_start_windows, min_samples=min_samples)
@@ -126,11 +137,10 @@ class MoectlPoolPlanner:
     num_folds: int = 12  # cut points the rate forecast is backtested on: the last six minutes' surprises
     load_windows: int = 2  # the load "now" is measured over this many windows
     rate_noise_sigmas: float = 1.0  # a reactive step without a breach acts on the rate less this many standard errors
-    cold_start_windows: int = COLD_START_WINDOWS
 
     def plan(self, view: PoolsView) -> PoolPlan:
         recent = view.windows[-self.model_windows:]
-        model = fit_latency(recent, self.cold_start_windows)
+        model = fit_latency(recent, self.rules.cold_start_windows)
         now_load = measured_load(view.windows, self.load_windows)
         if now_load is not None:
             now_load = replace(now_load, sure_rate=sure_rate(view.windows, self.load_windows, self.rate_noise_sigmas))
@@ -141,5 +151,5 @@ class MoectlPoolPlanner:
             forecast = forecast_load(view.windows, now_load, self.bucket_seconds, self.horizon_seconds,
                                      self.hold_seconds, self.surge, self.num_folds,
                                      (self.startup_seconds,
-                                      self.startup_seconds + self.cold_start_windows * latest.seconds))
+                                      self.startup_seconds + self.rules.cold_start_windows * latest.seconds))
         return plan_pools(view, model, now_load, forecast, self.rules)

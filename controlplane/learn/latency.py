@@ -13,10 +13,11 @@ token gaps they measured, so the fit is per token as Little's law reads it (a mo
 prefill stall included, would otherwise weigh as much as a busy window's hundreds).
 
 Windows in which a prefill replica finished fewer than MIN_REQUESTS prompts are left out (their
-percentiles are mostly noise), the others weighted by their request count; so are windows that end
-with more than MAX_BACKLOG_SECONDS of queued work: their requests waited out an earlier overload,
-which says nothing about the steady state at this window's load. A replica's first
-`cold_start_windows` windows are left out (cold caches and kernels run slow and
+percentiles are mostly noise), the others weighted by their request count; so are windows that begin
+or end with more than MAX_BACKLOG_SECONDS of queued work: their requests waited out an earlier overload,
+which says nothing about the steady state at this window's load (kept, the windows draining a burst's
+backlog read as a TTFT floor over a second, and prefill was sized for it for a quarter of an hour). A
+replica's first `cold_start_windows` windows are left out (cold caches and kernels run slow and
 would read as lost capacity); with fewer than `min_samples` warm windows a fit is None and the
 caller falls back (controlplane/plan_pools.py: reactive steps only, no consolidation).
 Arrays are [n] over replica windows; seconds, tokens, tokens/s.
@@ -75,9 +76,10 @@ class PrefillLatency:
 
 
 def fit_prefill(age, window_seconds: float, prompt_tokens, busy_seconds, num_prefilled, queued_tokens, ttft_p90,
-                ttft_p99, *, cold_start_windows: int = COLD_START_WINDOWS, min_samples: int = MIN_SAMPLES
-                ) -> PrefillLatency | None:
-    """Replica windows of the prefill pool -> PrefillLatency, or None with too few warm windows."""
+                ttft_p99, queued_before=None, *, cold_start_windows: int = COLD_START_WINDOWS,
+                min_samples: int = MIN_SAMPLES) -> PrefillLatency | None:
+    """Replica windows of the prefill pool -> PrefillLatency, or None with too few warm windows.
+    queued_tokens: prompt tokens queued at each window's end; queued_before: at its start (None: not known)."""
     tokens, busy = np.asarray(prompt_tokens, np.float64), np.asarray(busy_seconds, np.float64)
     count, queued = np.asarray(num_prefilled, np.float64), np.asarray(queued_tokens, np.float64)
     mask = _usable(age, cold_start_windows, ttft_p90, ttft_p99) & (count >= MIN_REQUESTS) & (busy > 0)
@@ -87,8 +89,11 @@ def fit_prefill(age, window_seconds: float, prompt_tokens, busy_seconds, num_pre
     rate = tokens[mask] / busy[mask]
     busiest = busy[mask] >= np.quantile(busy[mask], 0.75)
     capacity = float(np.median(rate[busiest]))
-    # a backlog left over from an overload is not the steady state this load would settle at
+    # a backlog left over from an overload is not the steady state this load would settle at, whether the window
+    # ends with it or begins with it and drains it (its requests waited out the overload all the same)
     mask &= queued <= MAX_BACKLOG_SECONDS * capacity
+    if queued_before is not None:
+        mask &= np.asarray(queued_before, np.float64) <= MAX_BACKLOG_SECONDS * capacity
     if mask.sum() < min_samples:
         return None
     tokens, count = tokens[mask], count[mask]

@@ -8,6 +8,9 @@ table (GPU assignment, see `relabel`) and adopted, best gain per extra moved slo
 budget allows: first every layer that gains at least `min_gain_per_move` per extra moved slot, then
 more layers until the plan's mean imbalance is within MAX_RATIO_TO_FRESH of fresh solves' (the promise:
 with budget, never far behind a fresh solve, without paying a whole re-solve for every layer).
+A layer at its ratio bound (`packing.ratio_bound`: no table does better) is treated as within tolerance by
+every step: no search, no fresh solve. At one slot per GPU (the decode pool) nearly every layer reaches it
+after one stage of search, and the fresh solves and relabelling they skip were most of the solve.
 Shapes: L layers, E experts, S slots, G groups, N nodes.
 """
 
@@ -19,12 +22,14 @@ from agents.protocol.placement import gpu_load, layer_imbalance, slot_load
 from controlplane.solve.construct import FRESH_TOLERANCE, solve_fresh
 from controlplane.solve.local_search import improve
 from controlplane.solve.locality import balance_groups, expert_node_of, group_to_node_of, solve_local
+from controlplane.solve.packing import ratio_bound
 from controlplane.solve.relabel import relabel
 from controlplane.solve.repair import invalid_layers, repair_layer
 from controlplane.solve.shares import water_fill
 
 MAX_RATIO_TO_FRESH = 1.01  # mean over layers; the issue's promise is 1.02, this leaves room for forecast error
 STAGE_ROUNDS = 4  # first stage of local search; each later stage doubles
+BOUND_SLACK = 1e-9  # relative: a layer this close to its ratio bound is at it (float rounding)
 
 
 def solve_incremental(load: np.ndarray, topology, current: np.ndarray, max_moved_slots: int | None,
@@ -41,14 +46,16 @@ def solve_incremental(load: np.ndarray, topology, current: np.ndarray, max_moved
     expert_node = None
     if is_local:
         expert_node = expert_node_of(_relocate(table, current, load, topology, max_moved_slots), num_experts)
+    bound = ratio_bound(load, topology.num_slots, topology.num_gpus)
     share = _improve_in_stages(table, load, topology, current, max_moved_slots, expert_node, tolerance,
-                               min_gain_per_move)
-    _adopt_fresh(table, share, load, topology, current, max_moved_slots, is_local, tolerance, min_gain_per_move)
+                               min_gain_per_move, bound)
+    _adopt_fresh(table, share, load, topology, current, max_moved_slots, is_local, tolerance, min_gain_per_move,
+                 bound)
     return table, share
 
 
 def _improve_in_stages(table, load, topology, current, max_moved_slots, expert_node, tolerance,
-                       min_gain) -> np.ndarray:
+                       min_gain, bound) -> np.ndarray:
     """Local search in stages of doubling length (mutates table); -> slot_share [L, S].
 
     Uneven shares balance for free what the search would buy with moves, so after each stage the shares
@@ -56,7 +63,7 @@ def _improve_in_stages(table, load, topology, current, max_moved_slots, expert_n
     """
     k = topology.slots_per_gpu
     share = water_fill(table, load, k)
-    is_open = layer_ratio(table, share, load, k) > 1.0 + tolerance
+    is_open = _is_open(layer_ratio(table, share, load, k), bound, tolerance)
     num_rounds = STAGE_ROUNDS
     while is_open.any():
         layers = np.flatnonzero(is_open)
@@ -69,11 +76,19 @@ def _improve_in_stages(table, load, topology, current, max_moved_slots, expert_n
                         gpus_per_node=topology.gpus_per_node, max_rounds=num_rounds, min_gain=min_gain,
                         tolerance=tolerance)
         table[layers] = after
+        # shares are per layer, so only the layers the stage changed need new ones; the others close
+        is_changed = (after != before).any(axis=1)
+        layers, after = layers[is_changed], after[is_changed]
         share[layers] = water_fill(after, load[layers], k)
-        is_open[layers] = (layer_ratio(after, share[layers], load[layers], k) > 1.0 + tolerance) \
-            & (after != before).any(axis=1)
+        is_open[:] = False
+        is_open[layers] = _is_open(layer_ratio(after, share[layers], load[layers], k), bound[layers], tolerance)
         num_rounds *= 2
     return share
+
+
+def _is_open(ratio: np.ndarray, bound: np.ndarray, tolerance: float) -> np.ndarray:
+    """[L] layers worth more moves: above tolerance and above their ratio bound (NaN: neither)."""
+    return (ratio > 1.0 + tolerance) & (ratio > bound * (1.0 + BOUND_SLACK))
 
 
 def layer_ratio(table: np.ndarray, share: np.ndarray, load: np.ndarray, slots_per_gpu: int) -> np.ndarray:
@@ -82,12 +97,13 @@ def layer_ratio(table: np.ndarray, share: np.ndarray, load: np.ndarray, slots_pe
     return layer_imbalance(gpu_load(slot_load(table, load, share), table.shape[1] // slots_per_gpu))
 
 
-def _adopt_fresh(table, share, load, topology, current, max_moved_slots, is_local, tolerance, min_gain) -> None:
+def _adopt_fresh(table, share, load, topology, current, max_moved_slots, is_local, tolerance, min_gain,
+                 bound) -> None:
     """Replace layers of table/share (in place) by relabelled fresh solves where that pays (module doc)."""
     k = topology.slots_per_gpu
     budget = np.inf if max_moved_slots is None else max_moved_slots - int((table != current).sum())
     ratio = layer_ratio(table, share, load, k)
-    layers = np.flatnonzero(ratio > 1.0 + tolerance)
+    layers = np.flatnonzero(_is_open(ratio, bound, tolerance))
     if len(layers) == 0:
         return
     fresh = relabel(solve_fresh(load[layers], topology, is_local, FRESH_TOLERANCE), current[layers], k,
@@ -98,10 +114,14 @@ def _adopt_fresh(table, share, load, topology, current, max_moved_slots, is_loca
     extra = (fresh != current[layers]).sum(axis=1) - (table[layers] != current[layers]).sum(axis=1)
     order = np.argsort(-gain / np.maximum(extra, 0.5), kind="stable")
     is_taken = np.zeros(len(layers), dtype=bool)
-    # a loaded layer left out is within tolerance, so at most 1+tolerance times its own fresh solve (>= 1);
-    # layers without load (NaN) are no part of the plan's imbalance, so none of the sums
+    # a loaded layer left out is within tolerance, so at most 1+tolerance times its own fresh solve (>= 1), or
+    # at its bound, which its fresh solve cannot beat (and reaches at one slot per GPU); layers without load
+    # (NaN) are no part of the plan's imbalance, so none of the sums
     is_loaded = ~np.isnan(ratio)
-    target = MAX_RATIO_TO_FRESH * (fresh_ratio.sum() + is_loaded.sum() - len(layers))
+    is_left_out = is_loaded.copy()
+    is_left_out[layers] = False
+    fresh_floor = np.where(ratio > 1.0 + tolerance, bound, 1.0)
+    target = MAX_RATIO_TO_FRESH * (fresh_ratio.sum() + fresh_floor[is_left_out].sum())
     total = ratio[is_loaded].sum()
     for must_pay in (True, False):
         for index in order:
@@ -118,19 +138,25 @@ def _adopt_fresh(table, share, load, topology, current, max_moved_slots, is_loca
 
 
 def _relocate(table, current, load, topology, max_moved_slots) -> np.ndarray:
-    """Make spread layers group-local while the budget lasts (mutates table); -> group_to_node [L, G]."""
-    groups, nodes = topology.num_groups, topology.num_nodes
-    group_to_node = group_to_node_of(table, load.shape[1], groups, nodes)
+    """Make spread layers group-local while the budget lasts (mutates table); -> group_to_node [L, G].
+
+    Layers are independent, so every spread layer's local table is solved in one batch; the budget is then
+    spent layer by layer in ascending order.
+    """
+    groups, nodes, num_experts = topology.num_groups, topology.num_nodes, load.shape[1]
+    group_to_node = group_to_node_of(table, num_experts, groups, nodes)
     budget = np.inf if max_moved_slots is None else max_moved_slots - int((table != current).sum())
-    for layer in np.flatnonzero((group_to_node < 0).any(axis=1)):
-        fresh_map = balance_groups(load[layer:layer + 1], groups, nodes)
-        fresh = relabel(solve_local(load[layer:layer + 1], fresh_map, nodes, topology.gpus_per_node,
-                                    topology.slots_per_gpu), current[layer:layer + 1], topology.slots_per_gpu,
-                        topology.gpus_per_node, True, load.shape[1])[0]
-        # relabelling permutes nodes, so the groups' nodes are read back from the table
-        fresh_map = group_to_node_of(fresh[None], load.shape[1], groups, nodes)
-        cost = int((fresh != current[layer]).sum()) - int((table[layer] != current[layer]).sum())
-        if cost <= budget:
-            table[layer], group_to_node[layer] = fresh, fresh_map[0]
-            budget -= cost
+    layers = np.flatnonzero((group_to_node < 0).any(axis=1))
+    if len(layers) == 0:
+        return group_to_node
+    fresh = relabel(solve_local(load[layers], balance_groups(load[layers], groups, nodes), nodes,
+                                topology.gpus_per_node, topology.slots_per_gpu), current[layers],
+                    topology.slots_per_gpu, topology.gpus_per_node, True, num_experts)
+    # relabelling permutes nodes, so the groups' nodes are read back from the table
+    fresh_map = group_to_node_of(fresh, num_experts, groups, nodes)
+    cost = (fresh != current[layers]).sum(axis=1) - (table[layers] != current[layers]).sum(axis=1)
+    for index, layer in enumerate(layers):
+        if cost[index] <= budget:
+            table[layer], group_to_node[layer] = fresh[index], fresh_map[index]
+            budget -= cost[index]
     return group_to_node

@@ -29,15 +29,15 @@ def best_moves(layers, table, load, counts, slot_load, gpu_load, is_on_gpu, slot
     """
     n, k = len(layers), slots_per_gpu
     rows = np.arange(n)[:, None]
-    tbl, sl, gl, cnt, w, on = (table[layers], slot_load[layers], gpu_load[layers], counts[layers],
-                               load[layers], is_on_gpu[layers])
+    # is_on_gpu [L, G, E] is read in place through on_rows: a copy of its active rows cost more than a round
+    tbl, sl, gl, cnt, w = table[layers], slot_load[layers], gpu_load[layers], counts[layers], load[layers]
     cur = None if current is None else current[layers]
     node_of = None if expert_node is None else expert_node[layers]
     num_slots = tbl.shape[1]
     hot = gl.argmax(axis=1)
     hot_load = gl[np.arange(n), hot]
     hot_slots = hot[:, None] * k + np.arange(k)                          # [n, k]
-    partner_gpu = np.argsort(gl, axis=1, kind="stable")[:, :num_partners]
+    partner_gpu = _lightest(gl, num_partners)
     on_light = (partner_gpu[:, :, None] * k + np.arange(k)).reshape(n, -1)  # [n, C]
     slot_count = np.take_along_axis(cnt, tbl, axis=1)
     slot_gpu_load = gl[:, np.arange(num_slots) // k]
@@ -46,13 +46,14 @@ def best_moves(layers, table, load, counts, slot_load, gpu_load, is_on_gpu, slot
         spare_cost = np.where(slot_count >= 2, np.take_along_axis(w, tbl, axis=1) / (slot_count - 1)
                               + slot_gpu_load, np.inf)
     cheap_spare = np.argpartition(spare_cost, num_spares - 1, axis=1)[:, :num_spares]  # [n, P], any order
-    ctx = dict(n=n, k=k, rows=rows, tbl=tbl, sl=sl, gl=gl, cnt=cnt, w=w, on=on, cur=cur, node_of=node_of,
-               hot=hot, hot_load=hot_load, gpus_per_node=gpus_per_node)
+    ctx = dict(n=n, k=k, rows=rows, tbl=tbl, sl=sl, gl=gl, cnt=cnt, w=w, on=is_on_gpu, on_rows=layers[:, None],
+               cur=cur, node_of=node_of, hot=hot, hot_load=hot_load, gpus_per_node=gpus_per_node)
     move = _pick(_swap_and_retarget(ctx, hot_slots, np.concatenate([on_light, cheap_spare], axis=1)))
     # chains cost a 4-D candidate array, so only layers that simple moves cannot help pay for them
     is_stuck = move["gain"] <= min_gain[layers] * np.maximum(move["cost"], 1)
     if is_stuck.any():
-        sub = {f: (v[is_stuck] if isinstance(v, np.ndarray) and v.shape[:1] == (n,) else v) for f, v in ctx.items()}
+        sub = {f: (v[is_stuck] if f != "on" and isinstance(v, np.ndarray) and v.shape[:1] == (n,) else v)
+               for f, v in ctx.items()}
         sub["n"], sub["rows"] = int(is_stuck.sum()), np.arange(int(is_stuck.sum()))[:, None]
         chain = _pick(_chain(sub, hot_slots[is_stuck], on_light[is_stuck], cheap_spare[is_stuck]))
         is_better = chain["gain"] / np.maximum(chain["cost"], 0.5) > \
@@ -60,6 +61,18 @@ def best_moves(layers, table, load, counts, slot_load, gpu_load, is_on_gpu, slot
         for field, values in move.items():
             values[np.flatnonzero(is_stuck)[is_better]] = chain[field][is_better]
     return move
+
+
+def _lightest(gpu_load: np.ndarray, num: int) -> np.ndarray:
+    """[n, num] indices of the num lightest of gpu_load [n, G], lightest first, ties to the lower index:
+    np.argsort(gpu_load, kind="stable")[:, :num] without sorting all G."""
+    cutoff = np.partition(gpu_load, num - 1, axis=1)[:, num - 1:num]
+    is_tie = gpu_load == cutoff
+    num_open = num - (gpu_load < cutoff).sum(axis=1, keepdims=True)
+    is_chosen = (gpu_load < cutoff) | (is_tie & (np.cumsum(is_tie, axis=1) <= num_open))
+    chosen = np.nonzero(is_chosen)[1].reshape(len(gpu_load), num)
+    order = np.argsort(np.take_along_axis(gpu_load, chosen, axis=1), axis=1, kind="stable")
+    return np.take_along_axis(chosen, order, axis=1)
 
 
 def _pick(candidates: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -81,41 +94,45 @@ def _pick(candidates: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 def _swap_and_retarget(ctx, hot_slots, cand) -> dict[str, np.ndarray]:
     """Swap hot slot i with candidate slot j, or retarget j to hot expert i. Arrays [n, 2*k*c]."""
     n, k, rows, tbl, sl, gl, cnt, w, on = (ctx[f] for f in ("n", "k", "rows", "tbl", "sl", "gl", "cnt", "w", "on"))
-    hot, hot_load = ctx["hot"], ctx["hot_load"]
+    hot, hot_load, on_rows = ctx["hot"], ctx["hot_load"], ctx["on_rows"]
     hot_expert, hot_replica = tbl[rows, hot_slots], sl[rows, hot_slots]  # [n, k]
     cand_gpu = cand // k
     cand_expert, cand_replica = tbl[rows, cand], sl[rows, cand]          # [n, c]
     cand_gpu_load = gl[rows, cand_gpu]
-    hot_has_cand = np.take_along_axis(on[np.arange(n), hot], cand_expert, axis=1)  # [n, c]
-    cand_has_hot = on[rows[:, :, None], cand_gpu[:, None, :], hot_expert[:, :, None]]  # [n, k, c]
-    is_hot_local = np.ones((n, k, cand.shape[1]), dtype=bool)
-    is_cand_local = np.ones((n, 1, cand.shape[1]), dtype=bool)
+    hot_has_cand = np.take_along_axis(on[on_rows[:, 0], hot], cand_expert, axis=1)  # [n, c]
+    cand_has_hot = on[on_rows[:, :, None], cand_gpu[:, None, :], hot_expert[:, :, None]]  # [n, k, c]
+    is_swap_blocked = cand_has_hot | hot_has_cand[:, None, :]              # [n, k, c]
+    is_retarget_blocked = cand_has_hot | (cnt[rows, cand_expert] < 2)[:, None, :]
     if ctx["node_of"] is not None:
         node_of, gpn = ctx["node_of"], ctx["gpus_per_node"]
         hot_home, cand_home = node_of[rows, hot_expert][:, :, None], node_of[rows, cand_expert]
-        is_hot_local = (hot_home < 0) | (hot_home == (cand_gpu // gpn)[:, None, :])
-        is_cand_local = ((cand_home < 0) | (cand_home == (hot // gpn)[:, None]))[:, None, :]
+        is_hot_far = (hot_home >= 0) & (hot_home != (cand_gpu // gpn)[:, None, :])
+        is_cand_far = ((cand_home >= 0) & (cand_home != (hot // gpn)[:, None]))[:, None, :]
+        is_swap_blocked = is_swap_blocked | is_hot_far | is_cand_far
+        is_retarget_blocked = is_retarget_blocked | is_hot_far
 
     delta = hot_replica[:, :, None] - cand_replica[:, None, :]
     swap_value = np.maximum(hot_load[:, None, None] - delta, cand_gpu_load[:, None, :] + delta)
-    is_blocked = cand_has_hot | hot_has_cand[:, None, :] | ~is_hot_local | ~is_cand_local
-    swap_value[(delta <= 0) | is_blocked] = np.inf
+    swap_value[(delta <= 0) | is_swap_blocked] = np.inf
 
     hot_total, hot_count = w[rows, hot_expert], cnt[rows, hot_expert]
     new_hot_replica = hot_total / (hot_count + 1)
     cand_total, cand_count = w[rows, cand_expert], cnt[rows, cand_expert]
     with np.errstate(divide="ignore", invalid="ignore"):
         spare_rise = np.where(cand_count >= 2, cand_total / np.maximum(cand_count - 1, 1) - cand_replica, np.inf)
-    max_load_holding = np.full(w.shape, -np.inf)  # [n, E] load of the busiest GPU holding each expert
-    slot_gpu_load = gl[:, np.arange(tbl.shape[1]) // k]
-    np.maximum.at(max_load_holding, (np.broadcast_to(rows, tbl.shape), tbl), slot_gpu_load)
-    cand_expert_peak = np.take_along_axis(max_load_holding, cand_expert, axis=1) + spare_rise
+    if k == 1:
+        # a GPU's load is its one replica's, and every replica of an expert takes the same even split
+        cand_expert_peak = cand_gpu_load + spare_rise
+    else:
+        # the busiest GPU holding each candidate's expert ([n, c, G] masked; a ufunc.at over all slots cost more)
+        holds = np.swapaxes(ctx["on"], 1, 2)[on_rows, cand_expert]
+        cand_expert_peak = np.where(holds, gl[:, None, :], -np.inf).max(axis=2) + spare_rise
     retarget_value = np.maximum.reduce([
         np.broadcast_to(cand_expert_peak[:, None, :], delta.shape),
         cand_gpu_load[:, None, :] - cand_replica[:, None, :] + new_hot_replica[:, :, None],
         np.broadcast_to((hot_load[:, None] - hot_replica + new_hot_replica)[:, :, None], delta.shape),
     ])
-    retarget_value[cand_has_hot | (cand_count[:, None, :] < 2) | ~is_hot_local] = np.inf
+    retarget_value[is_retarget_blocked] = np.inf
 
     shape = delta.shape
     cost = np.zeros((n, 2) + shape[1:])
@@ -135,16 +152,18 @@ def _swap_and_retarget(ctx, hot_slots, cand) -> dict[str, np.ndarray]:
         return {"kind": kind, "slot1": cand[r, j], "expert1": hot_expert[r, i],
                 "slot2": np.where(is_swap, hot_slots[r, i], -1), "expert2": np.where(is_swap, cand_expert[r, j], -1)}
 
-    gain = hot_load[:, None, None, None] - np.stack([swap_value, retarget_value], axis=1)
+    gain = np.empty((n, 2) + shape[1:])
+    np.subtract(hot_load[:, None, None], swap_value, out=gain[:, SWAP])
+    np.subtract(hot_load[:, None, None], retarget_value, out=gain[:, RETARGET])
     return {"gain": gain.reshape(n, -1), "cost": cost.reshape(n, -1), "decode": decode}
 
 
 def _chain(ctx, hot_slots, light, spare, num_hot: int = 2) -> dict[str, np.ndarray]:
     """Chain moves y <- b, x <- h over the hottest experts h on the hot GPU. Arrays [n, H*C*P]."""
     n, k, rows, tbl, sl, gl, cnt, w, on = (ctx[f] for f in ("n", "k", "rows", "tbl", "sl", "gl", "cnt", "w", "on"))
-    hot, hot_load = ctx["hot"], ctx["hot_load"]
+    hot, hot_load, on_rows = ctx["hot"], ctx["hot_load"], ctx["on_rows"]
     num_hot = min(num_hot, k)
-    r3 = rows[:, :, None]
+    on3 = on_rows[:, :, None]
     # the hot GPU's experts with the largest per-replica load gain most from one more replica
     top = np.argsort(-sl[rows, hot_slots], axis=1, kind="stable")[:, :num_hot]
     h = tbl[rows, np.take_along_axis(hot_slots, top, axis=1)]         # [n, H]
@@ -157,13 +176,13 @@ def _chain(ctx, hot_slots, light, spare, num_hot: int = 2) -> dict[str, np.ndarr
         # a spare-less a is blocked below; 0 keeps the arithmetic finite meanwhile
         ra = np.where(ca >= 2, w[rows, a] / np.maximum(ca - 1, 1) - sa, 0.0)
     u_is_hot = u == hot[:, None]
-    hot_has_a = on[rows, hot[:, None], a] & ~u_is_hot                 # [n, P]
-    t_has_a = on[r3, t[:, :, None], a[:, None, :]]                    # [n, C, P]
-    t_has_h = on[r3, t[:, None, :], h[:, :, None]]                    # [n, H, C]
-    u_has_b = on[r3, u[:, None, :], b[:, :, None]]                    # [n, C, P]
-    u_has_h = on[r3, u[:, None, :], h[:, :, None]]                    # [n, H, P]
+    hot_has_a = on[on_rows, hot[:, None], a] & ~u_is_hot              # [n, P]
+    t_has_a = on[on3, t[:, :, None], a[:, None, :]]                   # [n, C, P]
+    t_has_h = on[on3, t[:, None, :], h[:, :, None]]                   # [n, H, C]
+    u_has_b = on[on3, u[:, None, :], b[:, :, None]]                   # [n, C, P]
+    u_has_h = on[on3, u[:, None, :], h[:, :, None]]                   # [n, H, P]
     # busiest other holder of a: top two holders, excluding u and the hot GPU (both handled exactly)
-    holders = np.swapaxes(on, 1, 2)[rows, a]                          # [n, P, G]
+    holders = np.swapaxes(on, 1, 2)[on_rows, a]                       # [n, P, G]
     holders[np.arange(n)[:, None], np.arange(a.shape[1]), u] = False
     holders[np.arange(n), :, hot] = False
     holder_load = np.where(holders, gl[:, None, :], -np.inf)

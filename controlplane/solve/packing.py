@@ -28,6 +28,18 @@ def replicate(load: np.ndarray, num_slots: int, max_replicas: int) -> np.ndarray
     return counts
 
 
+def ratio_bound(load: np.ndarray, num_slots: int, num_gpus: int) -> np.ndarray:
+    """[L] lowest max/mean GPU load any table can reach for load [L, E] tokens (NaN for a layer without load).
+
+    Whatever the split over an expert's replicas, one of them takes at least load/replicas, and its GPU at
+    least that, so no table beats the best replica counts' largest per-replica load (`replicate`), nor the
+    mean. At one slot per GPU a GPU's load is its replica's, and a fresh solve reaches the bound exactly.
+    """
+    mean = load.sum(axis=1) / num_gpus
+    peak = (load / replicate(load, num_slots, num_gpus)).max(axis=1)
+    return np.divide(np.maximum(peak, mean), mean, out=np.full(mean.shape, np.nan), where=mean > 0)
+
+
 def expert_of_replicas(counts: np.ndarray) -> np.ndarray:
     """[L, E] replica counts -> [L, S] expert id of each replica, experts in ascending order."""
     num_layers, num_experts = counts.shape
@@ -49,6 +61,9 @@ def pack(load: np.ndarray, counts: np.ndarray, num_gpus: int, slots_per_gpu: int
     order = np.argsort(-replica_load, axis=1, kind="stable")
     replica_expert = np.take_along_axis(replica_expert, order, axis=1)
     replica_load = np.take_along_axis(replica_load, order, axis=1)
+    if slots_per_gpu == 1:
+        # the loop below would give replica r to GPU r (every GPU left is empty, the lowest index wins)
+        return replica_expert
 
     gpu_load = np.zeros((num_layers, num_gpus))
     gpu_fill = np.zeros((num_layers, num_gpus), dtype=np.int64)

@@ -7,8 +7,9 @@ capacity shortage. The step is one replica, or as many as the model says the loa
 there will be when new replicas serve, to be served within `drain_seconds` after that), at most
 `max_reactive_share` of the pool more; none while replicas already starting cover it, none when one
 more replica is predicted to hardly change the breached percentile (long prompts' own prefill time, not
-a queue). Without a breach, the load now moves a pool only when it needs more replicas at the rate its
-counts surely exceed (solve/pool_load.py: sure_rate).
+a queue). An ITL breach that only decode replicas still warming up measure is not one (is_warming_up).
+Without a breach, the load now moves a pool only when it needs more replicas at the rate its counts surely
+exceed (solve/pool_load.py: sure_rate).
 """
 
 from __future__ import annotations
@@ -55,9 +56,19 @@ def breaches(role: PoolRole, view: PoolsView, rules: PoolRules) -> list[tuple[Sl
     if role == "decode":
         for target in view.targets_of("itl"):
             value = sustained("itl", target)
-            if value is not None:
+            if value is not None and not is_warming_up(latest, target, rules.cold_start_windows):
                 out.append((target, value))
     return out
+
+
+def is_warming_up(window: PoolWindow, target: SloTarget, cold_start_windows: int) -> bool:
+    """The decode pool's ITL breach is its warming replicas' alone: some replica is in its first
+    `cold_start_windows` windows (slower steps) and every warm one measured `target` within bound. Such a breach
+    ends when they are warm, before any replica asked for now could serve; adding one only costs GPUs."""
+    decode = window.of_role("decode")
+    warm = [target.of(r.itl) for r in decode if r.age_windows >= cold_start_windows]
+    measured = [value for value in warm if value is not None]
+    return len(warm) < len(decode) and bool(measured) and max(measured) <= target.seconds
 
 
 def _gain(role: PoolRole, model: LatencyModel | None, load: LoadForecast | None, current: int,

@@ -38,6 +38,9 @@ class PoolRules:
     # model leaves out; in benchmarks/pdsim its ITL over its first minute is 1.9-2.05x the warm replicas' in the
     # same windows); a decode scale-up is sized so that its new replicas still keep ITL within bound
     cold_slowdown: float = 2.0
+    # a replica's first windows after it became ready are cold (learn/latency.py's COLD_START_WINDOWS, which the
+    # model leaves out for the same reason): an ITL breach only they measure ends before a replica asked for now serves
+    cold_start_windows: int = 6
     threshold: ThresholdRules = ThresholdRules()
 
     def margins(self, role: PoolRole) -> tuple[float, float]:

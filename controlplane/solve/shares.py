@@ -31,22 +31,29 @@ def water_fill(table: np.ndarray, load: np.ndarray, slots_per_gpu: int, num_swee
     replica_slots = _replica_slots(table, load, counts)               # [L, R, C], -1 padded
     if replica_slots.size == 0:
         return share
-    rows = np.arange(num_layers)[:, None]
     slot_gpu = np.arange(num_slots) // slots_per_gpu
     # kept in step with `share` by every fill below: gpu_tokens == gpu_load(slot_load(table, load, share), G)
     gpu_tokens = gpu_load(slot_load(table, load, share), num_slots // slots_per_gpu)
+    # each rank's step touches only the layers that have an expert of that rank and that expert's replicas
+    # (colder ranks have fewer): padding changes nothing, so it is left out
+    num_real = (replica_slots >= 0).sum(axis=2)                       # [L, R]
+    rank_layers = [np.flatnonzero(num_real[:, rank]) for rank in range(replica_slots.shape[1])]
     # per-layer convergence, so a layer's shares never depend on which other layers are solved with it
     is_active = np.ones(num_layers, dtype=bool)
     for _ in range(num_sweeps):
         previous = gpu_tokens.max(axis=1)
-        for rank in range(replica_slots.shape[1]):
-            slots = replica_slots[:, rank]                            # [L, C]
-            is_real = (slots >= 0) & is_active[:, None]
+        for rank, layers in enumerate(rank_layers):
+            layers = layers[is_active[layers]]
+            if len(layers) == 0:
+                continue
+            rows = layers[:, None]
+            slots = replica_slots[layers, rank, :num_real[layers, rank].max()]  # [l, C]
+            is_real = slots >= 0
             safe = np.where(is_real, slots, 0)
             gpus = slot_gpu[safe]
-            tokens = load[rows, table[rows, safe][:, :1]][:, 0]       # [L] the expert's tokens
+            tokens = load[rows, table[rows, safe][:, :1]][:, 0]       # [l] the expert's tokens
             count = is_real.sum(axis=1)
-            floor = min_share / np.maximum(count, 1) * tokens         # [L]
+            floor = min_share / np.maximum(count, 1) * tokens         # [l]
             old = np.where(is_real, share[rows, safe] * tokens[:, None], 0.0)
             base = np.where(is_real, gpu_tokens[rows, gpus] - old + floor[:, None], np.inf)
             new = floor[:, None] + _fill(base, tokens * (1.0 - min_share))
@@ -62,19 +69,28 @@ def water_fill(table: np.ndarray, load: np.ndarray, slots_per_gpu: int, num_swee
 
 
 def _replica_slots(table: np.ndarray, load: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """[L, R, C] slots of each layer's replicated experts, hottest expert first; -1 pads."""
-    num_layers = table.shape[0]
-    per_layer = []
-    for layer in range(num_layers):
-        experts = np.flatnonzero(counts[layer] >= 2)
-        experts = experts[np.argsort(-load[layer, experts], kind="stable")]
-        per_layer.append([np.flatnonzero(table[layer] == e) for e in experts])
-    num_experts = max(len(x) for x in per_layer)
-    num_replicas = max((len(s) for x in per_layer for s in x), default=0)
-    result = np.full((num_layers, num_experts, num_replicas), -1, dtype=np.int64)
-    for layer, slot_lists in enumerate(per_layer):
-        for rank, slots in enumerate(slot_lists):
-            result[layer, rank, :len(slots)] = slots
+    """[L, R, C] slots of each layer's replicated experts, hottest expert first (ties: lower id), each
+    expert's slots ascending; -1 pads."""
+    num_layers, num_slots = table.shape
+    is_replicated = counts >= 2                                          # [L, E]
+    num_replicated = is_replicated.sum(axis=1)
+    num_ranks, num_replicas = int(num_replicated.max(initial=0)), int(counts.max(initial=0))
+    result = np.full((num_layers, num_ranks, num_replicas if num_ranks else 0), -1, dtype=np.int64)
+    if num_ranks == 0:
+        return result
+    rows = np.arange(num_layers)[:, None]
+    expert_order = np.argsort(np.where(is_replicated, -load, np.inf), axis=1, kind="stable")
+    expert_rank = np.empty_like(expert_order)
+    expert_rank[rows, expert_order] = np.arange(load.shape[1])
+    slot_rank = np.where(is_replicated[rows, table], expert_rank[rows, table], num_ranks)  # [L, S]
+    # slots grouped by rank, ascending inside a group; a slot's place in its group is its replica index
+    by_rank = np.argsort(slot_rank, axis=1, kind="stable")
+    sorted_rank = np.take_along_axis(slot_rank, by_rank, axis=1)
+    first = np.argmax(sorted_rank[:, :, None] == np.arange(num_ranks), axis=1)  # [L, R] first position
+    is_real = sorted_rank < num_ranks
+    place = np.arange(num_slots) - np.take_along_axis(first, np.minimum(sorted_rank, num_ranks - 1), axis=1)
+    layer_of = np.broadcast_to(rows, table.shape)
+    result[layer_of[is_real], sorted_rank[is_real], place[is_real]] = by_rank[is_real]
     return result
 
 

@@ -3,13 +3,17 @@ the windows, and a plan from a view."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from pydantic import ValidationError
 from support.pools import view, window
 
 from controlplane.desired import LatencySlo, Policy
+from controlplane.learn.latency import COLD_START_WINDOWS
 from controlplane.plan_pools import (
     MoectlPoolPlanner,
+    _queued_before,
     fit_latency,
     forecast_load,
     planner_for,
@@ -18,6 +22,7 @@ from controlplane.plan_pools import (
 )
 from controlplane.solve.pool_decision import DecisionKind, PoolPlanner
 from controlplane.solve.pool_load import load_series, measured_load, sure_rate
+from controlplane.solve.pool_rules import PoolRules
 from controlplane.solve.pool_view import SloTarget
 
 
@@ -89,3 +94,18 @@ def test_the_sure_rate_is_a_count_less_its_noise_over_the_span_that_tells_most()
     assert sure_rate((), 2, 1.0) is None
     planned = MoectlPoolPlanner().plan(view(list(windows)))
     assert planned.load.sure_rate == pytest.approx((960 - 960**0.5) / 80)
+
+
+def test_the_planner_and_the_learner_agree_on_the_cold_windows():
+    """The windows the latency model leaves out are those whose breaches the reactive step discounts."""
+    assert PoolRules().cold_start_windows == COLD_START_WINDOWS
+
+
+def test_a_prefill_window_begins_with_the_queue_its_replica_ended_the_previous_one_with():
+    first, second = window(10.0), window(20.0)
+    first = replace(first, replicas=tuple(replace(r, queued_tokens=5000.0) if r.replica == "p1" else r
+                                          for r in first.replicas))
+    # p1 reports first in the second window, and a replica new there (p2) began with nothing queued
+    second = replace(second, replicas=tuple(reversed(second.of_role("prefill"))) + second.of_role("decode")
+                     + (replace(second.of_role("prefill")[0], replica="p2"),))
+    assert _queued_before((first, second)).tolist() == [0.0, 0.0, 5000.0, 0.0, 0.0]

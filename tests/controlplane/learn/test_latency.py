@@ -66,6 +66,20 @@ def test_windows_draining_a_backlog_are_left_out():
     assert fitted.ttft(90, 0.6 * CAPACITY, PROMPT) == pytest.approx(truth_ttft(0.6), rel=0.1)
 
 
+def test_windows_that_begin_with_a_backlog_and_drain_it_are_left_out():
+    rng = np.random.default_rng(4)
+    steady = prefill_windows(60, rng, age=50)
+    steady["queued_before"] = np.zeros(60)
+    draining = prefill_windows(60, rng, age=50)  # the queue gone by the window's end, its requests waited it out
+    draining["queued_before"] = np.full(60, 10 * CAPACITY)
+    draining["ttft_p90"] = draining["ttft_p99"] = np.full(60, 6.0)
+    data = concat(steady, draining)
+    fitted = fit(data, queued_before=data["queued_before"])
+    assert fitted.ttft(90, 0.6 * CAPACITY, PROMPT) == pytest.approx(truth_ttft(0.6), rel=0.1)
+    assert fitted.ttft(90, 0.01 * CAPACITY, PROMPT) < 0.5  # no TTFT floor from the overload
+    assert fit(data).ttft(90, 0.01 * CAPACITY, PROMPT) > 1.0  # what counting them did
+
+
 def test_too_few_warm_windows_fall_back_to_none():
     rng = np.random.default_rng(3)
     few = concat(prefill_windows(5, rng, age=50), prefill_windows(40, rng, age=0))

@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from support.pools import model, view, window
+from support.pools import latency, model, view, window
 
 from controlplane.solve.pool_capacity import LoadForecast, replicas_needed
 from controlplane.solve.pool_decision import DecisionKind, PoolDecision
 from controlplane.solve.pool_rules import PoolRules
-from controlplane.solve.pool_view import SloTarget
+from controlplane.solve.pool_view import PoolWindow, SloTarget
 from controlplane.solve.pools import is_predictive_tick, plan_pools
 
 TTFT = (SloTarget("ttft", 90, 1.0), SloTarget("ttft", 99, 2.0))
@@ -75,6 +75,23 @@ def test_one_window_slightly_over_is_noise_but_far_over_is_not():
 def test_itl_breach_adds_a_decode_replica():
     plan = plan_pools(view(windows(190, itl=0.06)), model(), load(10.0), None)
     assert (plan.decision("decode").kind, plan.decision("decode").target) == (DecisionKind.reactive, 4)
+
+
+def _cold_decode(end: float, warm_itl: float) -> PoolWindow:
+    """A window whose pool-wide ITL p90 is 0.06 s over the 0.05 s target, one decode replica in its first window."""
+    healthy = window(end, itl=0.06)
+    replicas = tuple(replace(r, age_windows=0, itl=latency(0.1)) if r.replica == "d0" else
+                     replace(r, itl=latency(warm_itl)) if r.role == "decode" else r for r in healthy.replicas)
+    return replace(healthy, replicas=replicas)
+
+
+def test_itl_breach_of_warming_replicas_alone_adds_no_decode_replica():
+    # warm replicas within target: the breach ends when d0 is warm, before a replica asked for now serves
+    cold = plan_pools(view([_cold_decode(t, 0.03) for t in range(140, 191, 10)]), model(), load(10.0), None)
+    assert cold.decision("decode").direction == 0, cold.decision("decode").reason
+    # warm replicas over target too: a capacity shortage, one more replica
+    short = plan_pools(view([_cold_decode(t, 0.06) for t in range(140, 191, 10)]), model(), load(10.0), None)
+    assert (short.decision("decode").kind, short.decision("decode").target) == (DecisionKind.reactive, 4)
 
 
 def test_ttft_breach_with_decode_short_of_kv_room_is_decode_s():
