@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import time
 
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.actuate.fence import SOLE, Fence, guard
@@ -41,9 +41,15 @@ from controlplane.store.tables import Agent, Deployment, LoadWindow, Pool, Repli
 log = logging.getLogger("moectl.prune")
 
 MIN_AGE_SECONDS = 3600.0
-# vacuumed after every run (PostgreSQL): windows are deleted every pass (`reconcile.reconcile_pool` prunes its
-# pool's) and rewritten by every post of their window; every rank's agent row is rewritten every window
+# vacuumed by a run once they hold enough dead rows (PostgreSQL): windows are deleted every pass
+# (`reconcile.reconcile_pool` prunes its pool's) and rewritten by every post of their window; every rank's agent
+# row is rewritten every window. Each is also a kind of `prune`'s count, under the same name.
 VACUUMED = tuple(t.__tablename__ for t in (LoadWindow, ReplicaWindow, RouterWindow, Agent))
+# a table is vacuumed once its dead rows (since its last VACUUM) are at least this share of its live ones, and at
+# least MIN_DEAD_ROWS: it stays within about twice its live size, and a DeepSeek-sized pool's windows table (its
+# rows ~100 kB) is vacuumed every few dozen windows instead of every run (benchmarks/results/scale-2026-11-30.md)
+DEAD_SHARE = 1.0
+MIN_DEAD_ROWS = 50
 
 
 def prune(sessions: sessionmaker[Session], settings: Settings, *, now: float, max_rows: int,
@@ -102,22 +108,35 @@ def prune(sessions: sessionmaker[Session], settings: Settings, *, now: float, ma
         with sessions() as session, session.begin():
             guard(session, fence)
             add(kind, delete(session))
-    _vacuum(sessions, VACUUMED)
+    _vacuum(sessions, pruned)
     return pruned
 
 
-def _vacuum(sessions: sessionmaker[Session], tables: tuple[str, ...]) -> None:
-    """PostgreSQL: makes the space of the deleted and rewritten rows reusable now. Autovacuum would, but on its
-    own schedule (a minute's nap, and only past a fifth of a table dead): the windows of a DeepSeek-sized pool
-    are ~100 kB each, and the database grew by them until it came. VACUUM blocks neither reads nor writes
-    (it runs outside a transaction); SQLite reuses freed pages by itself."""
+def _vacuum(sessions: sessionmaker[Session], pruned: dict[str, int]) -> None:
+    """PostgreSQL: makes the space of the deleted and rewritten rows of the VACUUMED tables that hold enough of
+    them (DEAD_SHARE) reusable now. Autovacuum would, but on its own schedule (a minute's
+    nap, and only past a fifth of a table dead) and the database grew by the windows until it came. A table's
+    dead rows are the server's count (deletes and updates by anyone since its last VACUUM) and this run's
+    deletes, which the server may not count yet (each session reports its counts at most once a second).
+    VACUUM blocks neither reads nor writes (it runs outside a transaction); SQLite reuses freed pages by
+    itself."""
     with sessions() as session:
         engine = session.get_bind()
     if engine.dialect.name != "postgresql":
         return
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        for table in tables:
+        counts = conn.execute(text("SELECT relname, n_live_tup, n_dead_tup FROM pg_stat_user_tables "
+                                   "WHERE schemaname = current_schema() AND relname = ANY(:names)"),
+                              {"names": list(VACUUMED)})
+        due = [row.relname for row in counts if _is_due(row.n_live_tup, row.n_dead_tup, pruned.get(row.relname, 0))]
+        for table in due:
             conn.exec_driver_sql(f"VACUUM {table}")
+
+
+def _is_due(num_live: int, num_dead: int, num_deleted: int) -> bool:
+    """num_live, num_dead: the server's counts, which may or may not hold the run's num_deleted yet; taken as if
+    they did not (the table then looks emptier and deader than it may be: it is vacuumed early, never late)."""
+    return num_dead + num_deleted >= max(MIN_DEAD_ROWS, DEAD_SHARE * max(num_live - num_deleted, 0))
 
 
 def prune_all(sessions: sessionmaker[Session], settings: Settings, *, now: float) -> dict[str, int]:

@@ -102,41 +102,39 @@ def record_agents(session: Session, *, pool: Pool, instance: str, seen: list[Age
     Returns for each, in order, how many windows it has reported, this one included, or 0 when it already
     reported this window (a retry: not counted twice).
 
-    One read, and writes in bulk: a group's ranks on the same node and GPU as before (the usual case) are one
-    UPDATE per placement version, whatever the group's size; new ranks one INSERT."""
-    query = select(Agent.id, Agent.rank, Agent.last_window_index, Agent.num_windows, Agent.node,
-                   Agent.gpu_uuid).where(Agent.pool_id == pool.id, Agent.instance == instance)
-    if len(seen) == 1:
-        query = query.where(Agent.rank == seen[0].rank)
-    by_rank = {row.rank: row for row in session.execute(query.with_for_update())}
-    counts, moved, inserts = [], [], []
-    same_place: dict[tuple[bool, int], list[int]] = {}  # (new window, placement version) -> agent ids
+    The usual case, known ranks reporting a new window, is one UPDATE ... RETURNING per placement version the
+    ranks ran (one, but while a placement rolls out), whatever the group's size; what it did not count (new
+    ranks, a retried or late window) is read and written after it."""
+    in_instance = (Agent.pool_id == pool.id, Agent.instance == instance)
+    by_version: dict[int, list[int]] = {}
     for rank in seen:
-        known = by_rank.get(rank.rank)
-        is_new_window = known is None or window_index > known.last_window_index
-        num_windows = (0 if known is None else known.num_windows) + int(is_new_window)
-        counts.append(num_windows if is_new_window else 0)
-        if known is None:
-            inserts.append({"pool_id": pool.id, "instance": instance, "rank": rank.rank, "first_seen": now,
-                            "last_seen": now, "node": rank.node, "gpu_uuid": rank.gpu_uuid,
-                            "placement_version": rank.placement_version, "num_windows": num_windows,
-                            "last_window_index": window_index})
-        elif (known.node, known.gpu_uuid) == (rank.node, rank.gpu_uuid):
-            same_place.setdefault((is_new_window, rank.placement_version), []).append(known.id)
-        else:
-            moved.append({"id": known.id, "node": rank.node, "gpu_uuid": rank.gpu_uuid})
-            same_place.setdefault((is_new_window, rank.placement_version), []).append(known.id)
-    for (is_new_window, version), ids in same_place.items():
-        values = {"last_seen": now, "placement_version": version}
-        if is_new_window:
-            values |= {"last_window_index": window_index, "num_windows": Agent.num_windows + 1}
-        session.execute(update(Agent).where(Agent.id.in_(ids)).values(**values)
-                        .execution_options(synchronize_session=False))
-    if moved:
-        session.execute(update(Agent), moved)  # by primary key, as one executemany
+        by_version.setdefault(rank.placement_version, []).append(rank.rank)
+    counted = {}  # rank -> (id, num_windows, node, gpu_uuid) of the ranks the UPDATE counted
+    table, c = Agent.__table__, Agent.__table__.c  # a Core statement: the ORM's bulk-update path costs more Python
+    for version, ranks in by_version.items():
+        counted |= {row.rank: row for row in session.execute(
+            update(table).where(c.pool_id == pool.id, c.instance == instance, c.rank.in_(ranks),
+                                c.last_window_index < window_index)
+            .values(last_seen=now, placement_version=version, last_window_index=window_index,
+                    num_windows=c.num_windows + 1)
+            .returning(c.id, c.rank, c.num_windows, c.node, c.gpu_uuid))}
+    rest = [r for r in seen if r.rank not in counted]
+    known = {} if not rest else {row.rank: row.id for row in session.execute(
+        select(Agent.rank, Agent.id).where(*in_instance, Agent.rank.in_([r.rank for r in rest])))}
+    # by primary key, each an executemany: ranks seen again in a retried or late window, ranks that moved
+    seen_again = [{"id": known[r.rank], "last_seen": now, "placement_version": r.placement_version, "node": r.node,
+                   "gpu_uuid": r.gpu_uuid} for r in rest if r.rank in known]
+    moved = [{"id": row.id, "node": r.node, "gpu_uuid": r.gpu_uuid} for r in seen
+             if (row := counted.get(r.rank)) is not None and (row.node, row.gpu_uuid) != (r.node, r.gpu_uuid)]
+    for values in (seen_again, moved):
+        if values:
+            session.execute(update(Agent), values)
+    inserts = [{"pool_id": pool.id, "instance": instance, "rank": r.rank, "first_seen": now, "last_seen": now,
+                "node": r.node, "gpu_uuid": r.gpu_uuid, "placement_version": r.placement_version, "num_windows": 1,
+                "last_window_index": window_index} for r in rest if r.rank not in known]
     if inserts:
         session.execute(insert(Agent), inserts)
-    return counts
+    return [counted[r.rank].num_windows if r.rank in counted else 0 if r.rank in known else 1 for r in seen]
 
 
 @dataclass(frozen=True)

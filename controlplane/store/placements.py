@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,9 +26,10 @@ class StoredPlacement:
     action_id: int | None
 
 
-def _load(row: Placement) -> StoredPlacement:
-    share = unpack(row.slot_share) if row.slot_share is not None else None
-    return StoredPlacement(row.version, unpack(row.slot_to_expert), share, seconds(row.created_at), row.action_id)
+def stored(row: Placement, decode: Callable[[bytes], np.ndarray] = unpack) -> StoredPlacement:
+    """decode: `store.decoded.unpack_for`'s, for a reader that never writes into the arrays."""
+    share = decode(row.slot_share) if row.slot_share is not None else None
+    return StoredPlacement(row.version, decode(row.slot_to_expert), share, seconds(row.created_at), row.action_id)
 
 
 def add(session: Session, *, pool: Pool, version: int, slot_to_expert: np.ndarray, slot_share: np.ndarray | None,
@@ -39,15 +41,15 @@ def add(session: Session, *, pool: Pool, version: int, slot_to_expert: np.ndarra
 
 
 def latest(session: Session, pool: Pool) -> StoredPlacement:
-    return _load(versions.latest(session, Placement, pool))
+    return stored(versions.latest(session, Placement, pool))
 
 
 def get(session: Session, pool: Pool, version: int) -> StoredPlacement | None:
     row = versions.get(session, Placement, pool, version)
-    return None if row is None else _load(row)
+    return None if row is None else stored(row)
 
 
 def recent(session: Session, pool: Pool, *, since: float) -> list[StoredPlacement]:
     rows = session.scalars(select(Placement).where(Placement.pool_id == pool.id, Placement.created_at >= utc(since))
                            .order_by(Placement.version))
-    return [_load(row) for row in rows]
+    return [stored(row) for row in rows]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from sqlalchemy import ColumnElement, and_, func, select
+from sqlalchemy.orm import Session, aliased
 
 from controlplane.desired import Policy
 from controlplane.store.tables import Deployment
@@ -17,7 +17,19 @@ def latest_row(session: Session, deployment: Deployment) -> PolicyRow:
 
 
 def active(session: Session, deployment: Deployment) -> tuple[int, Policy]:
-    row = latest_row(session, deployment)
+    return of_row(latest_row(session, deployment))
+
+
+def is_active(deployment_id: ColumnElement[int]) -> ColumnElement[bool]:
+    """Join criterion: the policy row is the active (highest) version of the deployment whose id `deployment_id`
+    is (a column of another table of the query)."""
+    other = aliased(PolicyRow)
+    newest = select(func.max(other.version)).where(other.deployment_id == deployment_id).scalar_subquery()
+    return and_(PolicyRow.deployment_id == deployment_id, PolicyRow.version == newest)
+
+
+def of_row(row: PolicyRow | None) -> tuple[int, Policy]:
+    """`active`'s answer from the active row (None: the deployment has none)."""
     return (0, Policy()) if row is None else (row.version, Policy.model_validate(row.spec))
 
 

@@ -24,7 +24,7 @@ class StoredThreshold:
     action_id: int | None
 
 
-def _load(row: PrefillThreshold) -> StoredThreshold:
+def stored(row: PrefillThreshold) -> StoredThreshold:
     return StoredThreshold(row.version, row.tokens, seconds(row.created_at), row.action_id)
 
 
@@ -35,16 +35,21 @@ def add(session: Session, *, pool: Pool, version: int, tokens: int | None, actio
 
 
 def latest(session: Session, pool: Pool) -> StoredThreshold:
-    return _load(versions.latest(session, PrefillThreshold, pool))
+    return stored(versions.latest(session, PrefillThreshold, pool))
 
 
 def get(session: Session, pool: Pool, version: int) -> StoredThreshold | None:
     row = versions.get(session, PrefillThreshold, pool, version)
-    return None if row is None else _load(row)
+    return None if row is None else stored(row)
 
 
 def in_force(session: Session, decode: Pool | None, policy: Policy) -> int | None:
     """The threshold a deployment's routers and agents are told: moectl's latest on its decode pool (None:
     no decode pool yet), else the policy's."""
-    tokens = latest(session, decode).tokens if decode is not None else None
+    return tokens_in_force(latest(session, decode) if decode is not None else None, policy)
+
+
+def tokens_in_force(newest: StoredThreshold | None, policy: Policy) -> int | None:
+    """`in_force` of the decode pool's newest threshold (None: no decode pool yet)."""
+    tokens = newest.tokens if newest is not None else None
     return policy.local_prefill_threshold if tokens is None else tokens

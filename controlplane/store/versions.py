@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy import ColumnElement, and_, func, select
+from sqlalchemy.orm import Session, aliased
 
 from controlplane.store.batches import delete_some
 from controlplane.store.tables import Placement, Pool, PoolSize, PrefillThreshold, RoutingLimit
@@ -22,6 +22,14 @@ def latest(session: Session, row_type: type[Row], pool: Pool) -> Row:
     if row is None:
         raise LookupError(f"pool {pool.id} has no {row_type.__tablename__}")
     return row
+
+
+def is_newest(row_type: type[Row], pool_id: ColumnElement[int]) -> ColumnElement[bool]:
+    """Join criterion: the row is the newest version of the pool whose id `pool_id` is (a column of another
+    table of the query, e.g. an aliased Pool's id; the max is correlated to it)."""
+    other = aliased(row_type)
+    newest = select(func.max(other.version)).where(other.pool_id == pool_id).scalar_subquery()
+    return and_(row_type.pool_id == pool_id, row_type.version == newest)
 
 
 def get(session: Session, row_type: type[Row], pool: Pool, version: int) -> Row | None:

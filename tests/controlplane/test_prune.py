@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 from support.store import make_pool, snapshot
 
 from agents.protocol.placement import PlacementTable
@@ -24,9 +24,11 @@ from controlplane.store.tables import (
     Agent,
     AlertEvent,
     AuditEvent,
+    Deployment,
     KnobPark,
     LoadWindow,
     Placement,
+    Pool,
     ReplicaWindow,
     Request,
     RouterWindow,
@@ -195,3 +197,34 @@ def test_the_space_of_pruned_windows_is_reused_so_the_database_stops_growing(ses
         with sessions() as session:
             sizes.append(session.scalar(select(func.pg_relation_size("load_windows"))))
     assert max(sizes[3:]) <= max(sizes[:3]), sizes  # level after the first rounds (without the vacuum: growing)
+
+
+def test_a_table_is_vacuumed_once_its_dead_rows_reach_its_live_ones_not_every_run(sessions, settings):
+    """VACUUM scans the whole table: a run that deleted a few windows of a large table leaves it to a later run,
+    and one that left as many dead rows as live ones vacuums it."""
+    if not settings.database_url.startswith("postgresql"):
+        pytest.skip("SQLite reuses freed pages by itself")
+    kept = settings.model_copy(update={"history_windows": 100})
+
+    def vacuums() -> int:
+        with sessions() as session:
+            return session.scalar(select(text("vacuum_count")).select_from(text("pg_stat_user_tables"))
+                                  .where(text("relname = 'load_windows'")))
+
+    def add_windows(first: int, count: int) -> None:
+        with sessions() as session, session.begin():
+            deployment, pool = session.get(Deployment, deployment_id), session.get(Pool, pool_id)
+            for i in range(first, first + count):
+                windows.add_report(session, pool=pool, report=to_report(snapshot(window_start=T0 + 10.0 * i), 10.0),
+                                   current_version=0, grid_seconds=10.0, empty=deployments.zeros_for(deployment, pool))
+
+    with sessions() as session, session.begin():
+        deployment, pool = make_pool(session, now=T0)
+        deployment_id, pool_id = deployment.id, pool.id
+    add_windows(0, 105)  # 102 kept (100 complete, 2 filling): 3 deleted
+    before = vacuums()
+    prune_all(sessions, kept, now=T0 + DAY)
+    assert vacuums() == before
+    add_windows(105, 150)  # 150 more deleted: more dead rows than live ones
+    prune_all(sessions, kept, now=T0 + 2 * DAY)
+    assert vacuums() == before + 1

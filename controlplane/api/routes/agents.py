@@ -41,10 +41,10 @@ from controlplane.collect.serving import merge, replica_counters, router_counter
 from controlplane.collect.validate import PoolShape, SnapshotRejected, check_group, check_snapshot, check_window_time
 from controlplane.store import (
     deployments,
+    in_force,
     placements,
     policies,
     prefill_thresholds,
-    routing_limits,
     serving,
     windows,
 )
@@ -123,18 +123,19 @@ def _store(post: _Post, session, settings, now: float, caller: Caller) -> Desire
 
 def _ingest(post: _Post, session, settings, now: float, caller: Caller) -> DesiredState:
     ident = post.identity
-    deployment = deployments.get(session, ident.deployment)
-    if deployment is None:
+    # what the answer needs, read in one round trip before the window's row is locked: the pool's other
+    # instances post this window at once and wait for that lock only as long as this post still writes
+    state = in_force.read(session, ident.deployment, ident.role.value)
+    if state is None:
         raise HTTPException(404, f"deployment {ident.deployment!r} is not registered; create it with "
                                  f"PUT /v1/deployments/{ident.deployment} (a worker started with --api-token does)")
-    pool = deployments.get_pool(session, deployment, ident.role.value)
-    latest = placements.latest(session, pool) if pool else None
+    deployment, pool, latest = state.deployment, state.pool, state.placement
     post.check(deployments.model_of(deployment), PoolShape(pool.ep_size, pool.slots_per_rank) if pool else None,
                latest.version if latest else 0)
     if pool is None:
-        pool = deployments.create_pool(session, deployment=deployment, identity=ident, now=now)
-        latest = placements.latest(session, pool)
-    _, policy = policies.active(session, deployment)
+        deployments.create_pool(session, deployment=deployment, identity=ident, now=now)
+        state = in_force.read(session, ident.deployment, ident.role.value)
+        pool, latest = state.pool, state.placement
     if post.placement_version > latest.version:  # checked: it carries the table its ranks run
         deployments.lock_pool(session, pool)  # as every writer of the pool: the loop cannot issue this number now
         latest = placements.latest(session, pool)
@@ -143,13 +144,10 @@ def _ingest(post: _Post, session, settings, now: float, caller: Caller) -> Desir
         table = PlacementTable(running.slot_to_expert.to_numpy(),
                                running.slot_share.to_numpy() if running.slot_share is not None else None)
         change.adopt(session, PLACEMENT, deployment=deployment, pool=pool, version=post.placement_version,
-                     value=table, policy=policy, reported_by=post.reported_by, created_by=caller.name, now=now)
+                     value=table, policy=state.policy, reported_by=post.reported_by, created_by=caller.name, now=now)
         latest = placements.latest(session, pool)
-    # what the answer needs is read before the window's row is locked: the pool's other instances post this
-    # window at once and wait for that lock only as long as this post still writes
-    decode = pool if pool.role == "decode" else deployments.get_pool(session, deployment, "decode")
-    threshold = prefill_thresholds.in_force(session, decode, policy)
-    routing = RoutingLimits(topk_group=routing_limits.latest(session, pool).topk_group)
+    threshold = state.local_prefill_threshold
+    routing = RoutingLimits(topk_group=state.topk_group)
     report = post.report(settings.window_seconds)
     num_windows = deployments.record_agents(session, pool=pool, instance=ident.instance, seen=post.seen,
                                             window_index=report.window_index, now=now)

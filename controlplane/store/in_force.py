@@ -1,0 +1,63 @@
+"""What an agent's post is checked against and answered with, read in one query: the deployment, its pool of
+the post's role and its decode pool, the active policy, and the newest placement and routing limit of the pool
+and local-prefill threshold of the decode pool. Each part is read as its own module reads it
+(`deployments`, `policies`, `versions`); one round trip instead of six, as a DeepSeek-sized pool's posts arrive
+at once and each round trip waits on the database under load (benchmarks/results/scale-2026-11-30.md)."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from sqlalchemy import Select, and_, bindparam, select
+from sqlalchemy.orm import Session, aliased
+
+from controlplane.desired import Policy
+from controlplane.store import placements, policies, prefill_thresholds, versions
+from controlplane.store.decoded import unpack_for
+from controlplane.store.placements import StoredPlacement
+from controlplane.store.tables import Deployment, Placement, Pool, PrefillThreshold, RoutingLimit
+from controlplane.store.tables import Policy as PolicyRow
+
+
+@dataclass(frozen=True)
+class InForce:
+    """pool None: the deployment has no pool of the role yet (nor then a placement or routing limit)."""
+
+    deployment: Deployment
+    pool: Pool | None
+    decode: Pool | None  # the deployment's decode pool (`pool` itself for a decode post)
+    policy_version: int
+    policy: Policy
+    placement: StoredPlacement | None  # its arrays read-only (decoded once for every post)
+    topk_group: int | None  # the pool's routing limit in force (None: none issued)
+    local_prefill_threshold: int | None  # `prefill_thresholds.in_force`
+
+
+@functools.cache
+def _query() -> Select:
+    # built once: the statement object costs more Python to build (aliases, correlated subqueries) than the
+    # database takes to answer it
+    pool, decode = aliased(Pool), aliased(Pool)
+    return (select(Deployment, pool, decode, PolicyRow, Placement, RoutingLimit, PrefillThreshold)
+            .outerjoin(pool, and_(pool.deployment_id == Deployment.id, pool.role == bindparam("role")))
+            .outerjoin(decode, and_(decode.deployment_id == Deployment.id, decode.role == prefill_thresholds.ROLE))
+            .outerjoin(PolicyRow, policies.is_active(Deployment.id))
+            .outerjoin(Placement, versions.is_newest(Placement, pool.id))
+            .outerjoin(RoutingLimit, versions.is_newest(RoutingLimit, pool.id))
+            .outerjoin(PrefillThreshold, versions.is_newest(PrefillThreshold, decode.id))
+            .where(Deployment.name == bindparam("name")))
+
+
+def read(session: Session, deployment_name: str, role: str) -> InForce | None:
+    """None: no deployment of that name."""
+    row = session.execute(_query(), {"name": deployment_name, "role": role}).one_or_none()
+    if row is None:
+        return None
+    deployment, pool_row, decode_row, policy_row, placement, routing, threshold = row
+    policy_version, policy = policies.of_row(policy_row)
+    return InForce(deployment, pool_row, decode_row, policy_version, policy,
+                   placements.stored(placement, unpack_for(session)) if placement is not None else None,
+                   routing.topk_group if routing is not None else None,
+                   prefill_thresholds.tokens_in_force(
+                       prefill_thresholds.stored(threshold) if threshold is not None else None, policy))
