@@ -87,3 +87,15 @@ def load_series(windows: tuple[PoolWindow, ...], bucket_seconds: float) -> tuple
         outs = [w.mean_output_tokens for w in group if w.mean_output_tokens is not None]
         output.append(float(np.mean(outs)) if outs else (output[-1] if output else 0.0))
     return np.asarray(rate), np.asarray(prompt), np.asarray(output)
+
+
+def burst_peak_rate(windows: tuple[PoolWindow, ...], seconds: float, bucket_seconds: float, min_rise: float,
+                    rise_seconds: float) -> float | None:
+    """requests/s: the highest rate of a complete `bucket_seconds` bucket over the last `seconds` of measured
+    windows that is at least `min_rise` x the lowest bucket in the `rise_seconds` before it (a burst: the rate
+    jumped, and may jump again; a smooth rise or fall, as over a day, is no such peak); None when there is none."""
+    rate, _, _ = load_series(windows, bucket_seconds)
+    num_rise = max(1, math.ceil(rise_seconds / bucket_seconds))
+    first = max(1, rate.size - max(1, math.ceil(seconds / bucket_seconds)))
+    bursts = [rate[i] for i in range(first, rate.size) if rate[i] >= min_rise * rate[max(0, i - num_rise):i].min()]
+    return float(max(bursts)) if bursts else None

@@ -33,6 +33,13 @@ class PoolRules:
     max_reactive_share: float = 0.5  # of the pool, at least one replica
     min_reactive_gain: float = 0.1  # a breach one more replica is predicted to cut by less is not acted on
     startup_seconds: float = 120.0  # a replica asked for now serves this much later (the platform's)
+    # a scale-down also carries the highest burst of the last `burst_memory_seconds` (a bucket whose rate is
+    # `burst_rise` x the lowest of the `burst_rise_seconds` before it): bursts recur, and a scale-down made less
+    # than cooldown + startup before the next cannot be undone in time; a smooth fall (a day's) is no burst
+    burst_bucket_seconds: float = 60.0
+    burst_rise: float = 1.5
+    burst_rise_seconds: float = 180.0
+    burst_memory_seconds: float = 600.0
     drain_seconds: float = 180.0  # a backlog is planned to be gone within this after new replicas serve
     # a new decode replica's first steps run this much slower (cold caches and kernels: the windows the latency
     # model leaves out; in benchmarks/pdsim its ITL over its first minute is 1.9-2.05x the warm replicas' in the

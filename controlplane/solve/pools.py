@@ -13,8 +13,10 @@ Every `predictive_interval_seconds`, on the clock's grid:
   the forecast load (the peak over a horizon covering startup) — a jump up, not a step;
 - consolidate: the fewest replicas M (at most `max_step_down_share` of the pool fewer) for which the
   model predicts every target within the (smaller) consolidate margin at the load they would carry
-  (load x N/M, the forecast's hold rate included), and only on a forecast chosen by backtest (a short
-  history cannot promise the load stays down).
+  (load x N/M, the forecast's hold rate included, and never less than the highest recent burst measured,
+  pool_load.burst_peak_rate: no forecaster sees a burst coming, and a scale-down made less than cooldown +
+  startup before one cannot be undone in time), and only on a forecast chosen by backtest (a short history
+  cannot promise the load stays down).
 A decode scale-up is sized so that its new replicas, which run `cold_slowdown` x slower while they warm
 up and fill to the others' batch at once, keep their ITL within the bound (at the load forecast for
 their warm-up minute, or the load measured now on a reactive step).
@@ -40,6 +42,7 @@ from controlplane.solve.pool_capacity import (
     worst,
 )
 from controlplane.solve.pool_decision import DecisionKind, PoolDecision, PoolPlan, PredictedEffect
+from controlplane.solve.pool_load import burst_peak_rate
 from controlplane.solve.pool_reactive import breaches, is_short, react
 from controlplane.solve.pool_rules import PoolRules
 from controlplane.solve.pool_view import ROLES, PoolRole, PoolSize, PoolsView, SloTarget, role_targets
@@ -147,15 +150,27 @@ def _decide(role: PoolRole, view: PoolsView, model: LatencyModel | None, now_loa
             load = load.scaled(now_load.request_rate / max(load.request_rate, 1e-9))
         goal = max(rules.margins(role)[1], FLOOR_SLACK * worst(predict(role, model, load, FLOOR_REPLICAS, targets),
                                                                  targets)[1])
+        # a recent burst may come back before the step could be undone: the pool must still meet its targets
+        # then (within the target itself, not the margin: the burst is a risk, the forecast the expectation)
+        peak = burst_peak_rate(view.windows, rules.burst_memory_seconds, rules.burst_bucket_seconds, rules.burst_rise,
+                               rules.burst_rise_seconds)
+        burst = load.scaled(peak / max(load.request_rate, 1e-9)) if peak and peak > load.request_rate else None
         # the fewest replicas, down to `fewer`, that carry load x current/M within the goal: a step the
         # model refuses at its largest may still be safe one replica smaller
         for replicas in range(fewer, current):
             target, ratio = worst(predict(role, model, load, replicas, targets), targets)
-            if ratio <= goal:
-                return decision(replicas, DecisionKind.consolidate,
-                                f"load x {current}/{replicas} keeps {target.name} at {ratio:.2f} of target", load)
-        return decision(current, DecisionKind.keep, f"consolidation to {current - 1} refused: {target.name} "
-                        f"would be at {ratio:.2f} of target (> {goal:.2f})", load)
+            if ratio > goal:
+                continue
+            if burst is not None:
+                in_burst, burst_ratio = worst(predict(role, model, burst, replicas, targets), targets)
+                if burst_ratio > max(1.0, goal):
+                    continue
+            return decision(replicas, DecisionKind.consolidate,
+                            f"load x {current}/{replicas} keeps {target.name} at {ratio:.2f} of target", load)
+        why = f"{target.name} would be at {ratio:.2f} of target (> {goal:.2f})" if ratio > goal else \
+            f"{in_burst.name} would be at {burst_ratio:.2f} of target at the {peak:.1f} req/s burst of the last " \
+            f"{rules.burst_memory_seconds:.0f}s"
+        return decision(current, DecisionKind.keep, f"consolidation to {current - 1} refused: {why}", load)
     if model is None:
         return decision(current, DecisionKind.keep, "within targets; no latency model yet (reactive steps only)")
     return decision(current, DecisionKind.keep, "within targets", forecast)

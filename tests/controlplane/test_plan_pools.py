@@ -21,7 +21,7 @@ from controlplane.plan_pools import (
     targets_of,
 )
 from controlplane.solve.pool_decision import DecisionKind, PoolPlanner
-from controlplane.solve.pool_load import load_series, measured_load, sure_rate
+from controlplane.solve.pool_load import burst_peak_rate, load_series, measured_load, sure_rate
 from controlplane.solve.pool_rules import PoolRules
 from controlplane.solve.pool_view import SloTarget
 
@@ -109,3 +109,14 @@ def test_a_prefill_window_begins_with_the_queue_its_replica_ended_the_previous_o
     second = replace(second, replicas=tuple(reversed(second.of_role("prefill"))) + second.of_role("decode")
                      + (replace(second.of_role("prefill")[0], replica="p2"),))
     assert _queued_before((first, second)).tolist() == [0.0, 0.0, 5000.0, 0.0, 0.0]
+
+
+def test_a_burst_is_a_bucket_that_jumped_over_the_ones_before_it():
+    # 60 s buckets: 10 req/s, 30 in (60, 120], 10 again; then a smooth rise 10 -> 20 over (180, 360]
+    windows = tuple(window(t, rate=30.0 if 60 < t <= 120 else 10.0 + 10.0 * max(0, min(t, 360) - 180) / 180)
+                    for t in range(10, 361, 10))
+    assert burst_peak_rate(windows, 300.0, 60.0, 1.5, 60.0) == pytest.approx(30.0)
+    assert burst_peak_rate(windows, 180.0, 60.0, 1.5, 60.0) is None  # the burst is older; the rise is smooth
+    # the rise of (180, 360] over 180 s is 10 -> ~19 req/s: a burst when judged over that long
+    assert burst_peak_rate(windows, 180.0, 60.0, 1.5, 180.0) > 15.0
+    assert burst_peak_rate((), 300.0, 60.0, 1.5, 60.0) is None

@@ -255,3 +255,20 @@ def test_the_load_now_must_need_more_replicas_at_the_rate_it_surely_is(sure, is_
     now = replace(load(12.5), sure_rate=sure)
     prefill = plan_pools(view(windows(190, rate=12.5)), model(), now, None).decision("prefill")
     assert (prefill.target == 3) == is_scaled, prefill.reason
+
+
+def test_scale_down_must_carry_the_last_bursts_rate():
+    # the forecast holds at 10 req/s (4 -> 3 is safe there, as above), but a burst to 22 req/s was measured
+    # within the last 600 s: 3 replicas would not carry it, and bursts recur, so the pool keeps 4
+    burst = [window(t, rate=22.0 if 120 < t <= 180 else 10.0) for t in range(10, 541, 10)]
+    plan = plan_pools(view(burst, prefill=4), model(), load(10.0), load(10.0, hold=10.0))
+    assert plan.decision("prefill").direction == 0
+    assert "refused" in plan.decision("prefill").reason and "22.0 req/s burst" in plan.decision("prefill").reason
+    # the same burst longer ago than the burst memory: down to the 2 that carry 10 req/s
+    older = [window(t, rate=22.0 if 60 < t <= 120 else 10.0) for t in range(10, 1081, 10)]
+    plan = plan_pools(view(older, prefill=4), model(), load(10.0), load(10.0, hold=10.0))
+    assert plan.decision("prefill").target == 2, plan.decision("prefill").reason
+    # a smooth fall from 22 req/s (a day's evening) is no burst: down to 2 as well
+    falling = [window(t, rate=22.0 - 12.0 * min(t, 360) / 360) for t in range(10, 541, 10)]
+    plan = plan_pools(view(falling, prefill=4), model(), load(10.0), load(10.0, hold=10.0))
+    assert plan.decision("prefill").target == 2, plan.decision("prefill").reason
