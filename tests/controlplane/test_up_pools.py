@@ -61,11 +61,13 @@ def run_loadgen(router: str, rate: float, seconds: float, env: dict, on_wait, ma
          f"{seconds:g}", "--max-tokens", str(OUTPUT_TOKENS), "--max-chars", "200", "--timeout", "300",
          "--max-concurrency", str(max_concurrency), "--report-seconds", "30"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, preexec_fn=die_with_parent)
+    launched = time.monotonic()
     try:
         is_stopping = False
         while process.poll() is None:
             on_wait()
-            if not is_stopping and is_done():
+            # not while it may still be importing: Ctrl-C then ends it with a traceback and no totals
+            if not is_stopping and time.monotonic() - launched > 10 and is_done():
                 process.send_signal(signal.SIGINT)
                 is_stopping = True
             time.sleep(2)

@@ -46,7 +46,18 @@ def moectl_up(tmp_path: Path, *args: str) -> Iterator[str]:
     stopping = "".join(lines[stopping_at:])
     assert process.returncode == 0, stopping
     assert "Traceback" not in stopping, stopping
-    assert not [pid for pid in family if is_running(pid)], f"left running after Ctrl-C: {family}\n{stopping}"
+    deadline = time.monotonic() + 10  # a process killed with its parent (PR_SET_PDEATHSIG) needs a moment
+    while [pid for pid in family if is_running(pid)] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = {pid: _command(pid) for pid in family if is_running(pid)}
+    assert not left, f"left running after Ctrl-C: {left}\n{stopping}"
+
+
+def _command(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:160]
+    except OSError:
+        return "(gone)"
 
 
 def actions_of(url: str, kind: str, deployment: str = "tiny") -> list[dict]:
