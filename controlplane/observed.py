@@ -16,6 +16,9 @@ from controlplane.parking import LOAD_SPAN_SECONDS, KnobInputs, Parked
 RANK_REPORTS = "slot_reports_rank_"  # + EP rank: window counter, reports whose slot load the window counted
 ACCEPTED_AT = "spec_accepted_at_"  # + draft position: window counter, accepted draft tokens there
 GROUPS_AT, NODES_AT = "routing_groups_at_", "routing_nodes_at_"  # + n: tokens whose top-k reached n groups / nodes
+# a serving replica's first windows after it became ready are cold (caches, kernels): slower than it will run,
+# so the latency model leaves them out (learn/latency.py) and the pool planner does not answer them (solve/)
+COLD_START_WINDOWS = 6
 
 
 @dataclass(frozen=True)

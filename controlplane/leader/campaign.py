@@ -19,7 +19,7 @@ def keep_campaigning(elector: LeaderElector, *, stop: threading.Event, retry_sec
         except Exception as exc:  # the election's store unreachable: keep trying; the fence holds meanwhile
             if is_unavailable(exc):  # busy or gone: expected now and then, no traceback to read
                 log.warning("%s could not reach %s (%s); retrying in %gs", elector.identity, elector.where,
-                            str(exc.orig if hasattr(exc, "orig") else exc).splitlines()[0], retry_seconds)
+                            str(exc.orig).splitlines()[0], retry_seconds)
             else:
                 log.exception("%s could not reach %s; retrying in %gs", elector.identity, elector.where,
                               retry_seconds)

@@ -31,7 +31,8 @@ import numpy as np
 import sklearn
 from sklearn.linear_model import LinearRegression
 
-COLD_START_WINDOWS = 6
+from controlplane.observed import COLD_START_WINDOWS
+
 MIN_SAMPLES = 12
 MIN_REQUESTS = 20  # a replica window's TTFT percentiles over fewer requests are too noisy to learn from
 MAX_BACKLOG_SECONDS = 3.0  # a prefill window ending with more queued work than this is draining an overload

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from controlplane.observed import COLD_START_WINDOWS
 from controlplane.solve.local_prefill import ThresholdRules
 from controlplane.solve.pool_view import PoolRole
 
@@ -45,9 +46,9 @@ class PoolRules:
     # model leaves out; in benchmarks/pdsim its ITL over its first minute is 1.9-2.05x the warm replicas' in the
     # same windows); a decode scale-up is sized so that its new replicas still keep ITL within bound
     cold_slowdown: float = 2.0
-    # a replica's first windows after it became ready are cold (learn/latency.py's COLD_START_WINDOWS, which the
+    # a replica's first windows after it became ready are cold (observed.COLD_START_WINDOWS, which the latency
     # model leaves out for the same reason): an ITL breach only they measure ends before a replica asked for now serves
-    cold_start_windows: int = 6
+    cold_start_windows: int = COLD_START_WINDOWS
     threshold: ThresholdRules = ThresholdRules()
 
     def margins(self, role: PoolRole) -> tuple[float, float]:
