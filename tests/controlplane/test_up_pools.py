@@ -27,8 +27,8 @@ import time
 
 import httpx
 import pytest
-from support.processes import descendants, die_with_parent, is_running
-from support.servers import free_port
+from support.processes import die_with_parent
+from support.up import moectl_up
 
 POLICY = {"mode": "auto", "slo": {"ttft_p90_seconds": 30.0, "itl_p90_seconds": 2.0},
           "replicas": {"prefill": {"min": 1, "max": 1}, "decode": {"min": 1, "max": 2}},
@@ -84,19 +84,10 @@ def run_loadgen(router: str, rate: float, seconds: float, env: dict, on_wait, ma
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_a_step_in_traffic_adds_a_decode_instance_and_the_fall_drains_one(tmp_path):
-    port = free_port()
     env = os.environ | {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    log = open(tmp_path / "up.log", "w+")  # noqa: SIM115 (read and closed below)
-    up = subprocess.Popen(
-        [sys.executable, "-m", "controlplane", "up", "--port", str(port), "--window-seconds", "2", "--ep-size", "1",
-         "--max-num-seqs", str(SLOTS), "--no-loadgen", "--policy", json.dumps(POLICY),
-         "--database-url", f"sqlite:///{tmp_path / 'up.db'}"], stdout=log, stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300
-        while "up in " not in (text := (tmp_path / "up.log").read_text()):
-            assert up.poll() is None and time.monotonic() < deadline, "moectl up did not come up:\n" + text
-            time.sleep(1)
+    with moectl_up(tmp_path, "--window-seconds", "2", "--ep-size", "1", "--max-num-seqs", str(SLOTS), "--no-loadgen",
+                   "--policy", json.dumps(POLICY)) as up:
+        url, text = up.url, up.text()
         router = re.search(r"^router: (\S+)", text, re.M).group(1)
         decode_rank = re.search(r"^workers: .*?\| decode (http\S+)", text, re.M).group(1)
         found: dict[str, dict] = {}
@@ -125,8 +116,8 @@ def test_a_step_in_traffic_adds_a_decode_instance_and_the_fall_drains_one(tmp_pa
         fell = stepped + PHASES[1][1]
         totals.append(run_loadgen(  # the fall lasts until the drained instance is gone, PHASES' time at most
             router, 0.05 * one_instance, PHASES[2][1], env, lambda: watch() if "down" not in found else None,
-            is_done=lambda: "down" in found and "removed and stopped" in (tmp_path / "up.log").read_text()))
-        text = (tmp_path / "up.log").read_text()
+            is_done=lambda: "down" in found and "removed and stopped" in up.text()))
+        text = up.text()
         assert "up" in found, "no decode instance was added:\n" + text[-6000:]
         up_action, down_action = found["up"], found.get("down")
         assert stepped < up_action["created_at"] < fell, "the step did not add the decode instance"
@@ -152,13 +143,3 @@ def test_a_step_in_traffic_adds_a_decode_instance_and_the_fall_drains_one(tmp_pa
         status = subprocess.run([sys.executable, "-m", "controlplane", "status", "--url", url], capture_output=True,
                                 text=True, timeout=60)
         assert "pools: prefill 1" in status.stdout and "last scaling:" in status.stdout, status.stdout
-    finally:
-        family = descendants(up.pid)
-        up.send_signal(signal.SIGINT)
-        up.wait(timeout=90)
-        log.close()
-    assert up.returncode == 0, (tmp_path / "up.log").read_text()[-3000:]
-    deadline = time.monotonic() + 20
-    while any(is_running(pid) for pid in family) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not [pid for pid in family if is_running(pid)], "processes left behind"

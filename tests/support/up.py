@@ -1,4 +1,4 @@
-"""`moectl up` with real workers as a test's subprocess: started on a free port, ready once the router is up,
+"""`moectl up` with real workers as a test's subprocess: started on a free port, ready once it says it is up,
 stopped with Ctrl-C as a person's terminal sends it (SIGINT to the whole foreground process group), and
 required to exit cleanly: code 0, no traceback while stopping, no process of its family left."""
 
@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -20,9 +21,18 @@ from support.processes import descendants, die_with_parent, is_running
 from support.servers import free_port
 
 
+@dataclass(frozen=True)
+class Up:
+    url: str  # the controller's
+    lines: list[str]  # what it printed so far (filled as it prints)
+
+    def text(self) -> str:
+        return "".join(self.lines)
+
+
 @contextmanager
-def moectl_up(tmp_path: Path, *args: str) -> Iterator[str]:
-    """args: `moectl up` options besides port and database; yields the controller's URL."""
+def moectl_up(tmp_path: Path, *args: str) -> Iterator[Up]:
+    """args: `moectl up` options besides port and database."""
     port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "controlplane", "up", "--port", str(port), *args,
@@ -34,10 +44,10 @@ def moectl_up(tmp_path: Path, *args: str) -> Iterator[str]:
     reader.start()
     try:
         deadline = time.monotonic() + 300
-        while not any(line.startswith("router: ") for line in lines):
+        while not any(line.startswith("up in ") for line in lines):
             assert process.poll() is None and time.monotonic() < deadline, "moectl up did not start:\n" + "".join(lines)
             time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
+        yield Up(f"http://127.0.0.1:{port}", lines)
     finally:
         family, stopping_at = descendants(process.pid), len(lines)
         os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: up, and any child still in its process group

@@ -13,7 +13,8 @@ from support.up import actions_of, moectl_up
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_real_workers_rebalance_and_their_imbalance_falls(tmp_path):
-    with moectl_up(tmp_path, "--ep-size", "4", "--window-seconds", "1", "--rate", "8") as url:
+    with moectl_up(tmp_path, "--ep-size", "4", "--window-seconds", "1", "--rate", "8") as up:
+        url = up.url
         started = time.monotonic()
 
         def verified() -> list[dict]:

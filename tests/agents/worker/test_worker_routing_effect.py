@@ -22,7 +22,8 @@ def direction(action: dict) -> int:
 @pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_real_workers_routing_limit_is_tried_once_reverted_and_parked(tmp_path):
-    with moectl_up(tmp_path, "--ep-size", "2", "--window-seconds", "1", "--rate", "6") as url:
+    with moectl_up(tmp_path, "--ep-size", "2", "--window-seconds", "1", "--rate", "6") as up:
+        url = up.url
         started = time.monotonic()
 
         def settled() -> list[dict]:
