@@ -104,7 +104,8 @@ def forecast_load(windows: tuple[PoolWindow, ...], now_load: LoadForecast, bucke
     return LoadForecast(peak, now_load.remote_share, now_load.remote_prompt_tokens * scale,
                         now_load.local_prompt_tokens * scale, max(float(output_ahead.max()), 1.0), horizon_seconds,
                         f"{rate_ahead.method}+{surge:g}x{error:.1f}", is_backtested=rate_ahead.is_backtested,
-                        hold_rate=held, warm_rate=warm)
+                        hold_rate=held, warm_rate=warm,
+                        remote_mix=None if now_load.remote_mix is None else now_load.remote_mix.scaled(scale))
 
 
 # the load "now" (what the reactive step sizes for) is a rate over at least this long: over a few seconds it

@@ -21,7 +21,7 @@ from agents.protocol.placement import (
     replica_counts,
     slot_load,
 )
-from agents.protocol.router import RouterState, RouterWindow
+from agents.protocol.router import NUM_PROMPT_BUCKETS, PROMPT_BUCKET_TOKENS, RouterState, RouterWindow, prompt_bucket
 from agents.protocol.wire import (
     MAX_ARRAY_ELEMENTS,
     MAX_COUNT,
@@ -43,7 +43,7 @@ from agents.protocol.wire import (
 )
 
 __all__ = [
-    "KEEP_ALIVE_SECONDS",
+    "KEEP_ALIVE_SECONDS", "NUM_PROMPT_BUCKETS", "PROMPT_BUCKET_TOKENS", "prompt_bucket",
     "GROUP_PROTOCOL_VERSION", "GroupSnapshot", "RankRow",
     "MAX_ARRAY_ELEMENTS", "MAX_COUNT", "MAX_SECONDS", "NAME_PATTERN", "PLACEMENT_UNKNOWN", "PROTOCOL_VERSION",
     "Array", "DesiredState", "Identity", "LatencySummary", "ModelShape", "PlacementTable", "Role", "RouterState",

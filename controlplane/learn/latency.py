@@ -31,6 +31,7 @@ import numpy as np
 import sklearn
 from sklearn.linear_model import LinearRegression
 
+from controlplane.learn.prefill_queue import ttft_percentile
 from controlplane.observed import COLD_START_WINDOWS
 
 MIN_SAMPLES = 12
@@ -74,6 +75,13 @@ class PrefillLatency:
         a, b, c = self.coefficients[percentile]
         service = mean_prompt_tokens / self.capacity
         return a + b * service * rho / (1 - rho) + c * service
+
+    def ttft_of_mix(self, percentile: int, request_rate: float, prompt_tokens, shares, replicas: int) -> float:
+        """TTFT at `percentile` of `replicas` replicas offered `request_rate` requests/s whose prompts are
+        `prompt_tokens` [K] in `shares` [K]: the queue of prefill_queue.py at this capacity, each request's hand-off
+        and step overhead the fit's intercept (the latency a replica adds to any prompt, queue or not)."""
+        service = np.asarray(prompt_tokens, np.float64) / self.capacity
+        return ttft_percentile(percentile, request_rate, service, shares, replicas, self.coefficients[percentile][0])
 
 
 def fit_prefill(age, window_seconds: float, prompt_tokens, busy_seconds, num_prefilled, queued_tokens, ttft_p90,
@@ -156,9 +164,16 @@ class PoolLatency:
     max_batch: int
     max_prefill_utilisation: float = MAX_UTILISATION
 
-    def prefill_ttft(self, percentile: int, tokens_per_second: float, mean_prompt_tokens: float) -> float | None:
+    def prefill_ttft(self, percentile: int, tokens_per_second: float, mean_prompt_tokens: float,
+                     mix: tuple | None = None, replicas: int = 1) -> float | None:
+        """mix: (prompt tokens [K], shares [K]) of the prompts the pool prefills, known from the router's length
+        buckets: the queue of the mix, no utilisation ceiling; None: the fit at the mean, under the ceiling."""
         if self.prefill is None:
             return None
+        if mix is not None:
+            tokens, shares = mix
+            rate = tokens_per_second * replicas / max(float(np.dot(tokens, shares) / np.sum(shares)), 1e-9)
+            return self.prefill.ttft_of_mix(percentile, rate, tokens, shares, replicas)
         return self.prefill.ttft(percentile, tokens_per_second, mean_prompt_tokens, self.max_prefill_utilisation)
 
     def with_prefill_ceiling(self, max_utilisation: float) -> PoolLatency:

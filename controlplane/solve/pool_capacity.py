@@ -14,18 +14,34 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+import numpy as np
+
 from controlplane.solve.pool_view import SloTarget, role_targets
 
 KV_HEADROOM = 0.9  # plan to fill at most this share of a decode replica's KV cache
 MAX_ITERATIONS = 60
 
 
+@dataclass(frozen=True)
+class PromptMix:
+    """The prompts a pool prefills: `tokens` [K] lengths, each a `shares` [K] part of them (summing to 1)."""
+
+    tokens: tuple[float, ...]
+    shares: tuple[float, ...]
+
+    def scaled(self, factor: float) -> PromptMix:
+        """The same mix, every prompt `factor` x longer."""
+        return replace(self, tokens=tuple(t * factor for t in self.tokens))
+
+
 class LatencyModel(Protocol):
     kv_capacity_tokens: float  # per decode replica
     max_batch: int  # sequences per decode replica
 
-    def prefill_ttft(self, percentile: int, tokens_per_second: float, mean_prompt_tokens: float) -> float | None:
-        """TTFT at `percentile` of one prefill replica offered `tokens_per_second`; None: not fitted."""
+    def prefill_ttft(self, percentile: int, tokens_per_second: float, mean_prompt_tokens: float,
+                     mix: tuple | None = None, replicas: int = 1) -> float | None:
+        """TTFT at `percentile` of a pool of `replicas` prefill replicas, each offered `tokens_per_second`;
+        mix: (prompt tokens [K], shares [K]) of its prompts (None: only their mean is known); None: not fitted."""
 
     def decode_itl(self, statistic, batch: float, kv_tokens: float, local_tokens_per_second: float) -> float | None:
         """ITL ("mean", 90 or 99) of one decode replica at that batch; None: not fitted."""
@@ -52,6 +68,7 @@ class LoadForecast:
     hold_rate: float | None = None  # None: request_rate
     warm_rate: float | None = None  # while replicas asked for now warm up (None: request_rate)
     sure_rate: float | None = None  # measured: the rate the counts surely exceed (None: request_rate)
+    remote_mix: PromptMix | None = None  # lengths of the prompts prefilled remotely (None: only their mean known)
 
     def scaled(self, factor: float) -> LoadForecast:
         """The same mix at `factor` times the rate (the load N replicas carry on N/M of them)."""
@@ -78,11 +95,15 @@ def predict_prefill(model: LatencyModel, load: LoadForecast, replicas: int,
                     targets: tuple[SloTarget, ...]) -> dict[str, float] | None:
     """target name -> predicted seconds with `replicas` prefill replicas; None without a prefill model."""
     tokens_per_second = load.request_rate * load.remote_share * load.remote_prompt_tokens / max(replicas, 1)
+    mix = None if load.remote_mix is None else (np.asarray(load.remote_mix.tokens), np.asarray(load.remote_mix.shares))
+    if mix is not None:  # the rate of tokens the mix's lengths carry
+        tokens_per_second = load.request_rate * load.remote_share * float(mix[0] @ mix[1]) / max(replicas, 1)
     out = {}
     for target in targets:
         if target.metric != "ttft":
             continue
-        seconds = model.prefill_ttft(target.percentile, tokens_per_second, load.remote_prompt_tokens)
+        seconds = model.prefill_ttft(target.percentile, tokens_per_second, load.remote_prompt_tokens, mix,
+                                     max(replicas, 1))
         if seconds is None:
             return None
         out[target.name] = float("inf") if replicas < 1 else seconds
