@@ -46,8 +46,13 @@ class LatencyModel(Protocol):
     def decode_itl(self, statistic, batch: float, kv_tokens: float, local_tokens_per_second: float) -> float | None:
         """ITL ("mean", 90 or 99) of one decode replica at that batch; None: not fitted."""
 
-    def with_prefill_ceiling(self, max_utilisation: float) -> LatencyModel:
-        """The same model, its prefill TTFT infinite past `max_utilisation` of a replica's capacity."""
+    def prefill_tail(self, tokens_per_second: float, mix: tuple | None, replicas: int) -> float | None:
+        """TTFT of the pool's slowest requests (a percentile past the targets', the model's), each replica offered
+        `tokens_per_second` of the `mix`; None without a mix (a mean shows no tail) or a fit."""
+
+    def with_prefill_limits(self, max_utilisation: float, tail_percentile: float | None) -> LatencyModel:
+        """The same model, its prefill TTFT infinite past `max_utilisation` of a replica's capacity where only the
+        mean prompt is known, and its prefill_tail read at `tail_percentile` (None: no tail)."""
 
 
 @dataclass(frozen=True)
@@ -93,11 +98,15 @@ class LoadForecast:
 
 def predict_prefill(model: LatencyModel, load: LoadForecast, replicas: int,
                     targets: tuple[SloTarget, ...]) -> dict[str, float] | None:
-    """target name -> predicted seconds with `replicas` prefill replicas; None without a prefill model."""
+    """target name -> predicted seconds with `replicas` prefill replicas; None without a prefill model. With the
+    remote prompts' length mix known, the queue of that mix (no utilisation ceiling), and the strictest TTFT target
+    (the bound a request that meets the SLO stays within) predicted at the model's tail percentile when that is
+    later: a few long prompts that wait are the requests past it, which the p99 of the mix does not show."""
     tokens_per_second = load.request_rate * load.remote_share * load.remote_prompt_tokens / max(replicas, 1)
     mix = None if load.remote_mix is None else (np.asarray(load.remote_mix.tokens), np.asarray(load.remote_mix.shares))
     if mix is not None:  # the rate of tokens the mix's lengths carry
         tokens_per_second = load.request_rate * load.remote_share * float(mix[0] @ mix[1]) / max(replicas, 1)
+    strictest = max((t for t in targets if t.metric == "ttft"), key=lambda t: t.percentile, default=None)
     out = {}
     for target in targets:
         if target.metric != "ttft":
@@ -106,6 +115,8 @@ def predict_prefill(model: LatencyModel, load: LoadForecast, replicas: int,
                                      max(replicas, 1))
         if seconds is None:
             return None
+        if target is strictest:  # the bound every request is held to: the longest prompts' wait, too
+            seconds = max(seconds, model.prefill_tail(tokens_per_second, mix, max(replicas, 1)) or 0.0)
         out[target.name] = float("inf") if replicas < 1 else seconds
     return out
 

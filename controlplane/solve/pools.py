@@ -181,7 +181,7 @@ def plan_pools(view: PoolsView, model: LatencyModel | None, now_load: LoadForeca
     """model: per-replica latency (None before enough data); now_load: the measured load; forecast:
     the load to plan for, given on predictive ticks (None otherwise)."""
     if model is not None:
-        model = model.with_prefill_ceiling(rules.max_prefill_utilisation)
+        model = model.with_prefill_limits(rules.max_prefill_utilisation, rules.ttft_tail_percentile)
     problem = _stale_or_missing(view, rules)
     if problem is not None:
         return PoolPlan(view.now, tuple(
