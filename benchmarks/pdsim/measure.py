@@ -35,7 +35,7 @@ def summarize(samples, weights=None) -> LatencySummary | None:
 
 
 def prompt_buckets(input_tokens: np.ndarray) -> tuple[int, ...]:
-    """[NUM_PROMPT_BUCKETS] prompts per length bucket, as the router counts its arrivals (agents.protocol.prompt_bucket)."""
+    """[NUM_PROMPT_BUCKETS] prompts per length bucket, as a router counts them (agents.protocol.prompt_bucket)."""
     index = np.searchsorted(np.asarray(PROMPT_BUCKET_TOKENS), input_tokens, side="left")
     return tuple(int(n) for n in np.bincount(index, minlength=NUM_PROMPT_BUCKETS))
 
