@@ -46,16 +46,20 @@ def die_with_parent() -> None:
         pass
 
 
-def stop_process(process: subprocess.Popen, name: str, timeout: float = STOP_SECONDS) -> None:
-    """SIGTERM (the launcher has its ranks agree on a step to stop at), then SIGKILL after `timeout` seconds."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout)
-    except subprocess.TimeoutExpired:
-        log.warning("%s did not stop in %.0fs; killing it", name, timeout)
-        process.kill()
-        process.wait()
+def stop_processes(name_to_process: dict[str, subprocess.Popen], timeout: float = STOP_SECONDS) -> None:
+    """SIGTERM to all at once (a launcher has its ranks agree on a step to stop at), then SIGKILL to those still
+    running `timeout` seconds later."""
+    for process in name_to_process.values():
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for name, process in name_to_process.items():
+        try:
+            process.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            log.warning("%s did not stop in %.0fs; killing it", name, timeout)
+            process.kill()
+            process.wait()
 
 
 @dataclass
@@ -152,11 +156,7 @@ class LocalScaler:
             self.stopping.set()
         self.watcher.join(timeout=5)
         with self.lock:
-            for instance in self.instances.values():
-                if instance.process.poll() is None:
-                    instance.process.send_signal(signal.SIGTERM)
-            for instance in list(self.instances.values()):
-                stop_process(instance.process, instance.name)
+            stop_processes({name: i.process for name, i in self.instances.items()})
             self.instances.clear()
         self.client.close()
 
@@ -267,5 +267,5 @@ class LocalScaler:
                 return
         with self.lock:
             self.instances.pop(instance.name, None)
-        stop_process(instance.process, instance.name)
+        stop_processes({instance.name: instance.process})
         log.info("%s: removed and stopped", instance.name)
