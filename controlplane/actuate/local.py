@@ -12,8 +12,6 @@ dies is forgotten, so the next pass starts another. moectl is the only writer of
 from __future__ import annotations
 
 import logging
-import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,43 +21,11 @@ from dataclasses import dataclass
 import httpx
 
 from controlplane.actuate.fence import Fence
+from controlplane.actuate.processes import die_with_parent, free_port, stop_processes
 from controlplane.actuate.scaler import PoolRef, ScaleState
 
 log = logging.getLogger("moectl.local")
 STARTING, SERVING, LEAVING = "starting", "serving", "leaving"
-STOP_SECONDS = 20.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def die_with_parent() -> None:
-    """Runs in the child before exec: Linux sends it SIGTERM if this process dies without cleaning up."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
-def stop_processes(name_to_process: dict[str, subprocess.Popen], timeout: float = STOP_SECONDS) -> None:
-    """SIGTERM to all at once (a launcher has its ranks agree on a step to stop at), then SIGKILL to those still
-    running `timeout` seconds later."""
-    for process in name_to_process.values():
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    for name, process in name_to_process.items():
-        try:
-            process.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            log.warning("%s did not stop in %.0fs; killing it", name, timeout)
-            process.kill()
-            process.wait()
 
 
 @dataclass
