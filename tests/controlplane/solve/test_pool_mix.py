@@ -22,7 +22,10 @@ def load(rate: float, mix: PromptMix | None) -> LoadForecast:
     return LoadForecast(rate, 0.8, 1200.0, 300.0, 200.0, 300.0, "test", is_backtested=True, remote_mix=mix)
 
 
-def planned_prefill(mix: PromptMix | None, rules: PoolRules = PoolRules()) -> int:
+BY_MIX = PoolRules(size_prefill_by_mix=True)
+
+
+def planned_prefill(mix: PromptMix | None, rules: PoolRules = BY_MIX) -> int:
     windows = [window(t) for t in range(130, 181, 10)]
     return plan_pools(view(windows), model(), load(10.0, mix), load(30.0, mix), rules).target("prefill")
 
@@ -30,10 +33,12 @@ def planned_prefill(mix: PromptMix | None, rules: PoolRules = PoolRules()) -> in
 def test_a_short_mix_needs_fewer_prefill_replicas_than_the_ceiling_and_a_long_one_more():
     ceiling = planned_prefill(None)  # only the mean known: planned under the 0.7 utilisation ceiling
     assert planned_prefill(SHORT) < ceiling < planned_prefill(LONG)
+    # by default the mix is not used: the same mean, the same pool
+    assert planned_prefill(SHORT, PoolRules()) == planned_prefill(LONG, PoolRules()) == ceiling
 
 
 def test_the_long_prompts_tail_is_what_costs_replicas():
-    lean = PoolRules(ttft_tail_percentile=None)
+    lean = PoolRules(size_prefill_by_mix=True, ttft_tail_percentile=None)
     assert planned_prefill(SHORT, lean) < planned_prefill(LONG, lean)  # the mix's queue alone
     assert planned_prefill(LONG, lean) < planned_prefill(LONG)  # and its longest prompts' wait
 
