@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
+from support.serving_windows import prompt_buckets
 
 from agents.protocol import NUM_PROMPT_BUCKETS, PROMPT_BUCKET_TOKENS, RouterWindow, prompt_bucket
 
@@ -11,13 +12,6 @@ from agents.protocol import NUM_PROMPT_BUCKETS, PROMPT_BUCKET_TOKENS, RouterWind
 def window(**fields) -> RouterWindow:
     return RouterWindow(deployment="tiny", router="router-0", window_start=1.0e9, window_seconds=10.0, **fields)
 
-
-def buckets(**counts: int) -> tuple[int, ...]:
-    """NUM_PROMPT_BUCKETS counts, `b<i>=n` setting bucket i."""
-    out = [0] * NUM_PROMPT_BUCKETS
-    for name, count in counts.items():
-        out[int(name[1:])] = count
-    return tuple(out)
 
 
 def test_a_prompt_counts_in_the_bucket_of_the_first_bound_it_does_not_pass():
@@ -28,12 +22,13 @@ def test_a_prompt_counts_in_the_bucket_of_the_first_bound_it_does_not_pass():
 
 def test_buckets_are_optional_so_older_routers_still_post():
     assert window(num_arrivals=3, input_tokens=900).prompt_buckets is None
-    assert window(num_arrivals=3, input_tokens=900, prompt_buckets=buckets(b4=2, b8=1)).prompt_buckets[8] == 1
+    counted = window(num_arrivals=3, input_tokens=900, prompt_buckets=prompt_buckets(b4=2, b8=1))
+    assert counted.prompt_buckets[8] == 1
 
 
 @pytest.mark.parametrize(("counts", "problem"), [
-    (buckets(b4=2), "sum to 2, not num_arrivals 3"),
-    (buckets(b4=4, b5=-1), "within 0.."),
+    (prompt_buckets(b4=2), "sum to 2, not num_arrivals 3"),
+    (prompt_buckets(b4=4, b5=-1), "within 0.."),
     ((3,), "at least 16 items"),
     ((0,) * (NUM_PROMPT_BUCKETS + 1) + (3,), "at most 16 items"),
 ])

@@ -6,18 +6,10 @@ from __future__ import annotations
 import json
 
 from support.auth import agent
-from support.serving_windows import WINDOW, router_window_body
+from support.serving_windows import WINDOW, prompt_buckets, router_window_body
 from support.store import register
 
-from agents.protocol import NUM_PROMPT_BUCKETS
 from controlplane.store import deployments, serving
-
-
-def buckets(**counts: int) -> list[int]:
-    out = [0] * NUM_PROMPT_BUCKETS
-    for name, count in counts.items():
-        out[int(name[1:])] = count
-    return out
 
 
 def post(client, body: dict):
@@ -35,20 +27,20 @@ def read_back(sessions, clock) -> tuple:
 def test_the_routers_buckets_add_up_into_the_windows_mix(client, sessions, clock):
     register(client)
     start = (clock.now // WINDOW - 1) * WINDOW
-    for router, counts in (("router-0", buckets(b3=3, b7=1)), ("router-1", buckets(b3=1, b8=2))):
+    for router, counts in (("router-0", prompt_buckets(b3=3, b7=1)), ("router-1", prompt_buckets(b3=1, b8=2))):
         answer = post(client, router_window_body(start, router=router, num_arrivals=sum(counts),
                                                  input_tokens=1000 * sum(counts), prompt_buckets=counts))
         assert answer.status_code == 200, answer.text
     [window] = read_back(sessions, clock)
     assert window.num_arrivals == 7
-    assert window.prompt_buckets == tuple(buckets(b3=4, b7=1, b8=2))
+    assert window.prompt_buckets == prompt_buckets(b3=4, b7=1, b8=2)
 
 
 def test_a_window_with_a_router_that_does_not_count_lengths_has_no_mix(client, sessions, clock):
     register(client)
     start = (clock.now // WINDOW - 1) * WINDOW
     assert post(client, router_window_body(start, num_arrivals=2, input_tokens=900,
-                                           prompt_buckets=buckets(b4=2))).status_code == 200
+                                           prompt_buckets=prompt_buckets(b4=2))).status_code == 200
     older = router_window_body(start, router="router-1", num_arrivals=3, input_tokens=900)
     del older["prompt_buckets"]  # as a router from before the field posts it
     assert post(client, older).status_code == 200
@@ -59,7 +51,8 @@ def test_a_window_with_a_router_that_does_not_count_lengths_has_no_mix(client, s
 def test_buckets_that_do_not_add_up_are_refused_and_nothing_is_stored(client, sessions, clock):
     register(client)
     start = (clock.now // WINDOW - 1) * WINDOW
-    answer = post(client, router_window_body(start, num_arrivals=3, input_tokens=900, prompt_buckets=buckets(b4=2)))
+    answer = post(client, router_window_body(start, num_arrivals=3, input_tokens=900,
+                                             prompt_buckets=prompt_buckets(b4=2)))
     assert answer.status_code == 422
     assert "prompt_buckets sum to 2, not num_arrivals 3" in answer.text
     short = post(client, router_window_body(start, num_arrivals=3, input_tokens=900, prompt_buckets=[3]))

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 from support.pools import model, view, window
+from support.serving_windows import prompt_buckets
 
-from agents.protocol import NUM_PROMPT_BUCKETS
 from controlplane.solve.pool_capacity import LoadForecast, PromptMix
 from controlplane.solve.pool_load import measured_load, remote_mix
 from controlplane.solve.pool_rules import PoolRules
@@ -43,16 +43,10 @@ def test_the_long_prompts_tail_is_what_costs_replicas():
     assert planned_prefill(LONG, lean) < planned_prefill(LONG)  # and its longest prompts' wait
 
 
-def buckets(**counts: int) -> tuple[int, ...]:
-    out = [0] * NUM_PROMPT_BUCKETS
-    for name, count in counts.items():
-        out[int(name[1:])] = count
-    return tuple(out)
-
 
 def test_the_mix_leaves_the_shortest_prompts_to_the_decode_pool_and_keeps_the_measured_mean():
     # 100 arrivals a window: 40 of <= 128 tokens, 40 of 513..1024, 20 of 4097..8192; 30% prefilled locally
-    counts = buckets(b1=40, b4=40, b7=20)
+    counts = prompt_buckets(b1=40, b4=40, b7=20)
     mean = 1500.0
     windows = [window(t, local_share=0.3, prompt_buckets=counts, mean_input_tokens=mean) for t in range(10, 401, 10)]
     mix = remote_mix(tuple(windows), 0.7)
@@ -66,7 +60,7 @@ def test_the_mix_leaves_the_shortest_prompts_to_the_decode_pool_and_keeps_the_me
 
 
 def test_no_mix_unless_every_window_it_reads_counted_lengths():
-    counts = buckets(b4=100)  # 100 arrivals a window: MIX_ARRIVALS takes the last 30
+    counts = prompt_buckets(b4=100)  # 100 arrivals a window: MIX_ARRIVALS takes the last 30
     windows = [window(t, prompt_buckets=counts) for t in range(10, 401, 10)]
     assert measured_load(tuple(windows)).remote_mix is not None
     newest_without = windows[:-1] + [replace(windows[-1], prompt_buckets=None)]
