@@ -6,7 +6,8 @@ and output length per `bucket_seconds` bucket over `horizon_seconds` (a replica'
 predictive interval) for scaling up, and over `hold_seconds` (startup plus the cooldown, since a pool
 scaled down cannot scale up again within it) for scaling down, with the backtest-chosen candidate
 (learn/forecast.py). It plans for the peak forecast rate plus a surge margin of backtest errors,
-never below the rate measured now. `targets_of` and `rules_of` read the deployment's policy.
+never below the rate measured now; the prompt-length mix (solve/pool_load.py remote_mix) is the measured one,
+its lengths scaled with the forecast mean. `targets_of` and `rules_of` read the deployment's policy.
 """
 
 from __future__ import annotations
