@@ -3,7 +3,8 @@
 Prefill: the prompt tokens/s the prefill pool gets, spread evenly, against the model's per-replica
 TTFT; where the routers' prompt-length buckets give the mix of its prompts (`LoadForecast.remote_mix`, used with
 PoolRules.size_prefill_by_mix), the model answers for the whole pool as a queue of that mix instead, and the
-strictest TTFT target is also held at the model's tail percentile (the longest prompts, which barely may wait). Decode: a replica's batch B settles where B = demand x ITL(B) (Little's law: sequences in the
+strictest TTFT target is also held at the model's tail percentile (the longest prompts, which barely may wait).
+Decode: a replica's batch B settles where B = demand x ITL(B) (Little's law: sequences in the
 batch = tokens/s they need x seconds per token); no settled B under the batch and KV limits means the
 pool cannot carry the load at that size. B is averaged over time, idle included, while ITL is that of the
 steps that run, at least one sequence each: under one sequence, B is the share of time the engine runs. The
