@@ -13,6 +13,7 @@ loop and the store's engine, which both keep stable.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import inspect
 import json
@@ -72,6 +73,10 @@ def main() -> None:
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     listener.bind(("127.0.0.1", args.port))
+    with contextlib.suppress(ImportError):  # this tree: the heap frozen before serving, as `serve` does
+        from controlplane.startup_heap import freeze_startup_heap
+
+        freeze_startup_heap()
     print(f"pid {os.getpid()} serving on {args.port}" + (" (API only)" if args.api_only else ""), flush=True)
     uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[listener])
     stop.set()
