@@ -24,7 +24,7 @@ from pydantic import Field, field_validator, model_serializer, model_validator
 
 from agents.protocol.array import Array, check_counts
 from agents.protocol.identity import Identity, ModelShape, Role
-from agents.protocol.running import RunningPlacement
+from agents.protocol.running import RunningPlacement, without_absent_table
 from agents.protocol.snapshot import RankCounters, Snapshot
 from agents.protocol.wire import NAME_PATTERN, _Frozen
 
@@ -79,11 +79,7 @@ class GroupSnapshot(_Frozen):
 
     @model_serializer(mode="wrap")
     def _omit_absent_table(self, handler):  # noqa: ANN001
-        # as Snapshot's: without a table the body reads exactly as before
-        data = handler(self)
-        if self.running_placement is None and isinstance(data, dict):
-            data.pop("running_placement", None)
-        return data
+        return without_absent_table(handler(self), self.running_placement)
 
     @property
     def placement_version(self) -> int:

@@ -43,6 +43,14 @@ class RunningPlacement(_Frozen):
                                  "slot_to_expert")
 
 
+def without_absent_table(data: object, running_placement: RunningPlacement | None) -> object:
+    """A serialized snapshot (rank or group) without `running_placement` when it has none: it then reads exactly as
+    before the field existed, since controllers that predate it forbid it."""
+    if running_placement is None and isinstance(data, dict):
+        data.pop("running_placement", None)
+    return data
+
+
 # the `code` beside `detail` in the body of a 409 that refuses a snapshot's placement_version as never issued
 PLACEMENT_UNKNOWN = "placement_version_unknown"
 

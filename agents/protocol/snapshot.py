@@ -13,7 +13,7 @@ from pydantic import Field, field_validator, model_serializer, model_validator
 
 from agents.protocol.array import Array, check_counts
 from agents.protocol.identity import Identity, ModelShape
-from agents.protocol.running import RunningPlacement
+from agents.protocol.running import RunningPlacement, without_absent_table
 from agents.protocol.wire import (
     MAX_COUNT,
     MAX_VERSION,
@@ -127,11 +127,7 @@ class Snapshot(RankCounters):
 
     @model_serializer(mode="wrap")
     def _omit_absent_table(self, handler):  # noqa: ANN001
-        # without a table the snapshot reads exactly as before: controllers that predate the field forbid it
-        data = handler(self)
-        if self.running_placement is None and isinstance(data, dict):
-            data.pop("running_placement", None)
-        return data
+        return without_absent_table(handler(self), self.running_placement)
 
     @field_validator("protocol", mode="before")
     @classmethod
