@@ -19,9 +19,10 @@ lets (a sudden shift is answered at once), and the rest no faster than evenly ov
   quick change is undone as quickly, and the rolling hour's cap is reached early. The closed-loop benchmark's
   fast drift did that (benchmarks/results/closed-loop-2026-11-30.md): two changes a minute for 20 minutes at
   max/mean ~1.11, then one every 2 minutes at ~1.38. So under drift the next change waits for the even pace
-  (one per 3600 / max_actions_per_hour seconds), moves at most the even share of the hourly moves budget (the
-  last percent of balance a large change buys lasts seconds when the load moves on; spent early, it leaves
-  later changes starved of moves), and is aimed at the load over that interval (controlplane/plan.py).
+  (one per 3600 / max_actions_per_hour seconds), moves at most what the hourly moves budget earned, at its even
+  rate, since the last change (the last percent of balance a large change buys lasts seconds when the load
+  moves on; spent early, it leaves later changes starved of moves), and is aimed at the load over the time it
+  will be in force (controlplane/plan.py).
 
 Pure: (policy, pool, now) in, an `Allowance` out.
 """
@@ -73,8 +74,8 @@ def placement_allowance(policy: Policy, pool: PoolState, now: float) -> Allowanc
         return Allowance(f"pacing: {len(ages)} changes in the last hour; the policy's {max_actions} an hour are "
                          f"spent at most {FREE_SHARE:.0%} at once, the rest evenly (next in {max(waits):.0f}s)")
     max_moved = min(int(policy.max_moved_slots_fraction * num_residencies), per_hour - pool.moved_slots_last_hour)
-    if is_drift:  # a change's moves pay off until the load moves on: the hourly budget's even share of them
-        max_moved = min(max_moved, per_hour // max_actions)
+    if is_drift:  # a change's moves pay off until the load moves on: what the hourly budget earned since the last
+        max_moved = min(max_moved, int(per_hour * since / HOUR))
     if max_moved <= 0:
         return Allowance(f"hourly moves budget spent ({pool.moved_slots_last_hour} slots moved)")
     if since is not None and is_moves_paced:

@@ -82,7 +82,7 @@ def windows_under(imbalances: list[float]) -> tuple[Window, ...]:
     return tuple(out)
 
 
-def test_under_drift_the_next_change_waits_for_the_even_pace_and_moves_its_even_share():
+def test_under_drift_the_next_change_waits_for_the_even_pace_and_moves_what_the_budget_earned():
     even = HOUR / POLICY.max_actions_per_hour  # 60 s
     drifted = replace(state([0.0], now=40.0), windows=windows_under([1.02, 1.08, 1.3, 1.4]))
     assert drifted.current_windows()[0].imbalance(4) == pytest.approx(1.02)
@@ -90,7 +90,9 @@ def test_under_drift_the_next_change_waits_for_the_even_pace_and_moves_its_even_
     assert held.hold_reason is not None and "drifts" in held.hold_reason
     allowed = placement_allowance(POLICY, drifted, even + 1)
     per_hour = int(POLICY.max_moved_slots_per_hour_fraction * NUM_LAYERS * NUM_SLOTS)
-    assert allowed.hold_reason is None and allowed.max_moved_slots == per_hour // POLICY.max_actions_per_hour
+    assert allowed.hold_reason is None and allowed.max_moved_slots == int(per_hour * (even + 1) / HOUR)
+    later = placement_allowance(POLICY, drifted, 4 * even)  # a slower drift: the budget earned since is larger
+    assert later.max_moved_slots == int(per_hour * 4 * even / HOUR) > allowed.max_moved_slots
     # a change that never reached the threshold is a shift still being answered: the follow-up may come at once,
     # with the whole per-change budget
     short = replace(drifted, windows=windows_under([1.3, 1.35, 1.4]))
