@@ -25,7 +25,7 @@ of each window's own load, the best any placement could do, which says whether a
 (with one slot per GPU, 256 experts and 64 spare slots cannot spread a Zipf-hot expert thin enough for 1.10).
 After each table, issue 15's targets for each moectl policy, met or not (`target_rows`).
 
-    python -m benchmarks.closed_loop [--hours 2] [--pools prefill decode] [--no-write]
+    python -m benchmarks.closed_loop [--hours 2] [--pools prefill decode] [--workloads 0 2] [--no-write]
 """
 
 from __future__ import annotations
@@ -353,7 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eplb-minutes", type=float, nargs="+", default=[1.0, 10.0])
     p.add_argument("--pools", nargs="+", choices=list(SHAPES), default=["prefill"],
                    help="prefill: EP32, 9 slots per GPU; decode: EP320, one slot per GPU")
-    p.add_argument("--workloads", nargs="+", type=int, choices=range(len(WORKLOADS)), default=list(range(len(WORKLOADS))),
+    p.add_argument("--workloads", nargs="+", type=int, choices=range(len(WORKLOADS)),
+                   default=list(range(len(WORKLOADS))),
                    help="by index: " + "; ".join(f"{i}: {w.name}" for i, w in enumerate(WORKLOADS)))
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args(argv)
