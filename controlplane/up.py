@@ -28,7 +28,8 @@ import time
 import httpx
 from sqlalchemy.engine import make_url
 
-from controlplane.actuate.local import STOP_SECONDS, LocalScaler, die_with_parent, free_port
+from controlplane.actuate.local import LocalScaler
+from controlplane.actuate.processes import die_with_parent, free_port, stop_processes
 from controlplane.actuate.scaler import PoolScaler
 from controlplane.config import Settings
 from controlplane.serve import Controller
@@ -60,17 +61,8 @@ class Processes:
         return [(name, p.returncode) for name, p in self.children.items() if p.poll() is not None]
 
     def stop(self) -> None:
-        for p in reversed(self.children.values()):  # loadgen and router first, the workers last
-            if p.poll() is None:
-                p.send_signal(signal.SIGINT)
-        deadline = time.monotonic() + STOP_SECONDS
-        for name, p in self.children.items():
-            try:
-                p.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                print(f"{name} did not stop in {STOP_SECONDS:.0f}s; killing it", flush=True)
-                p.kill()
-                p.wait()
+        # loadgen and router first, the workers last
+        stop_processes(dict(reversed(self.children.items())), signal.SIGINT)
 
 
 def wait_ready(urls: list[str], processes: Processes, timeout: float, stop: threading.Event) -> None:

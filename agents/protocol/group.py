@@ -17,80 +17,39 @@ refuses it as it refuses a v1 snapshot's (409, code PLACEMENT_UNKNOWN); rank 0 t
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
 import numpy as np
 from pydantic import Field, field_validator, model_serializer, model_validator
 
-from agents.protocol.wire import (
-    MAX_COUNT,
-    NAME_PATTERN,
-    Array,
-    Identity,
-    LatencySummary,
-    ModelShape,
-    Role,
-    RunningPlacement,
-    ServingCounters,
-    Snapshot,
-    _check_counts,
-    _check_per_token,
-    _Count,
-    _Frozen,
-    _Seconds,
-)
+from agents.protocol.array import Array, check_counts
+from agents.protocol.identity import Identity, ModelShape, Role
+from agents.protocol.running import RunningPlacement
+from agents.protocol.snapshot import RankCounters, Snapshot
+from agents.protocol.wire import NAME_PATTERN, _Frozen
 
 GROUP_PROTOCOL_VERSION = "moectl.v2"
-# Snapshot fields a group snapshot carries once for the group, not per rank
+# Snapshot's fields beyond a rank's counters: a group snapshot carries them once for the group
 GROUP_FIELDS = frozenset({"protocol", "identity", "model", "window_start", "window_seconds", "expert_tokens",
                           "slot_tokens", "running_placement"})
-RANK_IDENTITY_FIELDS = ("node", "gpu_uuid")
-_Counts = list[Annotated[int, Field(ge=0, le=MAX_COUNT)]]  # as Snapshot's lists of counts
 
 
-class RankRow(_Frozen):
-    """One rank's part of a group's window: every field of a v1 `Snapshot` that is not the group's, with the
-    same meaning and bounds, and the rank's node and GPU."""
+class RankRow(RankCounters):
+    """One rank's part of a group's window: its counters, as a v1 `Snapshot` carries them, its node and GPU."""
 
     rank: int = Field(ge=0)
     node: str = Identity.model_fields["node"]
     gpu_uuid: str = Identity.model_fields["gpu_uuid"]
-    placement_version: int = Snapshot.model_fields["placement_version"]
-    num_steps: int = _Count
-    forward_seconds: float = _Seconds
-    dispatch_seconds: float = _Seconds
-    combine_seconds: float = _Seconds
-    prefix_query_tokens: int = _Count
-    prefix_hit_tokens: int = _Count
-    spec_drafts: int = _Count
-    spec_draft_tokens: int = _Count
-    spec_accepted_tokens: int = _Count
-    spec_accepted_by_position: _Counts = Snapshot.model_fields["spec_accepted_by_position"]
-    requests_running: int = _Count
-    requests_waiting: int = _Count
-    ttft: LatencySummary = LatencySummary()
-    itl: LatencySummary = LatencySummary()
-    routing_recall: float | None = Field(default=None, ge=0, le=1, allow_inf_nan=False)
-    routing_groups_per_token: _Counts = Snapshot.model_fields["routing_groups_per_token"]
-    routing_nodes_per_token: _Counts = Snapshot.model_fields["routing_nodes_per_token"]
-    serving: ServingCounters | None = Snapshot.model_fields["serving"]
 
-    @model_validator(mode="after")
-    def _check(self) -> RankRow:
-        if self.prefix_hit_tokens > self.prefix_query_tokens:
-            raise ValueError(f"rank {self.rank}: prefix_hit_tokens exceeds prefix_query_tokens")
-        if self.spec_accepted_tokens > self.spec_draft_tokens:
-            raise ValueError(f"rank {self.rank}: spec_accepted_tokens exceeds spec_draft_tokens")
-        if sum(self.spec_accepted_by_position) > self.spec_accepted_tokens:
-            raise ValueError(f"rank {self.rank}: spec_accepted_by_position sums past spec_accepted_tokens")
-        return self
+    def _where(self) -> str:
+        return f"rank {self.rank}: "
 
     @classmethod
     def of(cls, snapshot: Snapshot) -> RankRow:
         """The row of a rank's v1 snapshot (what rank 0 gathers from each rank)."""
-        fields = {name: getattr(snapshot, name) for name in cls.model_fields if hasattr(snapshot, name)}
-        return cls(rank=snapshot.identity.rank, node=snapshot.identity.node, gpu_uuid=snapshot.identity.gpu_uuid,
-                   **{k: v for k, v in fields.items() if k not in ("rank", *RANK_IDENTITY_FIELDS)})
+        ident = snapshot.identity
+        return cls(rank=ident.rank, node=ident.node, gpu_uuid=ident.gpu_uuid,
+                   **{name: getattr(snapshot, name) for name in RankCounters.model_fields})
 
 
 class GroupSnapshot(_Frozen):
@@ -142,8 +101,8 @@ class GroupSnapshot(_Frozen):
     @model_validator(mode="after")
     def _check(self) -> GroupSnapshot:
         m = self.model
-        _check_counts("expert_tokens", self.expert_tokens, (m.num_layers, m.num_experts))
-        _check_counts("slot_tokens", self.slot_tokens, (m.num_layers, self.ep_size * self.slots_per_rank))
+        check_counts("expert_tokens", self.expert_tokens, (m.num_layers, m.num_experts))
+        check_counts("slot_tokens", self.slot_tokens, (m.num_layers, self.ep_size * self.slots_per_rank))
         if self.ep_size * self.slots_per_rank < m.num_experts:
             raise ValueError(f"ep_size x slots_per_rank = {self.ep_size * self.slots_per_rank} slots cannot hold "
                              f"{m.num_experts} experts")
@@ -151,7 +110,7 @@ class GroupSnapshot(_Frozen):
             raise ValueError(f"ranks must hold each rank 0..{self.ep_size - 1} of the group once; got "
                              f"{len(self.ranks)} rows")
         for r in self.ranks:
-            _check_per_token(r.routing_groups_per_token, r.routing_nodes_per_token, m.top_k, f"rank {r.rank}: ")
+            r.check_per_token(m.top_k)
         if self.running_placement is not None:
             self.running_placement.check(m.num_layers, m.num_experts, self.ep_size * self.slots_per_rank)
         return self

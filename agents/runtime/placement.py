@@ -6,7 +6,7 @@ from torch import Tensor
 
 @dataclass(frozen=True, slots=True)
 class EngineRoutingLimits:
-    """The routing limits an engine runs, versioned and staged like a placement (agents/protocol/wire.py's
+    """The routing limits an engine runs, versioned and staged like a placement (agents/protocol/desired.py's
     RoutingLimits is what the controller asks for; the agent turns it into these, the same on every rank)."""
 
     version: int = 0

@@ -12,8 +12,6 @@ dies is forgotten, so the next pass starts another. moectl is the only writer of
 from __future__ import annotations
 
 import logging
-import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,39 +21,11 @@ from dataclasses import dataclass
 import httpx
 
 from controlplane.actuate.fence import Fence
+from controlplane.actuate.processes import die_with_parent, free_port, stop_processes
 from controlplane.actuate.scaler import PoolRef, ScaleState
 
 log = logging.getLogger("moectl.local")
 STARTING, SERVING, LEAVING = "starting", "serving", "leaving"
-STOP_SECONDS = 20.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def die_with_parent() -> None:
-    """Runs in the child before exec: Linux sends it SIGTERM if this process dies without cleaning up."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
-def stop_process(process: subprocess.Popen, name: str, timeout: float = STOP_SECONDS) -> None:
-    """SIGTERM (the launcher has its ranks agree on a step to stop at), then SIGKILL after `timeout` seconds."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout)
-    except subprocess.TimeoutExpired:
-        log.warning("%s did not stop in %.0fs; killing it", name, timeout)
-        process.kill()
-        process.wait()
 
 
 @dataclass
@@ -152,11 +122,7 @@ class LocalScaler:
             self.stopping.set()
         self.watcher.join(timeout=5)
         with self.lock:
-            for instance in self.instances.values():
-                if instance.process.poll() is None:
-                    instance.process.send_signal(signal.SIGTERM)
-            for instance in list(self.instances.values()):
-                stop_process(instance.process, instance.name)
+            stop_processes({name: i.process for name, i in self.instances.items()})
             self.instances.clear()
         self.client.close()
 
@@ -267,5 +233,5 @@ class LocalScaler:
                 return
         with self.lock:
             self.instances.pop(instance.name, None)
-        stop_process(instance.process, instance.name)
+        stop_processes({instance.name: instance.process})
         log.info("%s: removed and stopped", instance.name)
