@@ -109,7 +109,8 @@ def plan_pool(policy: Policy, pool: PoolState, now: float, *, is_forced: bool = 
     # at the even pace (controlplane/pacing.py), so a change answering the last window meets a load that has
     # moved on for most of its life
     in_force = max(policy.cooldown_seconds, HOUR / policy.max_actions_per_hour)
-    load = forecast_ahead(history, max(1, round(in_force / pool.windows[-1].seconds)))
+    window_seconds = pool.windows[-1].seconds
+    load = forecast_ahead(history, max(1, round(in_force / window_seconds)) if window_seconds > 0 else 1)
     topology = pool_topology(pool)
     # the same imbalance as the measured one above, of the forecast instead of a window
     current = pool.placement.imbalance(load, topology.num_gpus)
