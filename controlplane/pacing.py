@@ -89,10 +89,12 @@ def placement_allowance(policy: Policy, pool: PoolState, now: float) -> Allowanc
 
 
 def is_drifting(policy: Policy, pool: PoolState) -> bool:
-    """The placement in force has been within the policy's imbalance threshold in some window under it: the last
-    change did its job, and a load above the threshold now is the load moving on, not a shift still being
-    answered. False without a change (nothing to have been undone)."""
+    """The placement in force has been within the policy's imbalance threshold in some window under it and the
+    latest is above it: the last change did its job, and the load has moved on since (not a shift still being
+    answered). False without a change (nothing to have been undone) and while within the threshold (a change
+    then is asked for, by a person, an alert or the MTP diagnosis, not drift)."""
     if pool.last_change_at is None:
         return False
-    measured = (w.imbalance(pool.ep_size) for w in pool.current_windows())
-    return any(m is not None and m <= policy.imbalance_threshold for m in measured)
+    measured = [m for m in (w.imbalance(pool.ep_size) for w in pool.current_windows()) if m is not None]
+    return bool(measured) and measured[-1] > policy.imbalance_threshold and \
+        min(measured) <= policy.imbalance_threshold

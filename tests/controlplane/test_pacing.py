@@ -99,6 +99,9 @@ def test_under_drift_the_next_change_waits_for_the_even_pace_and_moves_what_the_
     follow_up = placement_allowance(POLICY, short, 40.0)
     assert follow_up.hold_reason is None
     assert follow_up.max_moved_slots == int(POLICY.max_moved_slots_fraction * NUM_LAYERS * NUM_SLOTS)
+    # nor is a load still within the threshold drifting: a change then is asked for (a person, an alert)
+    within = replace(drifted, windows=windows_under([1.02, 1.05]))
+    assert placement_allowance(POLICY, within, 40.0).hold_reason is None
 
 
 def test_past_half_the_moves_budget_a_quick_change_waits_for_the_even_pace():
