@@ -31,6 +31,7 @@ from benchmarks.pdsim.profile import profile
 from benchmarks.pdsim.simulator import SimConfig, simulate
 from benchmarks.pdsim.trace import Trace, bursty, diurnal, step
 from controlplane.plan_pools import MoectlPoolPlanner
+from controlplane.solve.pool_rules import PoolRules
 from controlplane.solve.pool_view import SloTarget
 
 TARGETS = (SloTarget("ttft", 90, 1.0), SloTarget("ttft", 99, 2.0), SloTarget("itl", 90, 0.050),
@@ -67,6 +68,7 @@ def run_trace(trace: Trace, cost: EngineCost = EngineCost()) -> list[Run]:
         (DynamoSla(**dynamo_args), replace(config, drain=False)),
         (DynamoSla(**dynamo_args, enable_load_scaling=True, name="dynamo-sla+load"), replace(config, drain=False)),
         (MoectlPoolPlanner(), config),
+        (MoectlPoolPlanner(name="moectl+mix", rules=PoolRules(size_prefill_by_mix=True)), config),
     ]
     if trace.name == "step":  # the bound on what reacting to an unforecast step can reach (baselines/oracle.py)
         oracle = StepOracle.for_step(trace, config, MAX_REPLICAS)
@@ -130,7 +132,8 @@ def main() -> None:
             "of its current releases); both remove replicas without drain, as Dynamo does. oracle-step (bound): "
             "benchmarks/baselines/oracle.py, the low rate's static sizes until the first window that measured the "
             "step, then the whole GPU budget: no reactive planner that ran low-rate sizes can beat its attainment. "
-            "moectl: controlplane/plan_pools.py. "
+            "moectl: controlplane/plan_pools.py; moectl+mix: the same with PoolRules.size_prefill_by_mix (prefill "
+            "sized from the routers' prompt-length buckets, no utilisation ceiling). "
             f"Simulated on a shared 2-core {platform.processor() or platform.machine()}.")
     text = table(runs)
     print(text)

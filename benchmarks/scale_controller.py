@@ -13,7 +13,9 @@ loop and the store's engine, which both keep stable.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
+import gc
 import inspect
 import json
 import mmap
@@ -45,8 +47,11 @@ def main() -> None:
     p.add_argument("--api-token", required=True)
     p.add_argument("--agent-token", required=True)
     p.add_argument("--api-only", action="store_true", help="serve the API only (another process runs the loop)")
+    p.add_argument("--gc-file", default="", help="where to append the garbage collector's pauses over 5 ms")
     args = p.parse_args()
     faulthandler.enable()  # a controller that dies mid-run says where in its log
+    if args.gc_file:
+        _log_gc_pauses(args.gc_file)
 
     import uvicorn
 
@@ -72,9 +77,29 @@ def main() -> None:
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     listener.bind(("127.0.0.1", args.port))
+    with contextlib.suppress(ImportError):  # this tree: the heap frozen before serving, as `serve` does
+        from controlplane.startup_heap import freeze_startup_heap
+
+        freeze_startup_heap()
     print(f"pid {os.getpid()} serving on {args.port}" + (" (API only)" if args.api_only else ""), flush=True)
     uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[listener])
     stop.set()
+
+
+def _log_gc_pauses(path: str) -> None:
+    """Appends {"generation", "ms", "at"} for each collection over 5 ms: the interpreter is stopped meanwhile,
+    every request in flight waiting (a full collection of a controller's heap took 125-370 ms before
+    controlplane/startup_heap.py)."""
+    out, started = open(path, "a", buffering=1), [0.0]  # noqa: SIM115 (kept open for the process's life)
+
+    def on_gc(phase: str, info: dict) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        elif (seconds := time.perf_counter() - started[0]) > 0.005:
+            out.write(json.dumps({"generation": info["generation"], "ms": round(1e3 * seconds, 1),
+                                  "at": time.time()}) + "\n")
+
+    gc.callbacks.append(on_gc)
 
 
 def _start_loop(passes_file: str, sessions, settings, stop: threading.Event, clock: FileClock) -> None:  # noqa: ANN001

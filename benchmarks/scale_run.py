@@ -42,12 +42,13 @@ class Controller:
         # rewritten in place: truncating a file the controller has mapped kills it with SIGBUS
         self.clock_fd = os.open(self.clock_file, os.O_RDWR)
         self.passes_file = workdir / "passes.jsonl"
+        self.gc_file = workdir / "gc.jsonl"
         self.log = open(workdir / "controller.log", "w")  # noqa: SIM115
         env = os.environ | {"PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
         command = [sys.executable, str(REPO / "benchmarks" / "scale_controller.py"), "--database-url", database_url,
                    "--port", str(self.port), "--clock-file", str(self.clock_file), "--passes-file",
                    str(self.passes_file), "--window-seconds", str(WINDOW_SECONDS), "--api-token", ADMIN_TOKEN,
-                   "--agent-token", AGENT_TOKEN]
+                   "--agent-token", AGENT_TOKEN, "--gc-file", str(self.gc_file)]
         self.process = subprocess.Popen(command, cwd=tree, env=env, stdout=self.log, stderr=subprocess.STDOUT)
         wait_http(f"http://127.0.0.1:{self.port}/healthz", timeout=120)  # it migrated the database
         self.api_only = [subprocess.Popen(command + ["--api-only"], cwd=tree, env=env, stdout=self.log,
@@ -70,6 +71,13 @@ class Controller:
         if not self.passes_file.exists():
             return []
         return [json.loads(line) for line in self.passes_file.read_text().splitlines() if line.strip()]
+
+    def gc_pauses(self, since: float) -> list[dict]:
+        """The API processes' collections over 5 ms since `since` (unix seconds), each {"generation", "ms"}."""
+        if not self.gc_file.exists():
+            return []
+        pauses = [json.loads(line) for line in self.gc_file.read_text().splitlines() if line.strip()]
+        return [p for p in pauses if p["at"] >= since]
 
     def get(self, path: str) -> dict:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
@@ -169,6 +177,7 @@ class Run:
     controller_exit: int | None = None  # the controller's exit status where it died during the run
     load_average: tuple[float, float] = (0.0, 0.0)
     api_processes: int = 1  # the machine's (1 min) when the run started, when it ended
+    gc_pauses: list[dict] = field(default_factory=list)  # collections over 5 ms during the measured windows
 
     def ingest(self) -> np.ndarray:
         return np.array([w.seconds for w in self.windows[1:]])  # the first window creates the pools and agents
@@ -200,8 +209,10 @@ def run_one(code: str, tree: pathlib.Path, database: str, database_url: str, num
             "model": fleet.instances[0].model.model_dump(), "policy": {"mode": "auto", "cooldown_seconds": 60}})
         assert status in (200, 201), status
         index = int(controller.now() // WINDOW_SECONDS)
-        results = []
-        for _ in range(num_windows):
+        results, measured_from = [], float("inf")
+        for k in range(num_windows):
+            if k == 1:
+                measured_from = time.time()  # as ingest and p99: the first window creates the pools and agents
             end = (index + 1) * WINDOW_SECONDS
             time.sleep(max(0.0, end - controller.now()))
             result = poster.post_window(fleet.path, fleet.render(index * WINDOW_SECONDS))
@@ -215,7 +226,7 @@ def run_one(code: str, tree: pathlib.Path, database: str, database_url: str, num
         overview = controller.get(f"/v1/deployments/{deployment}/overview")
         run = Run(code, database, num_gpus, protocol, results, [p["seconds"] for p in controller.passes()],
                   overview["agents"]["total"], overview["agents"]["fresh"], controller.rss_mb(),
-                  database_size_mb(database_url))
+                  database_size_mb(database_url), gc_pauses=controller.gc_pauses(measured_from))
         if hour_windows:
             num_passes = len(controller.passes())
             started = time.perf_counter()

@@ -16,7 +16,8 @@ def _markdown(head: list[str], rows: list[list[str]]) -> str:
 def table(runs: list[Run]) -> str:
     head = ["code", "API processes", "database", "GPUs", "posts/window", "ingest s/window (median, max)",
             "≤ 20% of 5 s", "post p99 ms", "posts refused", "reconcile pass s (median, max)", "agents fresh",
-            "RSS MB", "database MB", "after 1 h: RSS MB, database MB", "load average (start, end)"]
+            "RSS MB", "database MB", "after 1 h: RSS MB, database MB", "GC pauses > 5 ms: count, longest ms",
+            "load average (start, end)"]
     rows = []
     for r in runs:
         ingest, passes = r.ingest(), np.array(r.pass_seconds or [float("nan")])
@@ -29,6 +30,7 @@ def table(runs: list[Run]) -> str:
                      "yes" if ingest.max() <= 1.0 else "no", f"{r.p99_ms():.0f}", str(r.num_refused()),
                      f"{np.median(passes):.2f}, {passes.max():.2f}", f"{r.num_fresh}/{r.num_agents}",
                      f"{r.rss_mb:.0f}", f"{r.database_mb:.1f}", hour,
+                     f"{len(r.gc_pauses)}, {max((p['ms'] for p in r.gc_pauses), default=0):.0f}",
                      f"{r.load_average[0]:.1f}, {r.load_average[1]:.1f}"])
     return _markdown(head, rows)
 

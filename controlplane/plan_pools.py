@@ -6,7 +6,8 @@ and output length per `bucket_seconds` bucket over `horizon_seconds` (a replica'
 predictive interval) for scaling up, and over `hold_seconds` (startup plus the cooldown, since a pool
 scaled down cannot scale up again within it) for scaling down, with the backtest-chosen candidate
 (learn/forecast.py). It plans for the peak forecast rate plus a surge margin of backtest errors,
-never below the rate measured now. `targets_of` and `rules_of` read the deployment's policy.
+never below the rate measured now; the prompt-length mix (solve/pool_load.py remote_mix) is the measured one,
+its lengths scaled with the forecast mean. `targets_of` and `rules_of` read the deployment's policy.
 """
 
 from __future__ import annotations
@@ -104,7 +105,8 @@ def forecast_load(windows: tuple[PoolWindow, ...], now_load: LoadForecast, bucke
     return LoadForecast(peak, now_load.remote_share, now_load.remote_prompt_tokens * scale,
                         now_load.local_prompt_tokens * scale, max(float(output_ahead.max()), 1.0), horizon_seconds,
                         f"{rate_ahead.method}+{surge:g}x{error:.1f}", is_backtested=rate_ahead.is_backtested,
-                        hold_rate=held, warm_rate=warm)
+                        hold_rate=held, warm_rate=warm,
+                        remote_mix=None if now_load.remote_mix is None else now_load.remote_mix.scaled(scale))
 
 
 # the load "now" (what the reactive step sizes for) is a rate over at least this long: over a few seconds it

@@ -29,6 +29,7 @@ from controlplane.liveness import LoopLiveness
 from controlplane.plan import plan_pool
 from controlplane.prune import prune_all
 from controlplane.reconcile import PassResult, reconcile_once, run_forever
+from controlplane.startup_heap import freeze_startup_heap
 from controlplane.store.db import make_engine, make_sessions, upgrade
 from controlplane.telemetry import ControllerMetrics
 
@@ -172,6 +173,7 @@ def serve(settings: Settings, *, run_loop: bool, generated_tokens: dict[str, str
     for name in ("api_token", "agent_token"):
         shown = generated_tokens.get(name) or f"(MOECTL_{name.upper()})"
         print(f"{name.replace('_', ' ')}: {shown}", flush=True)
+    freeze_startup_heap()  # full collections during serving walk only what serving allocates
     controller.run()
     return 0
 

@@ -26,13 +26,14 @@ from agents.protocol.placement import (
     replica_counts,
     slot_load,
 )
-from agents.protocol.router import RouterState, RouterWindow
+from agents.protocol.router import NUM_PROMPT_BUCKETS, PROMPT_BUCKET_TOKENS, RouterState, RouterWindow, prompt_bucket
 from agents.protocol.running import PLACEMENT_UNKNOWN, RunningPlacement, error_code
 from agents.protocol.snapshot import RankCounters, ServingCounters, Snapshot
 from agents.protocol.wire import MAX_COUNT, MAX_SECONDS, NAME_PATTERN, PROTOCOL_VERSION, LatencySummary
 
 __all__ = [
-    "KEEP_ALIVE_SECONDS", "GROUP_PROTOCOL_VERSION", "GroupSnapshot", "RankRow", "MAX_ARRAY_ELEMENTS", "MAX_COUNT",
+    "KEEP_ALIVE_SECONDS", "NUM_PROMPT_BUCKETS", "PROMPT_BUCKET_TOKENS", "prompt_bucket",
+    "GROUP_PROTOCOL_VERSION", "GroupSnapshot", "RankRow", "MAX_ARRAY_ELEMENTS", "MAX_COUNT",
     "MAX_SECONDS", "NAME_PATTERN", "PLACEMENT_UNKNOWN", "PROTOCOL_VERSION", "Array", "DesiredState", "Identity",
     "LatencySummary", "ModelShape", "PlacementTable", "RankCounters", "Role", "RouterState", "RouterWindow",
     "RoutingLimits", "RunningPlacement", "ServingCounters", "Snapshot", "default_slot_to_expert", "error_code",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agents.protocol import LatencySummary, RouterWindow
+from agents.protocol import NUM_PROMPT_BUCKETS, LatencySummary, RouterWindow, prompt_bucket
 from agents.protocol.grid import window_index, window_start
 
 
@@ -19,6 +19,7 @@ class _Sums:
     num_arrivals: int = 0
     num_local: int = 0
     input_tokens: int = 0
+    prompt_buckets: list[int] = field(default_factory=lambda: [0] * NUM_PROMPT_BUCKETS)  # arrivals per length bucket
     num_finished: int = 0
     output_tokens: int = 0
     num_failed: int = 0
@@ -41,6 +42,7 @@ class RouterWindows:
         self.current.num_arrivals += 1
         self.current.num_local += route_kind == "local"
         self.current.input_tokens += num_prompt_tokens
+        self.current.prompt_buckets[prompt_bucket(num_prompt_tokens)] += 1
 
     def first_token(self, route_kind: str, seconds: float) -> None:
         (self.current.ttft_remote if route_kind == "pd" else self.current.ttft_local).append(seconds)
@@ -69,6 +71,7 @@ class RouterWindows:
             deployment=self.deployment, router=self.router,
             window_start=window_start(closed.index, self.window_seconds), window_seconds=self.window_seconds,
             num_arrivals=closed.num_arrivals, num_local=closed.num_local, input_tokens=closed.input_tokens,
+            prompt_buckets=tuple(closed.prompt_buckets),
             num_finished=closed.num_finished, output_tokens=closed.output_tokens, num_failed=closed.num_failed,
             ttft=LatencySummary.of(closed.ttft_local + closed.ttft_remote),
             ttft_local=LatencySummary.of(closed.ttft_local), ttft_remote=LatencySummary.of(closed.ttft_remote),

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from agents.protocol import LatencySummary
+from agents.protocol import NUM_PROMPT_BUCKETS, PROMPT_BUCKET_TOKENS, LatencySummary
 from benchmarks.pdsim.decode_replica import DecodeReplica
 from benchmarks.pdsim.replicas import PrefillReplica, Replica
 from benchmarks.pdsim.requests import Requests
@@ -32,6 +32,12 @@ def summarize(samples, weights=None) -> LatencySummary | None:
     cumulative = np.cumsum(counts[order]) / total
     p50, p90, p99 = (float(values[order][np.searchsorted(cumulative, q)]) for q in (0.5, 0.9, 0.99))
     return LatencySummary(count=int(total), sum=float((values * counts).sum()), p50=p50, p90=p90, p99=p99)
+
+
+def prompt_buckets(input_tokens: np.ndarray) -> tuple[int, ...]:
+    """[NUM_PROMPT_BUCKETS] prompts per length bucket, as a router counts them (agents.protocol.prompt_bucket)."""
+    index = np.searchsorted(np.asarray(PROMPT_BUCKET_TOKENS), input_tokens, side="left")
+    return tuple(int(n) for n in np.bincount(index, minlength=NUM_PROMPT_BUCKETS))
 
 
 @dataclass
@@ -93,6 +99,7 @@ def pool_window(now: float, window_seconds: float, log: WindowLog, requests: Req
         ttft=summarize(ttft), itl=summarize(steps[:, 0], steps[:, 1]),
         ttft_local=summarize(ttft[local]), ttft_remote=summarize(ttft[~local]),
         request_seconds=summarize(requests.finish[done] - requests.arrival[done]),
+        prompt_buckets=prompt_buckets(requests.input_tokens[arrived]),
         replicas=tuple(_replica_window(r, window_seconds, now) for r in replicas if r.ready_at <= now))
     log.clear()
     return window

@@ -5,12 +5,14 @@ ranks of an instance (or the routers of a deployment), and read back as what the
 A latency distribution travels as `<name>_count`, `<name>_sum` and `<name>_p50|p90|p99`: counts and sums
 add up, a percentile of the whole is bounded by the worst part's (the max), never averaged. The ranks of
 one instance step in lockstep, so its busy time and steps are any rank's (the max), not their sum.
-A router window also says the local-prefill threshold it routed by (`local_prefill_threshold`).
+A router window also says the local-prefill threshold it routed by (`local_prefill_threshold`), and its arrivals
+per prompt-length bucket travel as `prompt_bucket_<i>` counters (added up like any count); a deployment window whose
+buckets do not add up to its arrivals (a router that does not count them) has no length mix.
 """
 
 from __future__ import annotations
 
-from agents.protocol import LatencySummary, RankRow, RouterWindow, Snapshot
+from agents.protocol import NUM_PROMPT_BUCKETS, LatencySummary, RankRow, RouterWindow, Snapshot
 from controlplane.solve.pool_view import PoolRole, PoolWindow, ReplicaWindow
 
 PERCENTILES = ("p50", "p90", "p99")
@@ -57,9 +59,19 @@ def router_counters(window: RouterWindow) -> dict[str, float]:
     out = {k: float(v) for k, v in counts.items()}
     if window.local_prefill_threshold is not None:
         out["local_prefill_threshold"] = float(window.local_prefill_threshold)
+    if window.prompt_buckets is not None:
+        out |= {f"prompt_bucket_{i}": float(count) for i, count in enumerate(window.prompt_buckets)}
     for name in SUMMARIES:
         out |= _flat(name, getattr(window, name))
     return out
+
+
+def prompt_buckets(counters: dict[str, float]) -> tuple[int, ...] | None:
+    """[NUM_PROMPT_BUCKETS] arrivals per prompt-length bucket of merged router counters; None unless every
+    arrival was counted in one (a router that does not count them posted part of the window)."""
+    buckets = tuple(int(counters.get(f"prompt_bucket_{i}", 0)) for i in range(NUM_PROMPT_BUCKETS))
+    arrivals = int(counters.get("num_arrivals", 0))
+    return buckets if arrivals and sum(buckets) == arrivals else None
 
 
 def replica_window(instance: str, role: PoolRole, age_windows: int, c: dict[str, float]) -> ReplicaWindow:
@@ -86,4 +98,4 @@ def pool_window(end: float, seconds: float, router: dict[str, float] | None,
         local_prefill_share=router["num_local"] / arrivals if arrivals else None,
         ttft=summary(router, "ttft"), itl=summary(router, "itl"), ttft_local=summary(router, "ttft_local"),
         ttft_remote=summary(router, "ttft_remote"), request_seconds=summary(router, "request_seconds"),
-        replicas=replicas)
+        replicas=replicas, prompt_buckets=prompt_buckets(router))

@@ -31,6 +31,7 @@ import numpy as np
 import sklearn
 from sklearn.linear_model import LinearRegression
 
+from controlplane.learn.prefill_queue import ttft_percentile
 from controlplane.observed import COLD_START_WINDOWS
 
 MIN_SAMPLES = 12
@@ -74,6 +75,14 @@ class PrefillLatency:
         a, b, c = self.coefficients[percentile]
         service = mean_prompt_tokens / self.capacity
         return a + b * service * rho / (1 - rho) + c * service
+
+    def ttft_of_mix(self, percentile: int, request_rate: float, prompt_tokens, shares, replicas: int) -> float:
+        """TTFT at `percentile` of `replicas` replicas offered `request_rate` requests/s whose prompts are
+        `prompt_tokens` [K] in `shares` [K]: the queue of prefill_queue.py at this capacity, each request's hand-off
+        and step overhead the fit's intercept (the latency a replica adds to any prompt, queue or not)."""
+        service = np.asarray(prompt_tokens, np.float64) / self.capacity
+        fitted = max((p for p in self.coefficients if p <= percentile), default=min(self.coefficients))
+        return ttft_percentile(percentile, request_rate, service, shares, replicas, self.coefficients[fitted][0])
 
 
 def fit_prefill(age, window_seconds: float, prompt_tokens, busy_seconds, num_prefilled, queued_tokens, ttft_p90,
@@ -148,21 +157,37 @@ def fit_decode(age, window_seconds: float, batch, kv_tokens, local_prompt_tokens
 class PoolLatency:
     """Both pools' fits behind one object (the LatencyModel shape of controlplane/solve/pool_capacity.py);
     a pool without a fit answers None. kv_capacity_tokens, max_batch: one decode replica's limits;
-    max_prefill_utilisation: past it, a prefill replica's TTFT is planned as unbounded."""
+    max_prefill_utilisation: past it, a prefill replica's TTFT is planned as unbounded where only the mean prompt
+    is known; prefill_tail_percentile: where the length mix is known, the percentile of TTFT its tail is read at."""
 
     prefill: PrefillLatency | None
     decode: DecodeLatency | None
     kv_capacity_tokens: float
     max_batch: int
     max_prefill_utilisation: float = MAX_UTILISATION
+    prefill_tail_percentile: float | None = None  # see prefill_tail
 
-    def prefill_ttft(self, percentile: int, tokens_per_second: float, mean_prompt_tokens: float) -> float | None:
+    def prefill_ttft(self, percentile: int, tokens_per_second: float, mean_prompt_tokens: float,
+                     mix: tuple | None = None, replicas: int = 1) -> float | None:
+        """mix: (prompt tokens [K], shares [K]) of the prompts the pool prefills, known from the router's length
+        buckets: the queue of the mix, no utilisation ceiling; None: the fit at the mean, under the ceiling."""
         if self.prefill is None:
             return None
+        if mix is not None:
+            tokens, shares = mix
+            rate = tokens_per_second * replicas / max(float(np.dot(tokens, shares) / np.sum(shares)), 1e-9)
+            return self.prefill.ttft_of_mix(percentile, rate, tokens, shares, replicas)
         return self.prefill.ttft(percentile, tokens_per_second, mean_prompt_tokens, self.max_prefill_utilisation)
 
-    def with_prefill_ceiling(self, max_utilisation: float) -> PoolLatency:
-        return replace(self, max_prefill_utilisation=max_utilisation)
+    def prefill_tail(self, tokens_per_second: float, mix: tuple | None, replicas: int) -> float | None:
+        """TTFT at `prefill_tail_percentile` of the mix (the longest prompts that wait); None without a mix, a
+        tail percentile or a prefill fit."""
+        if mix is None or self.prefill_tail_percentile is None or self.prefill is None:
+            return None
+        return self.prefill_ttft(self.prefill_tail_percentile, tokens_per_second, 0.0, mix, replicas)
+
+    def with_prefill_limits(self, max_utilisation: float, tail_percentile: float | None) -> PoolLatency:
+        return replace(self, max_prefill_utilisation=max_utilisation, prefill_tail_percentile=tail_percentile)
 
     def decode_itl(self, statistic, batch: float, kv_tokens: float, local_tokens_per_second: float) -> float | None:
         return None if self.decode is None else self.decode.itl(statistic, batch, kv_tokens, local_tokens_per_second)

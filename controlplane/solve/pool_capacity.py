@@ -1,7 +1,10 @@
 """Predicted TTFT and ITL of a pool at N replicas under a load, and the fewest replicas meeting targets.
 
 Prefill: the prompt tokens/s the prefill pool gets, spread evenly, against the model's per-replica
-TTFT. Decode: a replica's batch B settles where B = demand x ITL(B) (Little's law: sequences in the
+TTFT; where the routers' prompt-length buckets give the mix of its prompts (`LoadForecast.remote_mix`, used with
+PoolRules.size_prefill_by_mix), the model answers for the whole pool as a queue of that mix instead, and the
+strictest TTFT target is also held at the model's tail percentile (the longest prompts, which barely may wait).
+Decode: a replica's batch B settles where B = demand x ITL(B) (Little's law: sequences in the
 batch = tokens/s they need x seconds per token); no settled B under the batch and KV limits means the
 pool cannot carry the load at that size. B is averaged over time, idle included, while ITL is that of the
 steps that run, at least one sequence each: under one sequence, B is the share of time the engine runs. The
@@ -14,24 +17,45 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+import numpy as np
+
 from controlplane.solve.pool_view import SloTarget, role_targets
 
 KV_HEADROOM = 0.9  # plan to fill at most this share of a decode replica's KV cache
 MAX_ITERATIONS = 60
 
 
+@dataclass(frozen=True)
+class PromptMix:
+    """The prompts a pool prefills: `tokens` [K] lengths, each a `shares` [K] part of them (summing to 1)."""
+
+    tokens: tuple[float, ...]
+    shares: tuple[float, ...]
+
+    def scaled(self, factor: float) -> PromptMix:
+        """The same mix, every prompt `factor` x longer."""
+        return replace(self, tokens=tuple(t * factor for t in self.tokens))
+
+
 class LatencyModel(Protocol):
     kv_capacity_tokens: float  # per decode replica
     max_batch: int  # sequences per decode replica
 
-    def prefill_ttft(self, percentile: int, tokens_per_second: float, mean_prompt_tokens: float) -> float | None:
-        """TTFT at `percentile` of one prefill replica offered `tokens_per_second`; None: not fitted."""
+    def prefill_ttft(self, percentile: int, tokens_per_second: float, mean_prompt_tokens: float,
+                     mix: tuple | None = None, replicas: int = 1) -> float | None:
+        """TTFT at `percentile` of a pool of `replicas` prefill replicas, each offered `tokens_per_second`;
+        mix: (prompt tokens [K], shares [K]) of its prompts (None: only their mean is known); None: not fitted."""
 
     def decode_itl(self, statistic, batch: float, kv_tokens: float, local_tokens_per_second: float) -> float | None:
         """ITL ("mean", 90 or 99) of one decode replica at that batch; None: not fitted."""
 
-    def with_prefill_ceiling(self, max_utilisation: float) -> LatencyModel:
-        """The same model, its prefill TTFT infinite past `max_utilisation` of a replica's capacity."""
+    def prefill_tail(self, tokens_per_second: float, mix: tuple | None, replicas: int) -> float | None:
+        """TTFT of the pool's slowest requests (a percentile past the targets', the model's), each replica offered
+        `tokens_per_second` of the `mix`; None without a mix (a mean shows no tail) or a fit."""
+
+    def with_prefill_limits(self, max_utilisation: float, tail_percentile: float | None) -> LatencyModel:
+        """The same model, its prefill TTFT infinite past `max_utilisation` of a replica's capacity where only the
+        mean prompt is known, and its prefill_tail read at `tail_percentile` (None: no tail)."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +76,7 @@ class LoadForecast:
     hold_rate: float | None = None  # None: request_rate
     warm_rate: float | None = None  # while replicas asked for now warm up (None: request_rate)
     sure_rate: float | None = None  # measured: the rate the counts surely exceed (None: request_rate)
+    remote_mix: PromptMix | None = None  # lengths of the prompts prefilled remotely (None: only their mean known)
 
     def scaled(self, factor: float) -> LoadForecast:
         """The same mix at `factor` times the rate (the load N replicas carry on N/M of them)."""
@@ -76,15 +101,25 @@ class LoadForecast:
 
 def predict_prefill(model: LatencyModel, load: LoadForecast, replicas: int,
                     targets: tuple[SloTarget, ...]) -> dict[str, float] | None:
-    """target name -> predicted seconds with `replicas` prefill replicas; None without a prefill model."""
+    """target name -> predicted seconds with `replicas` prefill replicas; None without a prefill model. With the
+    remote prompts' length mix known, the queue of that mix (no utilisation ceiling), and the strictest TTFT target
+    (the bound a request that meets the SLO stays within) predicted at the model's tail percentile when that is
+    later: a few long prompts that wait are the requests past it, which the p99 of the mix does not show."""
     tokens_per_second = load.request_rate * load.remote_share * load.remote_prompt_tokens / max(replicas, 1)
+    mix = None if load.remote_mix is None else (np.asarray(load.remote_mix.tokens), np.asarray(load.remote_mix.shares))
+    if mix is not None:  # the rate of tokens the mix's lengths carry
+        tokens_per_second = load.request_rate * load.remote_share * float(mix[0] @ mix[1]) / max(replicas, 1)
+    strictest = max((t for t in targets if t.metric == "ttft"), key=lambda t: t.percentile, default=None)
     out = {}
     for target in targets:
         if target.metric != "ttft":
             continue
-        seconds = model.prefill_ttft(target.percentile, tokens_per_second, load.remote_prompt_tokens)
+        seconds = model.prefill_ttft(target.percentile, tokens_per_second, load.remote_prompt_tokens, mix,
+                                     max(replicas, 1))
         if seconds is None:
             return None
+        if target is strictest:  # the bound every request is held to: the longest prompts' wait, too
+            seconds = max(seconds, model.prefill_tail(tokens_per_second, mix, max(replicas, 1)) or 0.0)
         out[target.name] = float("inf") if replicas < 1 else seconds
     return out
 

@@ -2,7 +2,8 @@
 
 The split between prompts prefilled on the prefill pool and on the decode pool comes from where the
 router sent them and what each pool's replicas prefilled, so it follows the threshold in force. A window that did not
-measure arrivals is skipped, never read as no traffic.
+measure arrivals is skipped, never read as no traffic. The lengths of the prompts the prefill pool gets (its mix)
+come from the routers' prompt-length buckets over the last MIX_ARRIVALS arrivals at least: a p99 needs thousands.
 """
 
 from __future__ import annotations
@@ -11,8 +12,44 @@ import math
 
 import numpy as np
 
-from controlplane.solve.pool_capacity import LoadForecast
+from agents.protocol import PROMPT_BUCKET_TOKENS
+from controlplane.solve.pool_capacity import LoadForecast, PromptMix
 from controlplane.solve.pool_view import PoolWindow
+
+MIX_ARRIVALS = 3000  # arrivals the prompt mix is read over, at least (as many windows back as it takes)
+# [NUM_PROMPT_BUCKETS] a bucket's prompt length before correction: the mean of a length spread evenly in log
+# over the bucket, (hi - lo) / ln(hi / lo); the first bucket's half its bound, the open last one twice the last bound
+_BOUNDS = np.asarray(PROMPT_BUCKET_TOKENS, np.float64)
+_BUCKET_TOKENS = np.concatenate([[_BOUNDS[0] / 2], (_BOUNDS[1:] - _BOUNDS[:-1]) / np.log(_BOUNDS[1:] / _BOUNDS[:-1]),
+                                 [2 * _BOUNDS[-1]]])
+
+
+def remote_mix(windows: tuple[PoolWindow, ...], remote_share: float) -> PromptMix | None:
+    """The prompt lengths the prefill pool gets: the routers' buckets over the newest windows that hold
+    MIX_ARRIVALS arrivals (all of them if fewer), less the shortest (1 - remote_share) of the prompts (what the
+    decode pool prefills locally: those under the threshold); bucket lengths scaled so that the mix's mean is
+    the measured mean prompt. None when a window in that span has no buckets (a router that does not count them)
+    or there is no remote prompt."""
+    counts, tokens, arrivals = np.zeros(_BUCKET_TOKENS.size), 0.0, 0
+    for w in reversed(windows):
+        if not w.num_arrivals:
+            continue
+        if w.prompt_buckets is None or w.mean_input_tokens is None:
+            return None
+        counts += w.prompt_buckets
+        tokens += w.mean_input_tokens * w.num_arrivals
+        arrivals += w.num_arrivals
+        if arrivals >= MIX_ARRIVALS:
+            break
+    if arrivals == 0 or remote_share <= 0:
+        return None
+    lengths = _BUCKET_TOKENS * tokens / float(counts @ _BUCKET_TOKENS)
+    local = (1 - remote_share) * arrivals  # the shortest prompts, bucket by bucket from the first
+    remote = counts - np.clip(local - np.concatenate([[0.0], np.cumsum(counts)[:-1]]), 0.0, counts)
+    kept = remote > 0
+    if not kept.any():
+        return None
+    return PromptMix(tuple(lengths[kept].tolist()), tuple((remote[kept] / remote[kept].sum()).tolist()))
 
 
 def _mix(windows: tuple[PoolWindow, ...]) -> tuple[float, float, float, float] | None:
@@ -44,7 +81,7 @@ def measured_load(windows: tuple[PoolWindow, ...], num_windows: int = 6) -> Load
         return None
     seconds = sum(w.seconds for w in recent)
     rate = sum(w.num_arrivals for w in recent) / seconds
-    return LoadForecast(rate, *mix, horizon_seconds=0.0, method="measured")
+    return LoadForecast(rate, *mix, horizon_seconds=0.0, method="measured", remote_mix=remote_mix(windows, mix[0]))
 
 
 def sure_rate(windows: tuple[PoolWindow, ...], num_windows: int, sigmas: float, num_spans: int = 3) -> float | None:

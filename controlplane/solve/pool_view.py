@@ -107,6 +107,9 @@ class PoolWindow:
     ttft_remote: LatencySummary | None = None
     request_seconds: LatencySummary | None = None  # arrival to last token
     replicas: tuple[ReplicaWindow, ...] = ()
+    # [NUM_PROMPT_BUCKETS] arrivals per prompt-length bucket (agents.protocol.PROMPT_BUCKET_TOKENS); None: only the
+    # mean length was measured
+    prompt_buckets: tuple[int, ...] | None = None
 
     def of_role(self, role: PoolRole) -> tuple[ReplicaWindow, ...]:
         return tuple(r for r in self.replicas if r.role == role)

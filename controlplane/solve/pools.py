@@ -28,6 +28,7 @@ predicted effect on the binding SLO.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from controlplane.solve.local_prefill import step_threshold
 from controlplane.solve.pool_budget import split_budget
@@ -181,7 +182,9 @@ def plan_pools(view: PoolsView, model: LatencyModel | None, now_load: LoadForeca
     """model: per-replica latency (None before enough data); now_load: the measured load; forecast:
     the load to plan for, given on predictive ticks (None otherwise)."""
     if model is not None:
-        model = model.with_prefill_ceiling(rules.max_prefill_utilisation)
+        model = model.with_prefill_limits(rules.max_prefill_utilisation, rules.ttft_tail_percentile)
+    if not rules.size_prefill_by_mix:  # sized from the mean prompt, under the utilisation ceiling
+        now_load, forecast = (None if load is None else replace(load, remote_mix=None) for load in (now_load, forecast))
     problem = _stale_or_missing(view, rules)
     if problem is not None:
         return PoolPlan(view.now, tuple(

@@ -13,7 +13,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
-from controlplane.store.decoded import DECODED, DecodedArrays
+from controlplane.store.decoded import DECODED, WRITTEN, DecodedArrays, WrittenArrays
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 API_WORKER_THREADS = 40  # anyio's default thread limiter, where the API's handlers run
@@ -115,8 +115,9 @@ def _milliseconds(seconds: float) -> int:
 
 
 def make_sessions(engine: Engine) -> sessionmaker[Session]:
-    """Sessions sharing one cache of decoded blobs (store/decoded.py)."""
-    return sessionmaker(engine, expire_on_commit=False, info={DECODED: DecodedArrays()})
+    """Sessions sharing one cache of decoded blobs and one of the window blobs this process wrote last
+    (store/decoded.py)."""
+    return sessionmaker(engine, expire_on_commit=False, info={DECODED: DecodedArrays(), WRITTEN: WrittenArrays()})
 
 
 def alembic_config(url: str) -> Config:

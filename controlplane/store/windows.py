@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from sqlalchemy import func, select
 from sqlalchemy.dialects import postgresql, sqlite
@@ -11,7 +13,7 @@ from controlplane.collect.aggregate import Report, merge_counters
 from controlplane.observed import RANK_REPORTS, Window
 from controlplane.store.arrays import pack, unpack
 from controlplane.store.batches import delete_some
-from controlplane.store.decoded import unpack_for
+from controlplane.store.decoded import WRITTEN, unpack_for
 from controlplane.store.tables import LoadWindow, Pool
 
 
@@ -35,25 +37,44 @@ def add_report(session: Session, *, pool: Pool, report: Report, current_version:
         values = {"pool_id": pool.id, "window_index": report.window_index,
                   "window_start": report.window_index * grid_seconds, "window_seconds": grid_seconds,
                   "placement_version": current_version, "num_reports": 0, "num_slot_reports": 0, "counters": {}}
-        _add(values, report, *empty)
+        written = _add(values, report, *empty)
         insert = postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
         if session.scalar(insert(LoadWindow).values(**values).on_conflict_do_nothing(
                 index_elements=["pool_id", "window_index"]).returning(LoadWindow.id)) is not None:
+            _keep(session, (pool.id, report.window_index), written)
             return
         row = session.scalar(select(LoadWindow).where(*key).with_for_update())
     values = {"placement_version": row.placement_version, "num_reports": row.num_reports,
               "num_slot_reports": row.num_slot_reports, "counters": row.counters}
-    _add(values, report, unpack(row.expert_tokens), unpack(row.slot_tokens).copy())
+    decode = _unpack_written(session, (pool.id, report.window_index))
+    slot_tokens = decode(row.slot_tokens)
+    written = _add(values, report, decode(row.expert_tokens), slot_tokens)
+    written.setdefault(values.get("slot_tokens", row.slot_tokens), slot_tokens)  # unchanged: the row's, kept too
     for name, value in values.items():
         setattr(row, name, value)
     session.flush()
+    _keep(session, (pool.id, report.window_index), written)
 
 
-def _add(window: dict, report: Report, expert_tokens: np.ndarray, slot_tokens: np.ndarray) -> None:
+def _unpack_written(session: Session, key: tuple[int, int]):  # noqa: ANN202 (Callable[[bytes], np.ndarray])
+    """Writable arrays of the row's blobs: those this process wrote last, where the row still holds them."""
+    written = session.info.get(WRITTEN)
+    return functools.partial(written.unpack, key) if written is not None else (lambda blob: unpack(blob).copy())
+
+
+def _keep(session: Session, key: tuple[int, int], written: dict[bytes, np.ndarray]) -> None:
+    # kept once the statement ran: a post that rolls back later leaves bytes no row holds, never looked up
+    if session.info.get(WRITTEN) is not None:
+        session.info[WRITTEN].keep(key, written)
+
+
+def _add(window: dict, report: Report, expert_tokens: np.ndarray, slot_tokens: np.ndarray) -> dict[bytes, np.ndarray]:
     """Adds `report` to a window's values (placement_version, num_reports, num_slot_reports, counters) and
-    sums (expert_tokens, slot_tokens: writable, the latter changed in place), setting the blobs that changed."""
-    window["expert_tokens"] = pack(_checked_sum("expert_tokens", report.window_index, expert_tokens,
-                                                report.expert_tokens))
+    sums (expert_tokens, slot_tokens: writable, the latter changed in place), setting the blobs that changed.
+    Returns each blob set -> the array it holds."""
+    expert_tokens = _checked_sum("expert_tokens", report.window_index, expert_tokens, report.expert_tokens)
+    window["expert_tokens"] = pack(expert_tokens)
+    written = {window["expert_tokens"]: expert_tokens}
     window["num_reports"] += len(report.rank_versions)
     window["counters"] = merge_counters(window["counters"], report.counters)
     counted = np.flatnonzero(np.asarray(report.rank_versions) == window["placement_version"])
@@ -68,6 +89,8 @@ def _add(window: dict, report: Report, expert_tokens: np.ndarray, slot_tokens: n
                                             {f"{RANK_REPORTS}{report.first_rank + i}": 1 for i in counted.tolist()})
     if len(counted) or window["num_reports"] == len(report.rank_versions):  # changed, or the window's first
         window["slot_tokens"] = pack(slot_tokens)
+        written[window["slot_tokens"]] = slot_tokens
+    return written
 
 
 def _checked_sum(name: str, window_index: int, total: np.ndarray, part: np.ndarray) -> np.ndarray:

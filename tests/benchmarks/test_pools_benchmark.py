@@ -10,7 +10,8 @@ def test_a_short_benchmark_reports_every_planner():
     trace = traces(minutes=6, scale=0.5)[2]  # step
     runs = run_trace(trace)
     names = [r.outcome.planner for r in runs]
-    assert names == ["static-peak", "dynamo-sla", "dynamo-sla+load", "moectl", "oracle-step (bound)"]
+    assert names == ["static-peak", "dynamo-sla", "dynamo-sla+load", "moectl", "moectl+mix",
+                     "oracle-step (bound)"]
     for run in runs:
         o = run.outcome
         assert o.num_requests == trace.num_requests and 0.0 <= o.attainment <= 1.0 and o.gpu_hours > 0

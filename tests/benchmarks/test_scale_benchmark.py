@@ -30,3 +30,5 @@ def test_a_short_run_reports_both_controllers_side_by_side(capsys):
     head = next(line for line in out.splitlines() if line.startswith("| code "))
     refused = [c.strip() for c in head.split("|")].index("posts refused")
     assert [[c.strip() for c in row.split("|")][refused] for row in rows] == ["0", "0"]  # none stale or malformed
+    pauses = [c.strip() for c in head.split("|")].index("GC pauses > 5 ms: count, longest ms")
+    assert all(int(c.split(",")[0]) >= 0 for c in ([c.strip() for c in row.split("|")][pauses] for row in rows))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from agents.protocol import LatencySummary, RouterWindow, ServingCounters
+from agents.protocol import NUM_PROMPT_BUCKETS, LatencySummary, RouterWindow, ServingCounters
 from support.auth import agent
 from support.store import identity, snapshot
 
@@ -45,6 +45,14 @@ def post_window(client, start: float, *, rate: float = 5.0, itl: float = 0.03, t
     answer = client.post("/v1/agents/router-window", content=window.model_dump_json(),
                          headers=agent() | {"Content-Type": "application/json"})
     assert answer.status_code == 200, answer.text
+
+
+def prompt_buckets(**counts: int) -> tuple[int, ...]:
+    """A router window's `prompt_buckets`: NUM_PROMPT_BUCKETS counts, `b<i>=n` setting bucket i, the rest 0."""
+    out = [0] * NUM_PROMPT_BUCKETS
+    for name, count in counts.items():
+        out[int(name[1:])] = count
+    return tuple(out)
 
 
 def router_window_body(start: float, **overrides) -> dict:

@@ -136,7 +136,7 @@ def test_prefill_ttft_is_unbounded_past_the_utilisation_ceiling():
     model = PoolLatency(fit(prefill_windows(200, np.random.default_rng(6), age=50)), None, 160_000, 96)
     busy = 0.75 * model.prefill.capacity  # tokens/s: a replica 75 % busy
     assert np.isfinite(model.prefill_ttft(99, busy, PROMPT))
-    capped = model.with_prefill_ceiling(0.7)
+    capped = model.with_prefill_limits(0.7, None)
     assert capped.prefill_ttft(99, busy, PROMPT) == float("inf")
     assert capped.prefill_ttft(99, 0.65 * model.prefill.capacity, PROMPT) == model.prefill_ttft(
         99, 0.65 * model.prefill.capacity, PROMPT)

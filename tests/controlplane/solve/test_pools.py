@@ -199,7 +199,7 @@ def test_rules_are_configurable():
 def test_prefill_is_planned_under_its_utilisation_ceiling():
     # 25 req/s: 24000 prompt tokens/s; the TTFT curve is met by 4 replicas (0.75 busy), the ceiling needs 5
     assert replicas_needed("prefill", model(), load(25.0), TTFT, 0.8, 16)[0] == 4
-    assert replicas_needed("prefill", model().with_prefill_ceiling(0.7), load(25.0), TTFT, 0.8, 16)[0] == 5
+    assert replicas_needed("prefill", model().with_prefill_limits(0.7, None), load(25.0), TTFT, 0.8, 16)[0] == 5
     plan = plan_pools(view(windows(180)), model(), load(10.0), load(25.0))
     assert plan.target("prefill") == 5
 

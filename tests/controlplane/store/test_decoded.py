@@ -9,7 +9,7 @@ from support.store import make_pool, snapshot
 
 from controlplane.collect.aggregate import to_report
 from controlplane.store import arrays, deployments, windows
-from controlplane.store.decoded import DecodedArrays
+from controlplane.store.decoded import DecodedArrays, WrittenArrays
 
 NOW = 1_800_000_000.0
 
@@ -55,3 +55,18 @@ def test_least_recently_used_arrays_go_past_the_bound():
     assert decoded.num_bytes <= decoded.max_bytes
     assert list(decoded._arrays) == [blobs[0], blobs[2]]
     assert int(decoded.unpack(blobs[3])[0, 0]) == 3
+
+
+def test_written_arrays_hand_out_a_copy_only_for_the_bytes_kept_for_that_window():
+    kept = np.arange(12, dtype=np.int64).reshape(3, 4)
+    blob = arrays.pack(kept)
+    written = WrittenArrays(max_windows=1)
+    written.keep((1, 7), {blob: kept})
+    kept[0, 0] = 99  # the caller's array may change after: what was kept does not
+    first = written.unpack((1, 7), blob)
+    first[0, 1] = -1  # nor does what was handed out
+    np.testing.assert_array_equal(written.unpack((1, 7), blob), np.arange(12).reshape(3, 4))
+    other = arrays.pack(np.ones((3, 4), np.int64))  # bytes another process wrote: decoded
+    np.testing.assert_array_equal(written.unpack((1, 7), other), np.ones((3, 4)))
+    written.keep((1, 8), {other: np.ones((3, 4), np.int64)})  # past max_windows: window 7's went, and decodes
+    np.testing.assert_array_equal(written.unpack((1, 7), blob), np.arange(12).reshape(3, 4))

@@ -11,6 +11,7 @@ from support.store import SLOTS_PER_RANK, make_pool, snapshot
 from controlplane.collect.aggregate import to_report
 from controlplane.observed import RANK_REPORTS
 from controlplane.store import deployments, windows
+from controlplane.store.db import make_sessions
 
 NOW = 1_800_000_000.0
 
@@ -91,3 +92,24 @@ def test_a_report_to_a_window_another_post_is_opening_waits_for_it_and_adds_to_i
         [window] = windows.recent(session, session.get(type(pool), pool.id), before_index=10**9, limit=5)
     assert (window.num_reports, window.num_slot_reports) == (2, 2)
     np.testing.assert_array_equal(window.slot_tokens[:, :SLOTS_PER_RANK], a.slot_tokens.to_numpy())
+
+
+def test_posts_of_two_processes_alternating_on_one_window_sum_exactly(sessions):
+    """Each API process keeps the arrays it wrote last (store/decoded.py WrittenArrays) and skips decoding
+    them when the row still holds its bytes; a row the other process wrote meanwhile is decoded, not mistaken
+    for its own. Two sessionmakers are two processes' caches."""
+    other = make_sessions(sessions.kw["bind"])
+    with sessions() as session, session.begin():
+        deployment, pool = make_pool(session, now=NOW)
+    posted = []
+    for rank, maker in enumerate([sessions, sessions, other, sessions, other, other]):
+        with maker() as session, session.begin():
+            posted.append(add(session, deployment, session.get(type(pool), pool.id), start=NOW, rank=rank % 2,
+                              seed=rank + 1))
+    with sessions() as session:
+        [window] = windows.recent(session, pool, before_index=10**9, limit=5)
+    np.testing.assert_array_equal(window.expert_tokens, sum(s.expert_tokens.to_numpy() for s in posted))
+    for rank in (0, 1):
+        np.testing.assert_array_equal(window.slot_tokens[:, rank * SLOTS_PER_RANK:(rank + 1) * SLOTS_PER_RANK],
+                                      sum(s.slot_tokens.to_numpy() for s in posted[rank::2]))
+    assert (window.num_reports, window.num_slot_reports, window.counters["forward_seconds"]) == (6, 6, 12.0)
