@@ -25,7 +25,7 @@ of each window's own load, the best any placement could do, which says whether a
 (with one slot per GPU, 256 experts and 64 spare slots cannot spread a Zipf-hot expert thin enough for 1.10).
 After each table, issue 15's targets for each moectl policy, met or not (`target_rows`).
 
-    python -m benchmarks.closed_loop [--hours 2] [--pools prefill decode] [--no-write]
+    python -m benchmarks.closed_loop [--hours 2] [--pools prefill decode] [--workloads 0 2] [--no-write]
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ from controlplane.solve.placement import Topology, solve_placement
 WINDOW_SECONDS = 5.0
 STEPS_PER_WINDOW = int(WINDOW_SECONDS * 20)  # as the simulated fleet's windows
 HOUR = 3600.0
-MAX_WINDOWS_KEPT = 24  # what the planner reads: sustained windows and its forecast's history
+MAX_WINDOWS_KEPT = 48  # what the planner reads: sustained windows and its forecast's history (controlplane/plan.py)
 
 
 @dataclass(frozen=True)
@@ -324,12 +324,13 @@ def table(head: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(r) + " |" for r in rows)]
 
 
-def run(shapes: list[Shape], hours: float, eplb_minutes: list[float], policies: dict[str, Policy]) -> str:
+def run(shapes: list[Shape], hours: float, eplb_minutes: list[float], policies: dict[str, Policy],
+        workloads: list[Workload] = WORKLOADS) -> str:
     head = ["strategy", "time-weighted max/mean", "p95", "modelled tokens/s", "vs static", "weights moved / h",
             "decisions", "planning s"]
     sections = []
     for shape in shapes:
-        for workload in WORKLOADS:
+        for workload in workloads:
             eplbs = [PeriodicEplb(shape, 60 * m) for m in eplb_minutes]
             loops = [Moectl(shape, policy, name) for name, policy in policies.items()]
             static, oracle, *rest = [simulate(shape, workload, s, hours)
@@ -352,6 +353,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eplb-minutes", type=float, nargs="+", default=[1.0, 10.0])
     p.add_argument("--pools", nargs="+", choices=list(SHAPES), default=["prefill"],
                    help="prefill: EP32, 9 slots per GPU; decode: EP320, one slot per GPU")
+    p.add_argument("--workloads", nargs="+", type=int, choices=range(len(WORKLOADS)),
+                   default=list(range(len(WORKLOADS))),
+                   help="by index: " + "; ".join(f"{i}: {w.name}" for i, w in enumerate(WORKLOADS)))
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args(argv)
     shapes = [SHAPES[pool] for pool in args.pools]
@@ -359,7 +363,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{platform.machine()}, {os.cpu_count()} cores, numpy {np.__version__}; moectl policies:\n\n"
             + "".join(f"- {name}: {policy.model_dump(include=POLICY_KNOBS)}\n"
                       for name, policy in MOECTL_POLICIES.items())
-            + "\n" + run(shapes, args.hours, args.eplb_minutes, MOECTL_POLICIES) + "\n")
+            + "\n" + run(shapes, args.hours, args.eplb_minutes, MOECTL_POLICIES, [WORKLOADS[i] for i in args.workloads])
+            + "\n")
     if not args.no_write:
         pools = "" if args.pools == ["prefill"] else "-" + "-".join(args.pools)
         path = pathlib.Path(__file__).resolve().parent / "results" / f"closed-loop{pools}-{datetime.date.today()}.md"

@@ -13,6 +13,16 @@ lets (a sudden shift is answered at once), and the rest no faster than evenly ov
   burst ages out, and the hour's cap is never hit.
 - moves: past FREE_SHARE of the hourly budget, a change may move at most (1 - FREE_SHARE) of the hourly
   budget's even rate times the time since the last change (only the hour's total is known, not each change's).
+- drift: the free share is for a shift the loop answers in a run of changes, each starting where the last one
+  left off. When the last change did reach the threshold (a window under it measured within) and the load has
+  drifted out again, spending the free share buys nothing but a later starvation: the load keeps moving, every
+  quick change is undone as quickly, and the rolling hour's cap is reached early. The closed-loop benchmark's
+  fast drift did that (benchmarks/results/closed-loop-2026-11-30.md): two changes a minute for 20 minutes at
+  max/mean ~1.11, then one every 2 minutes at ~1.38. So under drift the next change waits for the even pace
+  (one per 3600 / max_actions_per_hour seconds), moves at most what the hourly moves budget earned, at its even
+  rate, since the last change (the last percent of balance a large change buys lasts seconds when the load
+  moves on; spent early, it leaves later changes starved of moves), and is aimed at the load over the time it
+  will be in force (controlplane/plan.py).
 
 Pure: (policy, pool, now) in, an `Allowance` out.
 """
@@ -46,6 +56,16 @@ def placement_allowance(policy: Policy, pool: PoolState, now: float) -> Allowanc
         return Allowance(f"{num_actions} actions in the last hour, the policy allows {max_actions}")
     if since is not None and since < policy.cooldown_seconds:
         return Allowance(f"cooling down: last change {since:.0f}s ago, cooldown {policy.cooldown_seconds:.0f}s")
+    # budgets count expert residencies (layer, slot): weights moved, whatever the layer
+    num_residencies = pool.num_layers * pool.num_slots
+    per_hour = int(policy.max_moved_slots_per_hour_fraction * num_residencies)
+    is_moves_paced = pool.moved_slots_last_hour >= FREE_SHARE * per_hour
+    even, is_drift = HOUR / max_actions, is_drifting(policy, pool)
+    if since is not None and since < even and (is_drift or is_moves_paced):
+        why = (f"the load drifts (the last change reached the threshold {policy.imbalance_threshold} and it moved "
+               f"out again)" if is_drift else f"past {FREE_SHARE:.0%} of the hourly moves budget")
+        return Allowance(f"pacing: {why}: changes come at the even pace, one per {even:.0f}s (next in "
+                         f"{even - since:.0f}s)")
     ages = sorted(now - c.at for c in pool.changes if c.knob == PLACEMENT and now - c.at < HOUR)
     # the new change and those no older than ages[i] are i + 2 changes within ages[i]; each such span must
     # have grown to HOUR * ((i + 2) / max_actions - FREE_SHARE) / (1 - FREE_SHARE)
@@ -53,13 +73,12 @@ def placement_allowance(policy: Policy, pool: PoolState, now: float) -> Allowanc
     if waits and max(waits) > 0:
         return Allowance(f"pacing: {len(ages)} changes in the last hour; the policy's {max_actions} an hour are "
                          f"spent at most {FREE_SHARE:.0%} at once, the rest evenly (next in {max(waits):.0f}s)")
-    # budgets count expert residencies (layer, slot): weights moved, whatever the layer
-    num_residencies = pool.num_layers * pool.num_slots
-    per_hour = int(policy.max_moved_slots_per_hour_fraction * num_residencies)
     max_moved = min(int(policy.max_moved_slots_fraction * num_residencies), per_hour - pool.moved_slots_last_hour)
+    if is_drift:  # a change's moves pay off until the load moves on: what the hourly budget earned since the last
+        max_moved = min(max_moved, int(per_hour * since / HOUR))
     if max_moved <= 0:
         return Allowance(f"hourly moves budget spent ({pool.moved_slots_last_hour} slots moved)")
-    if since is not None and pool.moved_slots_last_hour >= FREE_SHARE * per_hour:
+    if since is not None and is_moves_paced:
         paced = int((1 - FREE_SHARE) * per_hour * since / HOUR)
         if paced <= 0:
             return Allowance(f"pacing: {pool.moved_slots_last_hour} of {per_hour} slots of the hourly moves "
@@ -67,3 +86,15 @@ def placement_allowance(policy: Policy, pool: PoolState, now: float) -> Allowanc
                              f"(last change {since:.0f}s ago)")
         max_moved = min(max_moved, paced)
     return Allowance(None, max_moved)
+
+
+def is_drifting(policy: Policy, pool: PoolState) -> bool:
+    """The placement in force has been within the policy's imbalance threshold in some window under it and the
+    latest is above it: the last change did its job, and the load has moved on since (not a shift still being
+    answered). False without a change (nothing to have been undone) and while within the threshold (a change
+    then is asked for, by a person, an alert or the MTP diagnosis, not drift)."""
+    if pool.last_change_at is None:
+        return False
+    measured = [m for m in (w.imbalance(pool.ep_size) for w in pool.current_windows()) if m is not None]
+    return bool(measured) and measured[-1] > policy.imbalance_threshold and \
+        min(measured) <= policy.imbalance_threshold

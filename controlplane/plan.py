@@ -17,15 +17,15 @@ from agents.protocol.placement import PlacementTable
 from controlplane.desired import Decision, Mode, PlacementChange, Plan, Policy, PoolSizeStep, ReplicaBounds
 from controlplane.diagnose import Cause, MtpDiagnosis
 from controlplane.effect import Effect
-from controlplane.learn.forecast import forecast_load
+from controlplane.learn.forecast import forecast_ahead
 from controlplane.observed import PoolState
-from controlplane.pacing import PLACEMENT, placement_allowance
+from controlplane.pacing import HOUR, PLACEMENT, placement_allowance
 from controlplane.parking import LOAD_SPAN_SECONDS, material_change
 from controlplane.solve.algorithm import MigrationAware, PlacementAlgorithm
 from controlplane.solve.placement import Topology
 from controlplane.solve.routing import RECALL_TOLERANCE, RoutingStep, limit_range, plan_topk_group
 
-MAX_FORECAST_WINDOWS = 16
+MAX_FORECAST_WINDOWS = 48  # 4 minutes of 5 s windows: the level's and the trend's history (learn/forecast.py)
 MIGRATION_AWARE = MigrationAware()
 ROUTING = "routing"  # the routing knob's kind (controlplane/actuate/); PLACEMENT: controlplane/pacing.py
 
@@ -105,7 +105,12 @@ def plan_pool(policy: Policy, pool: PoolState, now: float, *, is_forced: bool = 
     max_moved = allowed.max_moved_slots
 
     history = np.stack([w.expert_tokens for w in pool.windows[-MAX_FORECAST_WINDOWS:]]).astype(np.float64)
-    load = forecast_load(history)
+    # aimed at the load over the time the change is expected to stay in force: under drift the next one comes
+    # at the even pace (controlplane/pacing.py), so a change answering the last window meets a load that has
+    # moved on for most of its life
+    in_force = max(policy.cooldown_seconds, HOUR / policy.max_actions_per_hour)
+    window_seconds = pool.windows[-1].seconds
+    load = forecast_ahead(history, max(1, round(in_force / window_seconds)) if window_seconds > 0 else 1)
     topology = pool_topology(pool)
     # the same imbalance as the measured one above, of the forecast instead of a window
     current = pool.placement.imbalance(load, topology.num_gpus)

@@ -1,7 +1,8 @@
 """Next windows of a load from recent windows, by the candidate with the lowest backtest error.
 
 history: [W, L, E] tokens per window, oldest first (expert load); forecast_load gives [L, E] for the
-next window. forecast_series does the same for one scalar series [W] (request rate, mean prompt
+next window, forecast_ahead the mean over the next `horizon` windows (what a change in force for that long
+meets). forecast_series does the same for one scalar series [W] (request rate, mean prompt
 length, ...) `horizon` windows ahead: each candidate forecasts one window, then again on its own
 forecast appended, and the choice is by the mean error over the horizon.
 """
@@ -125,6 +126,47 @@ def forecast_load(history) -> np.ndarray:
         return ewma(history)
     errors = backtest_errors(history)
     return CANDIDATES[min(errors, key=errors.get)](history)
+
+
+MAX_LEVEL_WINDOWS = 16  # what forecast_load backtests on: its candidates' cost grows with the history
+TREND_WINDOWS = 12  # the log load's trend is fitted over these; its share that held, over these cut points
+TREND_FOLDS = 8
+MAX_TREND_FACTOR = 2.0  # the trend moves an expert's forecast at most this factor up or down
+
+
+def forecast_ahead(history, horizon: int) -> np.ndarray:
+    """Mean expected tokens per expert over the next `horizon` windows, [L, E], from history [W, L, E].
+
+    forecast_load's next window (on the last MAX_LEVEL_WINDOWS), moved along the recent trend of each
+    expert's log load to the horizon's middle, by the share of such a trend that held over the same lead in
+    the history: a load-weighted least-squares factor in [0, 1] over the last TREND_FOLDS cut points. A
+    random walk's trends do not hold (about 0: the next window's forecast); a swing between kinds of text
+    holds for minutes (near 1). Too short a history for the backtest, or a horizon of one window: the next
+    window's forecast.
+    """
+    history = _check_history(history)
+    level = forecast_load(history[-MAX_LEVEL_WINDOWS:])
+    num_cuts = history.shape[0] - horizon - TREND_WINDOWS + 1
+    if horizon <= 1 or num_cuts < 1:
+        return level
+    logs, lead = np.log1p(history), (horizon + 1) / 2
+    held = moved = 0.0
+    for cut in range(history.shape[0] - horizon - min(num_cuts, TREND_FOLDS) + 1, history.shape[0] - horizon + 1):
+        step = _log_trend(logs[cut - TREND_WINDOWS:cut]) * lead
+        truth = np.log1p(history[cut:cut + horizon].mean(axis=0)) - logs[cut - 1]
+        weight = history[cut - 1] / max(float(history[cut - 1].sum()), 1.0)
+        held += float((weight * step * truth).sum())
+        moved += float((weight * step * step).sum())
+    share = float(np.clip(held / moved, 0.0, 1.0)) if moved > 0 else 0.0
+    step = np.clip(share * lead * _log_trend(logs[-TREND_WINDOWS:]), -np.log(MAX_TREND_FACTOR),
+                   np.log(MAX_TREND_FACTOR))
+    return level * np.exp(step)
+
+
+def _log_trend(logs: np.ndarray) -> np.ndarray:
+    """Least-squares slope per window of [W, ...] -> [...]."""
+    t = np.arange(logs.shape[0], dtype=np.float64) - (logs.shape[0] - 1) / 2
+    return np.tensordot(t, logs - logs.mean(axis=0), axes=1) / (t**2).sum()
 
 
 MAX_GROWTH = 2.0  # a series forecast never leaves [0, MAX_GROWTH x its highest value so far]

@@ -50,6 +50,13 @@ def test_the_report_names_every_strategy_and_workload(capsys):
         assert name in out
 
 
+def test_the_report_runs_only_the_workloads_asked_for(capsys):
+    assert closed_loop.main(["--hours", str(2 * closed_loop.WINDOW_SECONDS / closed_loop.HOUR), "--eplb-minutes",
+                             "0.1", "--workloads", "2", "--no-write"]) == 0
+    out = capsys.readouterr().out
+    assert WORKLOADS[2].name in out and not any(w.name in out for w in WORKLOADS[:2])
+
+
 def test_no_strategy_beats_the_oracle_in_any_window():
     """One slot per GPU: the oracle's fresh solve of each window's own load is the best any placement does."""
     hours = 4 * closed_loop.WINDOW_SECONDS / closed_loop.HOUR

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
+import pytest
 
 from agents.protocol import default_slot_to_expert
 from controlplane.desired import Mode, Policy
-from controlplane.observed import KnobChange, PoolState
+from controlplane.observed import RANK_REPORTS, KnobChange, PoolState, Window
 from controlplane.pacing import FREE_SHARE, HOUR, PLACEMENT, placement_allowance
 
 NUM_LAYERS, NUM_SLOTS = 2, 20
@@ -65,3 +68,45 @@ def test_past_half_the_moves_budget_a_change_moves_at_the_even_rate():
     no_cooldown = POLICY.model_copy(update={"cooldown_seconds": 0})
     soon = placement_allowance(no_cooldown, state([0.0], moved_last_hour=per_hour // 2, now=10.0), 10.0)
     assert soon.hold_reason is not None and "moves budget" in soon.hold_reason
+
+
+def windows_under(imbalances: list[float]) -> tuple[Window, ...]:
+    """Complete windows under placement v0 whose GPU load max/mean is each of `imbalances` (4 GPUs)."""
+    out = []
+    for index, ratio in enumerate(imbalances):
+        gpu = np.array([ratio, (4 - ratio) / 3, (4 - ratio) / 3, (4 - ratio) / 3]) * 100.0
+        slot_tokens = np.repeat(gpu / 5, 5)[None].repeat(NUM_LAYERS, axis=0)  # 5 slots per GPU
+        out.append(Window(index=index, start=5.0 * index, seconds=5.0, placement_version=0, num_reports=4,
+                          num_slot_reports=4, expert_tokens=np.ones((NUM_LAYERS, 16)), slot_tokens=slot_tokens,
+                          counters={f"{RANK_REPORTS}{r}": 1 for r in range(4)}))
+    return tuple(out)
+
+
+def test_under_drift_the_next_change_waits_for_the_even_pace_and_moves_what_the_budget_earned():
+    even = HOUR / POLICY.max_actions_per_hour  # 60 s
+    drifted = replace(state([0.0], now=40.0), windows=windows_under([1.02, 1.08, 1.3, 1.4]))
+    assert drifted.current_windows()[0].imbalance(4) == pytest.approx(1.02)
+    held = placement_allowance(POLICY, drifted, 40.0)
+    assert held.hold_reason is not None and "drifts" in held.hold_reason
+    allowed = placement_allowance(POLICY, drifted, even + 1)
+    per_hour = int(POLICY.max_moved_slots_per_hour_fraction * NUM_LAYERS * NUM_SLOTS)
+    assert allowed.hold_reason is None and allowed.max_moved_slots == int(per_hour * (even + 1) / HOUR)
+    later = placement_allowance(POLICY, drifted, 4 * even)  # a slower drift: the budget earned since is larger
+    assert later.max_moved_slots == int(per_hour * 4 * even / HOUR) > allowed.max_moved_slots
+    # a change that never reached the threshold is a shift still being answered: the follow-up may come at once,
+    # with the whole per-change budget
+    short = replace(drifted, windows=windows_under([1.3, 1.35, 1.4]))
+    follow_up = placement_allowance(POLICY, short, 40.0)
+    assert follow_up.hold_reason is None
+    assert follow_up.max_moved_slots == int(POLICY.max_moved_slots_fraction * NUM_LAYERS * NUM_SLOTS)
+    # nor is a load still within the threshold drifting: a change then is asked for (a person, an alert)
+    within = replace(drifted, windows=windows_under([1.02, 1.05]))
+    assert placement_allowance(POLICY, within, 40.0).hold_reason is None
+
+
+def test_past_half_the_moves_budget_a_quick_change_waits_for_the_even_pace():
+    per_hour = int(POLICY.max_moved_slots_per_hour_fraction * NUM_LAYERS * NUM_SLOTS)
+    held = placement_allowance(POLICY, state([0.0], moved_last_hour=per_hour // 2, now=40.0), 40.0)
+    assert held.hold_reason is not None and "moves budget" in held.hold_reason and "even pace" in held.hold_reason
+    assert placement_allowance(POLICY, state([0.0], moved_last_hour=per_hour // 2 - 1, now=40.0), 40.0) \
+        .hold_reason is None

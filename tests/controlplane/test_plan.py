@@ -9,6 +9,7 @@ import pytest
 
 from agents.protocol import PlacementTable, default_slot_to_expert
 from controlplane.desired import Decision, Mode, Policy
+from controlplane.learn.forecast import MAX_LEVEL_WINDOWS, forecast_load
 from controlplane.observed import RANK_REPORTS, KnobChange, PoolState, Window
 from controlplane.pacing import PLACEMENT
 from controlplane.plan import plan_pool
@@ -105,3 +106,20 @@ def test_the_planner_holds_a_paced_or_capped_pool(num_recent, words):
                     changes=tuple(KnobChange(i, PLACEMENT, t, "verified", 0) for i, t in enumerate(times)))
     plan = plan_pool(Policy(mode=Mode.auto, cooldown_seconds=0), paced, now=now)
     assert plan.decision == Decision.hold and words in plan.reason
+
+
+def test_a_change_is_aimed_at_the_load_over_its_time_in_force():
+    # expert 1 heats up 6% a window (a swing towards text it serves): a change in force for the even pace's
+    # minute (6 windows of 10 s) meets it hotter than the next window's forecast says
+    base = pool()
+    windows = []
+    for index in range(40):
+        load = np.full((NUM_LAYERS, NUM_EXPERTS), 100.0)
+        load[:, 1] = 300.0 * 1.06 ** index
+        windows.append(Window(index=index, start=index * 10.0, seconds=10.0, placement_version=0, num_reports=EP,
+                              num_slot_reports=EP, expert_tokens=load,
+                              slot_tokens=PlacementTable(base.slot_to_expert).slot_load(load), counters=EVERY_RANK))
+    plan = plan_pool(AUTO, replace(base, windows=tuple(windows)), now=1000.0)
+    history = np.stack([w.expert_tokens for w in windows])
+    next_window = base.placement.imbalance(forecast_load(history[-MAX_LEVEL_WINDOWS:]), EP)
+    assert plan.inputs["forecast_imbalance_current"] > next_window + 0.05, plan.inputs

@@ -1,7 +1,15 @@
 import numpy as np
 import pytest
 
-from controlplane.learn.forecast import backtest_errors, ewma, forecast_load, forecast_series, ridge
+from controlplane.learn.forecast import (
+    MAX_LEVEL_WINDOWS,
+    backtest_errors,
+    ewma,
+    forecast_ahead,
+    forecast_load,
+    forecast_series,
+    ridge,
+)
 
 
 def test_constant_history_forecasts_itself():
@@ -82,3 +90,36 @@ def test_a_steady_load_of_millions_of_tokens_forecasts_itself(tokens):
     history = np.broadcast_to(load, (24, 58, 256)).copy()
     np.testing.assert_allclose(ridge(history), load, rtol=1e-6)
     assert set(backtest_errors(history)) >= {"ridge", "ewma4"}
+
+
+def _swing(num_windows: int, seed: int) -> np.ndarray:
+    """[num_windows, 3, 32] tokens: two kinds of text, each with its own hot experts, their mix moving 2% a
+    window (a 20-minute swing of 5 s windows near its steepest), with a little routing noise."""
+    rng = np.random.default_rng(seed)
+    kinds = rng.pareto(1.5, (2, 3, 32)) + 0.1
+    mix = 0.1 + 0.02 * np.arange(num_windows)[:, None, None]
+    load = 1e5 * ((1 - mix) * kinds[0] + mix * kinds[1])
+    return load * rng.lognormal(0.0, 0.01, load.shape)
+
+
+def test_the_load_over_a_horizon_follows_a_swing_the_next_window_lags():
+    history, horizon = _swing(40 + 12, seed=3), 12
+    truth = history[40:].mean(axis=0)
+    ahead_error = np.abs(forecast_ahead(history[:40], horizon) - truth).mean()
+    assert ahead_error < 0.5 * np.abs(forecast_load(history[:40]) - truth).mean()
+
+
+def test_a_random_walk_has_no_trend_to_follow():
+    # a lognormal walk: its recent trends do not hold, so the horizon's forecast is the next window's, near enough
+    rng = np.random.default_rng(4)
+    walk = 1e5 * np.exp(np.cumsum(rng.normal(0.0, 0.04, (52, 3, 32)), axis=0))
+    truth = walk[40:].mean(axis=0)
+    ahead, level = forecast_ahead(walk[:40], 12), forecast_load(walk[:40][-MAX_LEVEL_WINDOWS:])
+    assert np.abs(ahead / level - 1).max() < 0.05
+    assert np.abs(ahead - truth).mean() < 1.05 * np.abs(level - truth).mean()
+
+
+def test_one_window_ahead_or_a_short_history_is_the_next_windows_forecast():
+    history = _swing(40, seed=5)
+    np.testing.assert_array_equal(forecast_ahead(history, 1), forecast_load(history[-MAX_LEVEL_WINDOWS:]))
+    np.testing.assert_array_equal(forecast_ahead(history[:20], 12), forecast_load(history[:20]))
