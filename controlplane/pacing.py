@@ -15,7 +15,8 @@ lets (a sudden shift is answered at once), and the rest no faster than evenly ov
   budget's even rate times the time since the last change (only the hour's total is known, not each change's).
 - drift: the free share is for a shift the loop answers in a run of changes, each starting where the last one
   left off. When the last change did reach the threshold (a window under it measured within) and the load has
-  drifted out again, spending the free share buys nothing but a later starvation: the load keeps moving, every
+  drifted out again, without a material shift since (`is_drifting`: a sudden change of the hot experts is a new
+  load, answered at once), spending the free share buys nothing but a later starvation: the load keeps moving, every
   quick change is undone as quickly, and the rolling hour's cap is reached early. The closed-loop benchmark's
   fast drift did that (benchmarks/results/closed-loop-2026-11-30.md): two changes a minute for 20 minutes at
   max/mean ~1.11, then one every 2 minutes at ~1.38. So under drift the next change waits for the even pace
@@ -31,8 +32,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from controlplane.desired import Policy
 from controlplane.observed import PoolState
+from controlplane.parking import LOAD_SHIFT, load_shift
 
 HOUR = 3600.0
 FREE_SHARE = 0.5  # of an hourly allowance, spent as fast as the cooldown lets
@@ -89,12 +93,21 @@ def placement_allowance(policy: Policy, pool: PoolState, now: float) -> Allowanc
 
 
 def is_drifting(policy: Policy, pool: PoolState) -> bool:
-    """The placement in force has been within the policy's imbalance threshold in some window under it and the
-    latest is above it: the last change did its job, and the load has moved on since (not a shift still being
-    answered). False without a change (nothing to have been undone) and while within the threshold (a change
-    then is asked for, by a person, an alert or the MTP diagnosis, not drift)."""
+    """The placement in force has been within the policy's imbalance threshold in some window under it, the
+    latest is above it, and the load has not shifted materially since that window (parking.py's `LOAD_SHIFT`):
+    the last change did its job and the load has drifted on. A material shift (other experts hot) is a new load,
+    answered at once. False without a change (nothing to have been undone) and while within the threshold (a
+    change then is asked for, by a person, an alert or the MTP diagnosis, not drift)."""
     if pool.last_change_at is None:
         return False
-    measured = [m for m in (w.imbalance(pool.ep_size) for w in pool.current_windows()) if m is not None]
-    return bool(measured) and measured[-1] > policy.imbalance_threshold and \
-        min(measured) <= policy.imbalance_threshold
+    measured = [(w, m) for w in pool.current_windows() if (m := w.imbalance(pool.ep_size)) is not None]
+    within = [w for w, m in measured if m <= policy.imbalance_threshold]
+    if not within or measured[-1][1] <= policy.imbalance_threshold:
+        return False
+    return load_shift(_share(within[-1].expert_tokens), _share(measured[-1][0].expert_tokens)) < LOAD_SHIFT
+
+
+def _share(expert_tokens: np.ndarray) -> np.ndarray:
+    """[num_layers, num_experts] tokens -> each layer's distribution over its experts."""
+    tokens = np.asarray(expert_tokens, np.float64)
+    return tokens / np.maximum(tokens.sum(axis=1, keepdims=True), 1.0)

@@ -70,14 +70,16 @@ def test_past_half_the_moves_budget_a_change_moves_at_the_even_rate():
     assert soon.hold_reason is not None and "moves budget" in soon.hold_reason
 
 
-def windows_under(imbalances: list[float]) -> tuple[Window, ...]:
-    """Complete windows under placement v0 whose GPU load max/mean is each of `imbalances` (4 GPUs)."""
+def windows_under(imbalances: list[float], expert_tokens: list[np.ndarray] | None = None) -> tuple[Window, ...]:
+    """Complete windows under placement v0 whose GPU load max/mean is each of `imbalances` (4 GPUs), routing
+    `expert_tokens` ([NUM_LAYERS, 16] each; default: every expert alike)."""
     out = []
     for index, ratio in enumerate(imbalances):
         gpu = np.array([ratio, (4 - ratio) / 3, (4 - ratio) / 3, (4 - ratio) / 3]) * 100.0
         slot_tokens = np.repeat(gpu / 5, 5)[None].repeat(NUM_LAYERS, axis=0)  # 5 slots per GPU
         out.append(Window(index=index, start=5.0 * index, seconds=5.0, placement_version=0, num_reports=4,
-                          num_slot_reports=4, expert_tokens=np.ones((NUM_LAYERS, 16)), slot_tokens=slot_tokens,
+                          num_slot_reports=4, slot_tokens=slot_tokens,
+                          expert_tokens=np.ones((NUM_LAYERS, 16)) if expert_tokens is None else expert_tokens[index],
                           counters={f"{RANK_REPORTS}{r}": 1 for r in range(4)}))
     return tuple(out)
 
@@ -99,6 +101,11 @@ def test_under_drift_the_next_change_waits_for_the_even_pace_and_moves_what_the_
     follow_up = placement_allowance(POLICY, short, 40.0)
     assert follow_up.hold_reason is None
     assert follow_up.max_moved_slots == int(POLICY.max_moved_slots_fraction * NUM_LAYERS * NUM_SLOTS)
+    # nor is a sudden shift of the hot experts after the threshold was reached: a new load, answered at once
+    alike, hot = np.ones((NUM_LAYERS, 16)), np.ones((NUM_LAYERS, 16))
+    hot[:, :2] = 50.0
+    shifted = replace(drifted, windows=windows_under([1.02, 1.08, 1.3, 1.4], [alike, alike, hot, hot]))
+    assert placement_allowance(POLICY, shifted, 40.0).hold_reason is None
     # nor is a load still within the threshold drifting: a change then is asked for (a person, an alert)
     within = replace(drifted, windows=windows_under([1.02, 1.05]))
     assert placement_allowance(POLICY, within, 40.0).hold_reason is None
