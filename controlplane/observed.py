@@ -11,7 +11,7 @@ import numpy as np
 
 from agents.protocol.placement import PlacementTable, gpu_load, imbalance, layer_imbalance
 from controlplane.effect import Effect
-from controlplane.parking import LOAD_SPAN_SECONDS, KnobInputs, Parked
+from controlplane.parking import LOAD_SPAN_SECONDS, KnobInputs, Parked, expert_share
 
 RANK_REPORTS = "slot_reports_rank_"  # + EP rank: window counter, reports whose slot load the window counted
 ACCEPTED_AT = "spec_accepted_at_"  # + draft position: window counter, accepted draft tokens there
@@ -208,8 +208,7 @@ class PoolState:
         tokens = sum(float(w.expert_tokens[0].sum()) for w in windows if len(w.expert_tokens)) / max(self.top_k, 1)
         share = None
         if with_expert_share and windows:
-            total = np.sum([w.expert_tokens for w in windows], axis=0).astype(np.float64)  # [L, E]
-            share = total / np.maximum(total.sum(axis=1, keepdims=True), 1.0)
+            share = expert_share(np.sum([w.expert_tokens for w in windows], axis=0))
         return KnobInputs(self.model_key, self.policy_version, tokens / seconds if seconds > 0 else None, share)
 
     def current_windows(self) -> tuple[Window, ...]:

@@ -32,11 +32,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from controlplane.desired import Policy
 from controlplane.observed import PoolState
-from controlplane.parking import LOAD_SHIFT, load_shift
+from controlplane.parking import LOAD_SHIFT, expert_share, load_shift
 
 HOUR = 3600.0
 FREE_SHARE = 0.5  # of an hourly allowance, spent as fast as the cooldown lets
@@ -104,10 +102,6 @@ def is_drifting(policy: Policy, pool: PoolState) -> bool:
     within = [w for w, m in measured if m <= policy.imbalance_threshold]
     if not within or measured[-1][1] <= policy.imbalance_threshold:
         return False
-    return load_shift(_share(within[-1].expert_tokens), _share(measured[-1][0].expert_tokens)) < LOAD_SHIFT
+    latest = measured[-1][0]
+    return load_shift(expert_share(within[-1].expert_tokens), expert_share(latest.expert_tokens)) < LOAD_SHIFT
 
-
-def _share(expert_tokens: np.ndarray) -> np.ndarray:
-    """[num_layers, num_experts] tokens -> each layer's distribution over its experts."""
-    tokens = np.asarray(expert_tokens, np.float64)
-    return tokens / np.maximum(tokens.sum(axis=1, keepdims=True), 1.0)

@@ -56,6 +56,13 @@ def model_key(model: dict) -> str:
     return hashlib.sha256(json.dumps(model, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def expert_share(expert_tokens: np.ndarray) -> np.ndarray:
+    """[num_layers, num_experts] tokens -> each layer's distribution over its experts (rows sum to 1; an empty
+    layer stays 0)."""
+    tokens = np.asarray(expert_tokens, np.float64)
+    return tokens / np.maximum(tokens.sum(axis=1, keepdims=True), 1.0)
+
+
 def load_shift(a: np.ndarray, b: np.ndarray) -> float:
     """Mean over layers of the total-variation distance between two [num_layers, num_experts] distributions."""
     return float(0.5 * np.abs(a - b).sum(axis=1).mean())
