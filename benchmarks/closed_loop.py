@@ -108,17 +108,30 @@ WORKLOADS = [
 # 0.05, at most 25% of the residencies per change and 200% per hour), and one whose moves budget can follow a
 # swing of the workload (threshold 1.10, 50% per change, 800% per hour): a swing between two kinds of text moves
 # most experts' load twice per period, which the default hourly budget cannot pay for
+# The third spends the same 800% an hour in small steps: a change every window (5 s; 720 an hour, the cooldown
+# one window, one window sustained and one to verify each change on), each moving at most 2% of the residencies
+# (the pacing's drift rule holds it to what the budget earned since the last, ~185 of 16,704 on prefill EP32),
+# each moved residency cutting its layer's hot GPU by at least 4% of the layer's mean (min_gain_per_moved_slot),
+# from 1.05 on. A moved residency is one expert's weights of one layer copied to another GPU (DeepSeek-V3: 3 x
+# 7168 x 2048 parameters, ~44 MB at FP8); 800%/h of EP32's 16,704 is ~134k copies an hour, ~5.9 TB, ~1.6 GB/s
+# over the group's 32 GPUs, in ~8 GB bursts every 5 s; EPLB every minute copies ~7x that. Each change is also
+# a new table version every rank adopts: 720 an hour, against 60.
 MOECTL_POLICIES = {
     "moectl loop (defaults)": Policy(mode="auto"),
     "moectl loop (budget 800%/h)": Policy(mode="auto", imbalance_threshold=1.10, max_moved_slots_fraction=0.5,
                                           max_moved_slots_per_hour_fraction=8.0),
+    "moectl loop (small steps)": Policy(mode="auto", imbalance_threshold=1.05, sustained_windows=1, min_gain=0.01,
+                                        cooldown_seconds=WINDOW_SECONDS, max_actions_per_hour=720,
+                                        max_moved_slots_fraction=0.02, max_moved_slots_per_hour_fraction=8.0,
+                                        min_gain_per_moved_slot=0.04, verify_windows=1),
 }
 
 # issue 15's targets
 MAX_BALANCED, MIN_STATIC_SKEW, MIN_SPEEDUP, MAX_MOVES_SHARE = 1.10, 2.0, 1.3, 0.15
 
 POLICY_KNOBS = {"imbalance_threshold", "sustained_windows", "cooldown_seconds", "min_gain", "max_moved_slots_fraction",
-                "max_moved_slots_per_hour_fraction", "max_actions_per_hour"}
+                "max_moved_slots_per_hour_fraction", "max_actions_per_hour", "min_gain_per_moved_slot",
+                "verify_windows"}
 
 
 @dataclass

@@ -85,6 +85,11 @@ class Policy(BaseModel):
                                                     "model's own routing (its topk_group) picks; before "
                                                     "2026-12 it was a share of the unconstrained top-k")
     min_gain: float = Field(default=0.05, ge=0, le=100, description="minimum predicted drop in max/mean load")
+    min_gain_per_moved_slot: float | None = Field(
+        default=None, ge=0, le=1,
+        description="each moved expert residency (one weight copy) must lower its layer's max GPU load by at "
+                    "least this share of the layer's mean; unset: the solver's own bar. Raised, a tight moves "
+                    "budget buys only the moves that cut the hot GPUs (controlplane/plan.py)")
     # bounds
     group_locality: bool = Field(default=False, description="keep each expert group's replicas on one node "
                                                             "(bounds cross-node traffic under group-limited routing)")

@@ -65,7 +65,8 @@ def plan_pool(policy: Policy, pool: PoolState, now: float, *, is_forced: bool = 
     """is_forced: a person or an alert asked for a rebalance; the trigger thresholds are skipped,
     the data hygiene, cooldown, budgets and the minimum gain still hold. is_asked: a person asked, which also
     lifts a park (they see its evidence). mtp: the MTP diagnosis; only load skew leads to a rebalance.
-    algorithm: what solves the placement (solve/algorithm.py)."""
+    algorithm: what solves the placement (solve/algorithm.py); the policy's min_gain_per_moved_slot applies to
+    the controller's own (MigrationAware), another algorithm has no such bar."""
     unparked = None
 
     def plan(decision: Decision, reason: str, change: PlacementChange | None = None, **inputs) -> Plan:
@@ -116,6 +117,10 @@ def plan_pool(policy: Policy, pool: PoolState, now: float, *, is_forced: bool = 
     current = pool.placement.imbalance(load, topology.num_gpus)
     if current is None:
         return plan(Decision.hold, "the load forecast carries no expert load", **inputs)
+    if policy.min_gain_per_moved_slot is not None and isinstance(algorithm, MigrationAware):
+        # a weight copy per moved residency: under a tight moves budget, moves that barely cut a layer's hot
+        # GPU spend the budget the next windows need (benchmarks/results/closed-loop-2026-11-30.md, small steps)
+        algorithm = replace(algorithm, min_gain_per_move=policy.min_gain_per_moved_slot)
     solved = algorithm.solve(load, topology, current=pool.slot_to_expert, max_moved_slots=max_moved,
                              group_locality=policy.group_locality)
     gain = current - solved.imbalance

@@ -13,6 +13,7 @@ from controlplane.learn.forecast import MAX_LEVEL_WINDOWS, forecast_load
 from controlplane.observed import RANK_REPORTS, KnobChange, PoolState, Window
 from controlplane.pacing import PLACEMENT
 from controlplane.plan import plan_pool
+from controlplane.solve.algorithm import MigrationAware
 
 NUM_LAYERS, NUM_EXPERTS, EP, SPR = 2, 16, 4, 5
 EVERY_RANK = {f"{RANK_REPORTS}{rank}": 1 for rank in range(EP)}  # each rank's slot load is in
@@ -64,6 +65,19 @@ def test_keeps_a_balanced_pool_and_an_off_policy():
     assert mild.windows[-1].imbalance(EP) == pytest.approx(1.25)
     assert plan_pool(Policy(mode=Mode.auto, imbalance_threshold=1.3), mild, now=1000.0).decision == Decision.keep
     assert plan_pool(Policy(mode=Mode.off), pool(), now=1000.0).decision == Decision.keep
+
+
+def test_the_policys_gain_per_moved_slot_is_the_solvers_bar():
+    # a mild skew the local search answers with a few moves; past a higher bar per moved residency those moves
+    # do not pay, and the plan is the one the solver gives with that bar (here: its fresh solve of the layers)
+    mild = pool(hot=1.5)
+    own = plan_pool(AUTO, mild, now=1000.0)
+    barred = plan_pool(AUTO.model_copy(update={"min_gain_per_moved_slot": 0.1}), mild, now=1000.0)
+    solver = plan_pool(AUTO, mild, now=1000.0, algorithm=MigrationAware(min_gain_per_move=0.1))
+    assert own.decision == barred.decision == Decision.rebalance, (own.reason, barred.reason)
+    assert not np.array_equal(barred.change.slot_to_expert, own.change.slot_to_expert)
+    assert np.array_equal(barred.change.slot_to_expert, solver.change.slot_to_expert)
+    assert barred.change.num_moved_slots <= AUTO.max_moved_slots_fraction * NUM_LAYERS * EP * SPR
 
 
 def test_group_locality_keeps_each_groups_replicas_on_one_node():

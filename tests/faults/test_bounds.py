@@ -60,6 +60,7 @@ POLICIES = {
     "threshold NaN": ('{"imbalance_threshold": NaN}', "imbalance_threshold"),
     "tolerance -Infinity": ('{"rollback_tolerance": -Infinity}', "rollback_tolerance"),
     "min_gain 1e308": ('{"min_gain": 1e308}', "min_gain"),
+    "gain per moved slot 2": ('{"min_gain_per_moved_slot": 2}', "min_gain_per_moved_slot"),
     "actions per hour 10^400": (f'{{"max_actions_per_hour": {BIG}}}', "max_actions_per_hour"),
     "gpu budget 10^400": (f'{{"gpu_budget": {BIG}}}', "gpu_budget"),
     "replicas 10^400": (f'{{"replicas": {{"decode": {{"max": {BIG}}}}}}}', "replicas"),
