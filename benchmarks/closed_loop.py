@@ -108,14 +108,14 @@ WORKLOADS = [
 # 0.05, at most 25% of the residencies per change and 200% per hour), and one whose moves budget can follow a
 # swing of the workload (threshold 1.10, 50% per change, 800% per hour): a swing between two kinds of text moves
 # most experts' load twice per period, which the default hourly budget cannot pay for
-# The third spends the same 800% an hour in small steps: a change every window (5 s; 720 an hour, the cooldown
-# one window, one window sustained and one to verify each change on), each moving at most 2% of the residencies
-# (the pacing's drift rule holds it to what the budget earned since the last, ~185 of 16,704 on prefill EP32),
-# each moved residency cutting its layer's hot GPU by at least 4% of the layer's mean (min_gain_per_moved_slot),
-# from 1.05 on. A moved residency is one expert's weights of one layer copied to another GPU (DeepSeek-V3: 3 x
-# 7168 x 2048 parameters, ~44 MB at FP8); 800%/h of EP32's 16,704 is ~134k copies an hour, ~5.9 TB, ~1.6 GB/s
-# over the group's 32 GPUs, in ~8 GB bursts every 5 s; EPLB every minute copies ~7x that. Each change is also
-# a new table version every rank adopts: 720 an hour, against 60.
+# The third spends the same 800% an hour in small steps: a change after every 5 s window (720 an hour, one window
+# sustained, the cooldown one window, each change verified on the one window under it), each moving at most 2% of
+# the residencies (334 of prefill EP32's 16,704; past half the hourly budget controlplane/pacing.py holds a change
+# to half the budget's even rate, ~93 per 5 s), each move cutting its layer's busiest GPU by at least 4% of the
+# layer's mean (min_gain_per_moved_slot), from max/mean 1.05 on. A moved residency is one expert's weights of one
+# layer copied to another GPU (DeepSeek-V3: 3 x 7168 x 2048 parameters, ~44 MB at FP8): the whole 800%/h of EP32
+# is ~134k copies an hour, ~5.9 TB, ~1.6 GB/s over the group's 32 GPUs, a seventh of EPLB every minute's. Each
+# change is also a new table version every rank switches to: 720 an hour against 60.
 MOECTL_POLICIES = {
     "moectl loop (defaults)": Policy(mode="auto"),
     "moectl loop (budget 800%/h)": Policy(mode="auto", imbalance_threshold=1.10, max_moved_slots_fraction=0.5,
