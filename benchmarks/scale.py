@@ -8,7 +8,9 @@ API and reconcile loop in one process, policy mode `auto`, the fleet applying wh
 PostgreSQL. Per configuration:
 
 - real time: `--windows` windows posted as they end, every rank (v1: a snapshot per rank) or every EP group
-  (v2: one group snapshot) at once through `--connections` keep-alive connections. Measured: the time to
+  (v2: one group snapshot) through `--connections` keep-alive connections, all at once at the window's end, or
+  (`--posts spread`) each at the moment an agent's poster sends it, spread over the next window's first tenth
+  (agents/protocol/grid.py). Measured: the time to
   ingest a window (first post sent to last answer), each post's round trip, each reconcile pass (the loop's own
   timing), agents fresh at the end (the overview), the controller's RSS and the database's size.
 - an hour (`--hour-windows`, 720 by default; for the codes in `--hour-codes`): the clock is moved forward
@@ -54,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--connections", type=int, default=32)
     p.add_argument("--api-processes", type=int, nargs="+", default=[1],
                    help="API processes per controller (one also runs the loop); each count is a configuration")
+    p.add_argument("--posts", nargs="+", default=["at-once", "spread"], choices=["at-once", "spread"],
+                   help="a window's posts all at the window's end, or spread as the agents' posters send them")
     p.add_argument("--baseline-ref", default="", help="today's code (default: the merge base with main)")
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args(argv)
@@ -69,8 +73,9 @@ def main(argv: list[str] | None = None) -> int:
         for num_gpus in args.ranks:
             for database in args.databases:
                 for code in args.codes:
-                    for protocol, processes in itertools.product(
-                            args.today_protocols if code == "today" else args.protocols, args.api_processes):
+                    for protocol, processes, posts in itertools.product(
+                            args.today_protocols if code == "today" else args.protocols, args.api_processes,
+                            args.posts):
                         workdir = pathlib.Path(tmp) / uuid.uuid4().hex[:8]
                         workdir.mkdir()
                         url = f"sqlite:///{workdir / 'moectl.db'}" if database == "sqlite" else \
@@ -79,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                                             num_windows=args.windows,
                                             hour_windows=args.hour_windows if code in args.hour_codes else 0,
                                             connections=args.connections, workdir=workdir,
-                                            api_processes=processes))
+                                            api_processes=processes, spread=posts == "spread"))
     text = (f"# One controller at DeepSeek scale ({datetime.date.today()})\n\n"
             f"today = {ref[:10]}; {platform.machine()}, {os.cpu_count()} cores, load average "
             f"{os.getloadavg()[0]:.1f} at the end\n\n{table(runs)}\n\n{ratios(runs)}\n\n{hour_table(runs)}\n")

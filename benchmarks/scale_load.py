@@ -1,5 +1,6 @@
-"""The scale benchmark's load generator (benchmarks/scale.py): keep-alive connections posting a window's bodies
-at once, timing each round trip and the window's."""
+"""The scale benchmark's load generator (benchmarks/scale.py): keep-alive connections posting a window's bodies,
+all at once or each at the moment an agent's poster would send it (agents/protocol/grid.py `post_at`), timing
+each round trip (from the moment it is sent) and the window's (from the window's end)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ AGENT_TOKEN = "bench-agent"
 
 @dataclass
 class WindowResult:
-    seconds: float  # first post sent to last answer
+    seconds: float  # the window's end (its posts handed over) to the last answer
     latencies: list[float]
     statuses: dict[int, int] = field(default_factory=dict)
     answers: dict[int, bytes] = field(default_factory=dict)  # instance -> its first 200 answer
@@ -37,7 +38,8 @@ class Poster:
             job = self.jobs.get()
             if job is None:
                 return
-            path, instance, body = job
+            path, instance, body, send_at = job
+            time.sleep(max(0.0, send_at - time.perf_counter()))
             started, answer, status = time.perf_counter(), b"", 0
             for _ in range(2):  # uvicorn closes a connection idle for 5 s: the second try opens a new one
                 try:
@@ -50,10 +52,11 @@ class Poster:
                     conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
             self.results.put((started, time.perf_counter(), status, instance, answer))
 
-    def post_window(self, path: str, posts: list[tuple[int, bytes]]) -> WindowResult:
+    def post_window(self, path: str, posts: list[tuple[int, bytes]], delays: list[float] | None = None) -> WindowResult:
+        """delays: seconds after now at which each post is sent (None: all at once)."""
         started = time.perf_counter()
-        for instance, body in posts:
-            self.jobs.put((path, instance, body))
+        for (instance, body), delay in zip(posts, delays or [0.0] * len(posts), strict=True):
+            self.jobs.put((path, instance, body, started + delay))
         done = [self.results.get() for _ in posts]
         result = WindowResult(max(d[1] for d in done) - started, [end - begin for begin, end, *_ in done])
         for _, _, status, instance, answer in done:

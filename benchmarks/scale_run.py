@@ -10,6 +10,7 @@ import io
 import json
 import os
 import pathlib
+import random
 import struct
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from agents.protocol.grid import post_at
 from benchmarks.scale_fleet import WINDOW_SECONDS, Fleet
 from benchmarks.scale_load import AGENT_TOKEN, Poster, WindowResult
 
@@ -178,6 +180,7 @@ class Run:
     load_average: tuple[float, float] = (0.0, 0.0)
     api_processes: int = 1  # the machine's (1 min) when the run started, when it ended
     gc_pauses: list[dict] = field(default_factory=list)  # collections over 5 ms during the measured windows
+    posts: str = "at once"  # or "spread": as agents' posters send them
 
     def ingest(self) -> np.ndarray:
         return np.array([w.seconds for w in self.windows[1:]])  # the first window creates the pools and agents
@@ -198,8 +201,11 @@ class Run:
 
 def run_one(code: str, tree: pathlib.Path, database: str, database_url: str, num_gpus: int, protocol: str, *,
             num_windows: int, hour_windows: int, connections: int, workdir: pathlib.Path,
-            api_processes: int = 1) -> Run:
+            api_processes: int = 1, spread: bool = False) -> Run:
+    """spread: each window's posts sent as the agents' posters send them, spread over the next window's first
+    tenth (agents/protocol/grid.py); else all at once, at the window's end."""
     load_at_start = os.getloadavg()[0]
+    rng = random.Random(0)
     fleet = Fleet(num_gpus, protocol)
     controller = Controller(tree, database_url, workdir, api_processes=api_processes)
     poster = Poster(controller.port, connections)
@@ -215,7 +221,9 @@ def run_one(code: str, tree: pathlib.Path, database: str, database_url: str, num
                 measured_from = time.time()  # as ingest and p99: the first window creates the pools and agents
             end = (index + 1) * WINDOW_SECONDS
             time.sleep(max(0.0, end - controller.now()))
-            result = poster.post_window(fleet.path, fleet.render(index * WINDOW_SECONDS))
+            bodies = fleet.render(index * WINDOW_SECONDS)
+            result = poster.post_window(fleet.path, bodies, [post_at(0.0, WINDOW_SECONDS, rng.random())
+                                                             for _ in bodies] if spread else None)
             results.append(result)
             switched = fleet.apply(result.answers)
             print(f"  {code} {database} {num_gpus} GPUs {protocol}: window {index}: {result.seconds:.2f}s, "
@@ -251,7 +259,7 @@ def run_one(code: str, tree: pathlib.Path, database: str, database_url: str, num
             run.hour_tables_mb = largest_tables_mb(database_url)
         run.controller_exit = controller.process.poll()
         run.load_average = (load_at_start, os.getloadavg()[0])
-        run.api_processes = api_processes
+        run.api_processes, run.posts = api_processes, "spread" if spread else "at once"
         return run
     finally:
         poster.close()

@@ -26,7 +26,8 @@ def table(runs: list[Run]) -> str:
         if r.controller_exit is not None:
             hour += f" CONTROLLER EXITED (status {r.controller_exit})"
         rows.append([r.code, str(r.api_processes), r.database, str(r.num_gpus),
-                     f"{len(r.windows[0].latencies)} ({r.protocol})", f"{np.median(ingest):.2f}, {ingest.max():.2f}",
+                     f"{len(r.windows[0].latencies)} ({r.protocol}, {r.posts})",
+                     f"{np.median(ingest):.2f}, {ingest.max():.2f}",
                      "yes" if ingest.max() <= 1.0 else "no", f"{r.p99_ms():.0f}", str(r.num_refused()),
                      f"{np.median(passes):.2f}, {passes.max():.2f}", f"{r.num_fresh}/{r.num_agents}",
                      f"{r.rss_mb:.0f}", f"{r.database_mb:.1f}", hour,
@@ -59,13 +60,13 @@ def hour_table(runs: list[Run]) -> str:
 
 
 def ratios(runs: list[Run]) -> str:
-    by_key = {(r.code, r.database, r.num_gpus, r.api_processes): r for r in runs}
+    by_key = {(r.code, r.database, r.num_gpus, r.api_processes, r.posts): r for r in runs}
     rows = []
-    for (code, database, gpus, processes), new in by_key.items():
-        today = by_key.get(("today", database, gpus, processes))
+    for (code, database, gpus, processes, posts), new in by_key.items():
+        today = by_key.get(("today", database, gpus, processes, posts))
         if code != "new" or today is None:
             continue
-        rows.append([database, str(gpus), str(processes),
+        rows.append([database, str(gpus), str(processes), posts,
                      f"{np.median(today.ingest()) / np.median(new.ingest()):.1f}x",
                      f"{today.p99_ms() / new.p99_ms():.1f}x"])
-    return _markdown(["database", "GPUs", "API processes", "ingest today / new", "post p99 today / new"], rows)
+    return _markdown(["database", "GPUs", "API processes", "posts", "ingest today / new", "post p99 today / new"], rows)

@@ -58,6 +58,7 @@ from controlplane.store import (
 from controlplane.store.db import is_unavailable
 from controlplane.store.tables import Action, Deployment, Pool
 from controlplane.verify import verify_pool
+from controlplane.window_reads import next_pass_delay
 
 log = logging.getLogger("moectl.reconcile")
 ROUTING_LIMIT_VIOLATION = "routing_limit_violation"  # the action kind of a group limit found not in effect
@@ -249,6 +250,8 @@ def run_forever(sessions: sessionmaker[Session], settings: Settings, *, stop: th
                 result = PassResult([], 1, time.perf_counter() - started)
             pruning.run_if_due(sessions, now=clock())  # never raises: a failed run is tried again when next due
             wait = liveness.passed(is_ok=not result.is_failed)
+            if not result.is_failed:  # a failed pass backs off; one that worked waits for the loop's grid
+                wait = next_pass_delay(clock(), settings.reconcile_seconds, settings.window_seconds)
             if on_pass is not None:
                 try:
                     on_pass(result)

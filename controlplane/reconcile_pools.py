@@ -28,6 +28,7 @@ from controlplane.solve.pool_view import ROLES, PoolSize, PoolsView, PoolWindow
 from controlplane.store import actions, deployments, pool_plans, pool_sizes, pools, prefill_thresholds, serving
 from controlplane.store.tables import Action, Deployment, Pool
 from controlplane.store.timestamps import seconds
+from controlplane.window_reads import first_unread_index
 
 log = logging.getLogger("moectl.pools")
 DONE = (actions.APPLIED, actions.VERIFIED)
@@ -140,7 +141,7 @@ def plan_deployment(session: Session, deployment: Deployment, policy: Policy, se
     by_role = {role: deployments.get_pool(session, deployment, role) for role in ROLES}
     if policy.slo is None or any(p is None for p in by_role.values()):
         return None
-    current_index = math.floor((now - settings.window_seconds / 2) / settings.window_seconds)
+    current_index = first_unread_index(now, settings.window_seconds)
     windows = serving.pool_windows(session, deployment, list(by_role.values()), before_index=current_index,
                                    limit=settings.history_windows, grid_seconds=settings.window_seconds)
     threshold = prefill_thresholds.in_force(session, by_role["decode"], policy)

@@ -74,7 +74,7 @@ class Agent:
         is_poster = self.group is None or self.group.is_poster
         self.poster = SnapshotPoster(controller_url, agent_token, on_answer=self._on_answer,
                                      on_failure=self.exporter.report_failure, api_token=api_token, model=model,
-                                     policy=policy, running_placement=self._running_placement,
+                                     policy=policy, running_placement=self._running_placement, clock=clock,
                                      **(poster_kwargs or {})).start() if controller_url and is_poster else None
         self._set_info()
 

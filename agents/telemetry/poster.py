@@ -5,7 +5,8 @@ counted), never the step loop blocked. Failures back off exponentially with full
 fleet of agents does not hammer a controller that comes back. Every accepted post returns a
 `DesiredState`, handed to `on_answer` (called on this thread; the agent applies it on its own).
 A rank's `Snapshot` goes to `/v1/agents/snapshot`, an EP group's `GroupSnapshot` (moectl.v2, posted by the
-group's rank 0) to `/v2/agents/snapshot`.
+group's rank 0) to `/v2/agents/snapshot`. A window goes out a random moment into the next window's first tenth
+(agents/protocol/grid.py `post_at`), not the instant it closes, when the whole fleet's windows close.
 
 A controller whose database was restored or replaced does not know the placement version the rank (a group:
 its newest rank) runs and refuses it (409, code PLACEMENT_UNKNOWN); the poster then sends the same window
@@ -19,6 +20,7 @@ import logging
 import queue
 import random
 import threading
+import time
 from collections.abc import Callable
 
 import httpx
@@ -33,6 +35,7 @@ from agents.protocol import (
     Snapshot,
     error_code,
 )
+from agents.protocol.grid import POST_SPREAD_WINDOWS, post_at
 
 log = logging.getLogger("moectl.agent")
 
@@ -44,8 +47,11 @@ class SnapshotPoster:
                  on_failure: Callable[[str], None], api_token: str = "", model: ModelShape | None = None,
                  policy: dict | None = None, max_queue: int = 8, timeout: float = 5.0, min_backoff: float = 0.5,
                  max_backoff: float = 30.0, transport: httpx.BaseTransport | None = None,
-                 running_placement: Callable[[int], RunningPlacement | None] | None = None):
-        """running_placement(version): the table the rank runs if it runs `version`, else None."""
+                 running_placement: Callable[[int], RunningPlacement | None] | None = None,
+                 clock: Callable[[], float] = time.time, rng: random.Random | None = None):
+        """running_placement(version): the table the rank runs if it runs `version`, else None. clock: the
+        agent's (unix seconds), against which its windows end; rng draws the post's moment and the backoff."""
+        self.clock, self.rng = clock, rng or random.Random()
         self.on_answer, self.on_failure = on_answer, on_failure
         self.running_placement = running_placement
         self.api_token, self.model, self.policy = api_token, model, policy
@@ -86,6 +92,7 @@ class SnapshotPoster:
                 snapshot = self.queue.get(timeout=0.2)
             except queue.Empty:
                 continue
+            self._wait_for_turn(snapshot)
             while not self.stopping.is_set():
                 reason = self._post(snapshot)
                 if reason is None:
@@ -97,7 +104,14 @@ class SnapshotPoster:
                 num_failures += 1
                 # full jitter: a uniform wait up to the exponential cap
                 cap = min(self.max_backoff, self.min_backoff * 2 ** min(num_failures, 16))
-                self.stopping.wait(random.uniform(0.5 * self.min_backoff, cap))
+                self.stopping.wait(self.rng.uniform(0.5 * self.min_backoff, cap))
+
+    def _wait_for_turn(self, snapshot: Snapshot | GroupSnapshot) -> None:
+        """Waits for the moment `post_at` draws for this window; never longer than the spread itself (a window
+        that closed late, or a clock the controller does not share, costs no more than that)."""
+        spread = POST_SPREAD_WINDOWS * snapshot.window_seconds
+        at = post_at(snapshot.window_start + snapshot.window_seconds, snapshot.window_seconds, self.rng.random())
+        self.stopping.wait(min(max(0.0, at - self.clock()), spread))
 
     def _post(self, snapshot: Snapshot | GroupSnapshot) -> str | None:
         """One attempt; returns None on success, else a failure reason (a bounded enum)."""

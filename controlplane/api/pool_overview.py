@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
-
 from sqlalchemy.orm import Session
 
 from controlplane.api.schemas import PoolPlanOut, PoolPoint, PoolSizing
 from controlplane.config import Settings
 from controlplane.store import pool_plans, pool_sizes, serving
 from controlplane.store.tables import Deployment, Pool
+from controlplane.window_reads import first_unread_index
 
 
 def plan_out(session: Session, deployment: Deployment, pools: list[Pool]) -> PoolPlanOut | None:
@@ -26,7 +25,7 @@ def plan_out(session: Session, deployment: Deployment, pools: list[Pool]) -> Poo
 
 def history(session: Session, deployment: Deployment, pools: list[Pool], settings: Settings, now: float,
             limit: int) -> list[PoolPoint]:
-    current_index = math.floor((now - settings.window_seconds / 2) / settings.window_seconds)
+    current_index = first_unread_index(now, settings.window_seconds)
     windows = serving.pool_windows(session, deployment, pools, before_index=current_index, limit=limit,
                                    grid_seconds=settings.window_seconds)
     return [PoolPoint(end=w.end, request_rate=None if w.num_arrivals is None else w.num_arrivals / w.seconds,

@@ -65,8 +65,12 @@ def make_engine(url: str, *, timeout_seconds: float, max_idle_in_transaction_sec
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(conn, _record):  # noqa: ANN001
-            # WAL lets the dashboard read while the loop writes; FKs make ondelete real
+            # WAL lets the dashboard read while the loop writes; FKs make ondelete real. In WAL mode synchronous
+            # NORMAL syncs at checkpoints, not at every commit: a crash of the process loses nothing, a power
+            # loss at most the last commits, and never corrupts the file (every post is a commit: the sync was
+            # ~5 ms of a DeepSeek-sized post)
             conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
 
         return engine

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 from sqlalchemy import distinct, func, select
 from sqlalchemy.orm import Session
 
@@ -14,6 +12,7 @@ from controlplane.parking import model_key
 from controlplane.store import actions, deployments, parks, placements, policies, pool_sizes, routing_limits, windows
 from controlplane.store.tables import Action, Agent, Deployment, Pool
 from controlplane.store.timestamps import seconds
+from controlplane.window_reads import first_unread_index
 
 HOUR = 3600.0
 CHANGED = (actions.APPLIED, actions.VERIFIED, actions.ROLLED_BACK, actions.FAILED)
@@ -56,8 +55,7 @@ def read_state(session: Session, deployment: Deployment, pool: Pool, *, now: flo
         if previous is not None:
             moved += int((placement.slot_to_expert != previous.slot_to_expert).sum())
         previous = placement
-    # a window is read once it ended half a window ago: late ranks have had time to post it
-    current_index = math.floor((now - settings.window_seconds / 2) / settings.window_seconds)
+    current_index = first_unread_index(now, settings.window_seconds)
     recent = windows.recent(session, pool, before_index=current_index,
                             limit=num_windows or settings.history_windows)
     return PoolState(

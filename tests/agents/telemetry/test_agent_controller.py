@@ -4,13 +4,20 @@ being away."""
 
 from __future__ import annotations
 
+import math
+import random
+import threading
 import time
 
 import httpx
 import pytest
+from support.auth import AGENT_TOKEN
+from support.live import live_fleet
 from support.ranks import EP_SIZE, ThreadGroup, make_group, run_group
-from support.servers import free_port
+from support.servers import free_port, until
 
+from agents.protocol.grid import POST_SPREAD_WINDOWS, post_at
+from agents.telemetry.poster import SnapshotPoster
 from controlplane.serve import Controller
 
 
@@ -102,3 +109,33 @@ def test_serving_survives_a_controller_restart_and_the_agents_reconnect(settings
     finally:
         for agent in agents:
             agent.close()
+
+
+@pytest.mark.slow
+def test_a_fleets_posts_of_a_window_are_spread_over_the_first_tenth_of_the_next(controller):
+    """Eight ranks close a window at the same instant; their posters send it at random moments within
+    POST_SPREAD_WINDOWS of the window's end (agents/protocol/grid.py), and every post is answered."""
+    window_seconds = controller.settings.window_seconds
+    [instance] = live_fleet(controller.url, {"mode": "observe"}, num_windows=1, window_seconds=window_seconds)
+    end = math.ceil(time.time() / window_seconds + 1) * window_seconds
+    snapshots = instance.window(end - window_seconds, window_seconds)
+    sent, lock = {}, threading.Lock()
+
+    def answered(rank: int):
+        def on_answer(_answer) -> None:
+            with lock:
+                sent[rank] = time.time()
+        return on_answer
+
+    posters = [SnapshotPoster(controller.url, AGENT_TOKEN, on_answer=answered(rank), on_failure=print,
+                              rng=random.Random(rank)) for rank in range(len(snapshots))]
+    post_ats = [post_at(end, window_seconds, random.Random(rank).random()) for rank in range(len(snapshots))]
+    time.sleep(max(0.0, end - time.time()))  # the window closes on every rank at once
+    for poster, snapshot in zip(posters, snapshots, strict=True):
+        poster.start().submit(snapshot)
+    until("every rank's post answered", lambda: len(sent) == len(snapshots), timeout=10, interval=0.05)
+    for poster in posters:
+        poster.stop()
+    for rank, at in enumerate(post_ats):  # each at the moment its draw put it (0.5 s: the post itself)
+        assert at <= sent[rank] <= at + 0.5, (rank, at - end, sent[rank] - end)
+    assert max(post_ats) - min(post_ats) > POST_SPREAD_WINDOWS * window_seconds / 2  # these draws spread
