@@ -6,8 +6,9 @@ and output length per `bucket_seconds` bucket over `horizon_seconds` (a replica'
 predictive interval) for scaling up, and over `hold_seconds` (startup plus the cooldown, since a pool
 scaled down cannot scale up again within it) for scaling down, with the backtest-chosen candidate
 (learn/forecast.py). It plans for the peak forecast rate plus a surge margin of backtest errors,
-never below the rate measured now surely is (solve/pool_load.py sure_rate); the prompt-length mix (solve/pool_load.py remote_mix) is the measured one,
-its lengths scaled with the forecast mean. `targets_of` and `rules_of` read the deployment's policy.
+never below the rate measured now surely is (solve/pool_load.py sure_rate); the prompt-length mix
+(solve/pool_load.py remote_mix) is the measured one, its lengths scaled with the forecast mean.
+`targets_of` and `rules_of` read the deployment's policy.
 """
 
 from __future__ import annotations
@@ -82,9 +83,8 @@ def forecast_load(windows: tuple[PoolWindow, ...], now_load: LoadForecast, bucke
     """The load to plan for: the peak forecast rate over `horizon_seconds` plus `surge` x the
     forecaster's backtest error over `num_folds` cut points (an upper prediction bound: wide where
     traffic has surprised it, narrow where it has not), never under the rate measured now surely is
-    (`now_load.surely`); as
-    hold_rate, the same over `hold_seconds` from the highest of the plausible candidates (a scale-down
-    must be safe even if the chosen one is wrong); as warm_rate, the same over `warm_window` (seconds from
+    (`now_load.surely`); as hold_rate, the same over `hold_seconds` from the highest of the plausible
+    candidates (a scale-down must be safe even if the chosen one is wrong); as warm_rate, the same over `warm_window` (seconds from
     now in which replicas asked for now warm up); the forecast mean lengths; the measured remote/local split."""
     rate, prompt, output = load_series(windows, bucket_seconds)
     if rate.size == 0:
@@ -95,10 +95,10 @@ def forecast_load(windows: tuple[PoolWindow, ...], now_load: LoadForecast, bucke
     prompt_ahead = forecast_series(prompt, horizon).values
     output_ahead = forecast_series(output, horizon).values
     error = 0.0 if np.isnan(rate_ahead.error) else rate_ahead.error
-    # the forecast is never under the rate measured now, as far as the counts surely exceed it: over 20 s a few
-    # hundred arrivals, a few percent of noise, which read as the floor moved a flat load's pools up (a replica
-    # more for the forecast minutes, and on decode its warm-up sizing too; Run 6 of
-    # benchmarks/results/pools-2026-11-30.md); a scale-down still carries the whole measured rate (solve/pools.py)
+    # never under the rate measured now, as far as its counts surely exceed it: 20 s hold a few hundred arrivals, a
+    # few percent of noise, and with the raw count as the floor that noise moved a flat load's pools up for the
+    # forecast minutes (Run 6 of benchmarks/results/pools-2026-11-30.md); a scale-down still carries the whole
+    # measured rate (solve/pools.py)
     floor = now_load.surely
     peak = max(float(rate_ahead.values[:horizon].max()) + surge * error, floor)
     held = max(float(rate_ahead.upper.max()) + surge * error, floor)
