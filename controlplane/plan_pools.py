@@ -84,8 +84,9 @@ def forecast_load(windows: tuple[PoolWindow, ...], now_load: LoadForecast, bucke
     forecaster's backtest error over `num_folds` cut points (an upper prediction bound: wide where
     traffic has surprised it, narrow where it has not), never under the rate measured now surely is
     (`now_load.surely`); as hold_rate, the same over `hold_seconds` from the highest of the plausible
-    candidates (a scale-down must be safe even if the chosen one is wrong); as warm_rate, the same over `warm_window` (seconds from
-    now in which replicas asked for now warm up); the forecast mean lengths; the measured remote/local split."""
+    candidates (a scale-down must be safe even if the chosen one is wrong); as warm_rate, the same over
+    `warm_window` (seconds from now in which replicas asked for now warm up); the forecast mean lengths;
+    the measured remote/local split."""
     rate, prompt, output = load_series(windows, bucket_seconds)
     if rate.size == 0:
         return now_load
