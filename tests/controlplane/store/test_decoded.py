@@ -47,7 +47,7 @@ def test_a_window_read_twice_is_decoded_once_and_a_new_report_is_read(sessions, 
 
 def test_least_recently_used_arrays_go_past_the_bound():
     blobs = [arrays.pack(np.full((4, 4), i, np.int64)) for i in range(4)]
-    decoded = DecodedArrays(max_bytes=2 * (128 + len(blobs[0])) + 10)
+    decoded = DecodedArrays(max_bytes=2 * (128 + max(len(b) for b in blobs)) + 10)  # room for two
     for blob in blobs[:2]:
         decoded.unpack(blob)
     decoded.unpack(blobs[0])  # used again: blobs[1] is now the least recent
