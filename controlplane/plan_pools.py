@@ -6,8 +6,9 @@ and output length per `bucket_seconds` bucket over `horizon_seconds` (a replica'
 predictive interval) for scaling up, and over `hold_seconds` (startup plus the cooldown, since a pool
 scaled down cannot scale up again within it) for scaling down, with the backtest-chosen candidate
 (learn/forecast.py). It plans for the peak forecast rate plus a surge margin of backtest errors,
-never below the rate measured now; the prompt-length mix (solve/pool_load.py remote_mix) is the measured one,
-its lengths scaled with the forecast mean. `targets_of` and `rules_of` read the deployment's policy.
+never below the rate measured now surely is (solve/pool_load.py sure_rate); the prompt-length mix
+(solve/pool_load.py remote_mix) is the measured one, its lengths scaled with the forecast mean.
+`targets_of` and `rules_of` read the deployment's policy.
 """
 
 from __future__ import annotations
@@ -81,10 +82,11 @@ def forecast_load(windows: tuple[PoolWindow, ...], now_load: LoadForecast, bucke
                   warm_window: tuple[float, float] | None = None) -> LoadForecast:
     """The load to plan for: the peak forecast rate over `horizon_seconds` plus `surge` x the
     forecaster's backtest error over `num_folds` cut points (an upper prediction bound: wide where
-    traffic has surprised it, narrow where it has not), never under the rate measured now; as
-    hold_rate, the same over `hold_seconds` from the highest of the plausible candidates (a scale-down
-    must be safe even if the chosen one is wrong); as warm_rate, the same over `warm_window` (seconds from
-    now in which replicas asked for now warm up); the forecast mean lengths; the measured remote/local split."""
+    traffic has surprised it, narrow where it has not), never under the rate measured now surely is
+    (`now_load.surely`); as hold_rate, the same over `hold_seconds` from the highest of the plausible
+    candidates (a scale-down must be safe even if the chosen one is wrong); as warm_rate, the same over
+    `warm_window` (seconds from now in which replicas asked for now warm up); the forecast mean lengths;
+    the measured remote/local split."""
     rate, prompt, output = load_series(windows, bucket_seconds)
     if rate.size == 0:
         return now_load
@@ -94,13 +96,18 @@ def forecast_load(windows: tuple[PoolWindow, ...], now_load: LoadForecast, bucke
     prompt_ahead = forecast_series(prompt, horizon).values
     output_ahead = forecast_series(output, horizon).values
     error = 0.0 if np.isnan(rate_ahead.error) else rate_ahead.error
-    peak = max(float(rate_ahead.values[:horizon].max()) + surge * error, now_load.request_rate)
-    held = max(float(rate_ahead.upper.max()) + surge * error, now_load.request_rate)
+    # never under the rate measured now, as far as its counts surely exceed it: 20 s hold a few hundred arrivals, a
+    # few percent of noise, and with the raw count as the floor that noise moved a flat load's pools up for the
+    # forecast minutes (Run 6 of benchmarks/results/pools-2026-11-30.md); a scale-down still carries the whole
+    # measured rate (solve/pools.py)
+    floor = now_load.surely
+    peak = max(float(rate_ahead.values[:horizon].max()) + surge * error, floor)
+    held = max(float(rate_ahead.upper.max()) + surge * error, floor)
     warm = None
     if warm_window is not None:
         first = min(int(warm_window[0] // bucket_seconds), hold - 1)
         last = min(max(first + 1, int(np.ceil(warm_window[1] / bucket_seconds))), hold)
-        warm = max(float(rate_ahead.values[first:last].max()) + surge * error, now_load.request_rate)
+        warm = max(float(rate_ahead.values[first:last].max()) + surge * error, floor)
     scale = float(prompt_ahead.max() / prompt[-1]) if prompt[-1] > 0 else 1.0
     return LoadForecast(peak, now_load.remote_share, now_load.remote_prompt_tokens * scale,
                         now_load.local_prompt_tokens * scale, max(float(output_ahead.max()), 1.0), horizon_seconds,

@@ -90,6 +90,11 @@ class LoadForecast:
         """This load at the rate replicas asked for now will meet while they warm up."""
         return self if self.warm_rate is None else replace(self, request_rate=self.warm_rate)
 
+    @property
+    def surely(self) -> float:
+        """The rate the measured counts surely exceed: `sure_rate`, never above `request_rate`."""
+        return self.request_rate if self.sure_rate is None else min(self.sure_rate, self.request_rate)
+
     def for_hold(self) -> LoadForecast:
         """This load at the rate a consolidation must be safe for."""
         return replace(self, request_rate=self.held)

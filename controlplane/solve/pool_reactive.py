@@ -113,9 +113,9 @@ def is_short(role: PoolRole, view: PoolsView, model: LatencyModel | None, now_lo
     if model is None or now_load is None:
         return False
     pool = view.pools[role]
-    if now_load.sure_rate is not None and now_load.request_rate > 0:
+    if now_load.request_rate > 0:
         # a rate counted from a few hundred arrivals is off by a few percent: act on what it surely is
-        now_load = now_load.scaled(min(now_load.sure_rate / now_load.request_rate, 1.0))
+        now_load = now_load.scaled(now_load.surely / now_load.request_rate)
     load = _with_backlog(now_load, view, role, rules)
     need = replicas_needed(role, model, load, role_targets(role, view.targets), rules.margins(role)[0],
                            pool.max_replicas)

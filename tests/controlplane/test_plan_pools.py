@@ -96,6 +96,22 @@ def test_the_sure_rate_is_a_count_less_its_noise_over_the_span_that_tells_most()
     assert planned.load.sure_rate == pytest.approx((960 - 960**0.5) / 80)
 
 
+def test_the_forecast_is_floored_at_the_rate_the_counts_surely_exceed_not_at_a_noisy_count():
+    # a flat 10 req/s, then two windows at 12 (a blip a 20 s count shows; its bucket is still filling, so every
+    # candidate forecasts the flat 10): the floor is what 240 arrivals in 20 s surely are, 11.2 req/s, not 12
+    windows = tuple(window(t, rate=10.0 + 2.0 * (t > 600)) for t in range(10, 630, 10))
+    now = measured_load(windows, num_windows=2)
+    assert now.request_rate == pytest.approx(12.0)
+    sure = replace(now, sure_rate=sure_rate(windows, 2, 1.0))
+    assert sure.surely == pytest.approx((240 - 240**0.5) / 20)
+    forecast = forecast_load(windows, sure, 60.0, 300.0, 420.0, 0.0, 4, (120.0, 180.0))
+    assert forecast.request_rate == pytest.approx(sure.surely)
+    assert forecast.warm_rate == pytest.approx(sure.surely) and forecast.held == pytest.approx(sure.surely)
+    # without a sure rate, the measured one is the floor (never above it either: a long span can say more)
+    assert forecast_load(windows, now, 60.0, 300.0, 420.0, 0.0, 4).request_rate == pytest.approx(12.0)
+    assert replace(now, sure_rate=13.0).surely == pytest.approx(12.0)
+
+
 def test_the_planner_and_the_learner_agree_on_the_cold_windows():
     """The windows the latency model leaves out are those whose breaches the reactive step discounts."""
     assert PoolRules().cold_start_windows == COLD_START_WINDOWS
