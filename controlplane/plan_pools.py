@@ -37,9 +37,10 @@ def targets_of(slo: LatencySlo) -> tuple[SloTarget, ...]:
 
 
 def rules_of(policy: Policy, rules: PoolRules = PoolRules()) -> PoolRules:
-    """`rules` with the policy's cooldown and predictive interval."""
+    """`rules` with the policy's cooldown, predictive interval and prefill sizing."""
     return replace(rules, cooldown_seconds=policy.pool_cooldown_seconds,
                    predictive_interval_seconds=policy.pool_predictive_interval_seconds,
+                   size_prefill_by_mix=policy.pool_size_prefill_by_mix,
                    threshold=replace(rules.threshold, cooldown_seconds=policy.pool_cooldown_seconds))
 
 

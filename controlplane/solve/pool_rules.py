@@ -34,7 +34,8 @@ class PoolRules:
     # holds at `ttft_tail_percentile` too (the requests past the p99 are the longest prompts, which meet the bound
     # only if they barely wait; at the targets' own percentiles attainment fell below static's on 4 of 6 runs).
     # Off by default: on the benchmark it meets one target fewer than the ceiling (seed 0 diurnal at 87% of
-    # static's GPU-hours), benchmarks/results/pools-2026-11-30.md, Run 4; the benchmark runs both
+    # static's GPU-hours), benchmarks/results/pools-2026-11-30.md, Run 4; the benchmark runs both. A deployment
+    # turns it on with its policy's `pool_size_prefill_by_mix`
     size_prefill_by_mix: bool = False
     ttft_tail_percentile: float | None = 99.99  # None: the targets' percentiles only
     # of the pool, at least one replica: a bound on the model's error; within it the load x N/M check decides
