@@ -104,4 +104,3 @@ def is_drifting(policy: Policy, pool: PoolState) -> bool:
         return False
     latest = measured[-1][0]
     return load_shift(expert_share(within[-1].expert_tokens), expert_share(latest.expert_tokens)) < LOAD_SHIFT
-

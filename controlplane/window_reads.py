@@ -1,14 +1,15 @@
 """When the controller reads a window: once it ended half a window ago (late ranks have had time to post it).
 
-Agents close their windows on the grid (agents/protocol/grid.py) and post at once, so every window's end brings a
-burst of posts. The loop passes on its own grid a little past the moment each window becomes readable: a pass
-reads a window as soon as it is complete, and does not take the interpreter and the cores from the burst (at
-1,024 GPUs five group posts arrive together, and a pass beside them was the slowest posts' wait).
+Agents close their windows on the grid (agents/protocol/grid.py) and post them within the next window's first
+tenth (`post_at`), so every window's end brings a burst of posts. The loop passes on its own grid a little past the
+moment each window becomes readable: a pass reads a window as soon as it is complete, and does not take the
+interpreter and the cores from the burst (at 1,024 GPUs a pass beside the five group posts was the slowest posts'
+wait).
 """
 
 from __future__ import annotations
 
-import math
+from agents.protocol.grid import window_index
 
 READ_DELAY_WINDOWS = 0.5  # a window is read this many windows after it ended
 PASS_MARGIN_WINDOWS = 0.1  # the loop's passes come this much later still: never on the boundary itself
@@ -16,7 +17,7 @@ PASS_MARGIN_WINDOWS = 0.1  # the loop's passes come this much later still: never
 
 def first_unread_index(now: float, window_seconds: float) -> int:
     """Windows with a lower index are complete at unix time `now`."""
-    return math.floor((now - window_seconds * READ_DELAY_WINDOWS) / window_seconds)
+    return window_index(now - window_seconds * READ_DELAY_WINDOWS, window_seconds)
 
 
 def next_pass_delay(now: float, interval_seconds: float, window_seconds: float) -> float:
