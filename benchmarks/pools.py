@@ -10,7 +10,7 @@ requests failed by removal without drain. On the step trace a bound runs too (ba
 any planner that ran low-rate sizes before the step could reach). Prints a markdown table and writes it to
 benchmarks/results/pools-<date>.md.
 
-    OMP_NUM_THREADS=1 python -m benchmarks.pools [--minutes 60] [--no-write]
+    OMP_NUM_THREADS=1 python -m benchmarks.pools [--minutes 60] [--seed 0] [--traces bursty diurnal step] [--no-write]
 """
 
 from __future__ import annotations
@@ -41,11 +41,16 @@ GPU_BUDGET = 48
 MAX_REPLICAS = 16
 
 
-def traces(minutes: float, scale: float = 1.0, seed: int = 0) -> list[Trace]:
-    """The three traffic shapes, `minutes` long, rates x `scale`."""
+TRACE_NAMES = ("bursty", "diurnal", "step")
+
+
+def traces(minutes: float, scale: float = 1.0, seed: int = 0, names: tuple[str, ...] = TRACE_NAMES) -> list[Trace]:
+    """The traffic shapes `names`, `minutes` long (diurnal: one day's cycle over them), rates x `scale`."""
     seconds = int(minutes * 60)
-    return [bursty(seconds, 10.0 * scale, seed=seed), diurnal(seconds, 4.0 * scale, 24.0 * scale, seed=seed + 1),
-            step(seconds, 8.0 * scale, 24.0 * scale, seed=seed + 2)]
+    make = {"bursty": lambda: bursty(seconds, 10.0 * scale, seed=seed),
+            "diurnal": lambda: diurnal(seconds, 4.0 * scale, 24.0 * scale, seed=seed + 1),
+            "step": lambda: step(seconds, 8.0 * scale, 24.0 * scale, seed=seed + 2)}
+    return [make[name]() for name in names]
 
 
 @dataclass(frozen=True)
@@ -117,9 +122,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=60.0, help="trace length")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--traces", nargs="+", default=list(TRACE_NAMES), choices=TRACE_NAMES,
+                        help="which shapes (with --minutes 1440: a diurnal trace of a whole day)")
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args()
-    runs = [run for trace in traces(args.minutes, seed=args.seed) for run in run_trace(trace)]
+    runs = [run for trace in traces(args.minutes, seed=args.seed, names=tuple(args.traces)) for run in run_trace(trace)]
     cost = EngineCost()
     note = (f"{args.minutes:g}-minute traces, seed {args.seed}, 10 s windows; targets "
             + ", ".join(f"{t.name} <= {t.seconds:g}s" for t in TARGETS)
