@@ -2,7 +2,7 @@
 instances of one rank each) under a workload that steps up and falls back. The step makes the controller add a
 decode instance; the fall makes it drain one and remove it; every request of the workload succeeds meanwhile.
 
-The decode capacity is the batch slots of an instance (`--max-num-seqs 4`): by Little's law a pool needs
+The decode capacity is the batch slots of an instance (`--max-num-seqs 2`): by Little's law a pool needs
 rate x output tokens x ITL sequences in flight, which the planner's latency model predicts from the instances'
 windows (the engine's own ITL, per token). How fast a token is depends on how busy this shared machine is, so
 the step is sized from the decode rank's ITL the warm-up measured: 1.2x what one instance's slots carry at that
@@ -33,7 +33,11 @@ from support.up import moectl_up
 POLICY = {"mode": "auto", "slo": {"ttft_p90_seconds": 30.0, "itl_p90_seconds": 2.0},
           "replicas": {"prefill": {"min": 1, "max": 1}, "decode": {"min": 1, "max": 2}},
           "pool_cooldown_seconds": 30.0, "pool_predictive_interval_seconds": 10.0}
-SLOTS, OUTPUT_TOKENS = 4, 160  # sequences one decode instance batches; tokens per request
+# sequences one decode instance batches; tokens per request. Two slots keep the decode slots the bottleneck: on
+# an idle machine a token takes ~2 ms, and four slots' 1.2x (13.6 req/s, 2,200 tokens/s streamed) was more than
+# the router, the load generator and the workers on two cores serve, so its backlog passed the load generator's
+# 512 in flight and arrivals went unsent
+SLOTS, OUTPUT_TOKENS = 2, 160
 PHASES = (("warm-up", 70.0), ("step up", 110.0), ("fall", 240.0))  # seconds each (the fall: at most)
 
 
