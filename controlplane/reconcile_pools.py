@@ -77,7 +77,7 @@ def _size_history(session: Session, by_role: dict[str, Pool]) -> tuple[PoolDecis
         kind = a.inputs.get("kind", DecisionKind.predictive.value)
         out.append(PoolDecision(seconds(a.created_at), role_of[a.pool_id], before, after,
                                 DecisionKind(kind) if kind in DecisionKind.__members__ else DecisionKind.predictive,
-                                a.reason))
+                                a.reason, request_rate=a.inputs.get("request_rate")))
     return tuple(out)
 
 
@@ -173,7 +173,8 @@ def actuate(session: Session, deployment: Deployment, pool: Pool, policy: Policy
             in_flight(session, pool, POOL_SIZE.kind, **hold) is None:
         made = change.propose(session, POOL_SIZE, deployment=deployment, pool=pool, value=d.target, policy=policy,
                               reason=f"{d.kind.value}: {d.reason}",
-                              inputs={"kind": d.kind.value, "measured": outcome.summary["measured"],
+                              inputs={"kind": d.kind.value, "request_rate": finite(d.request_rate),
+                                      "measured": outcome.summary["measured"],
                                       "load": outcome.summary["load"],
                                       "pool": {k: v for k, v in outcome.summary["pools"][pool.role].items()
                                                if k != "decision"}},

@@ -46,6 +46,7 @@ class PoolDecision:
     kind: DecisionKind
     reason: str
     predicted: PredictedEffect | None = None
+    request_rate: float | None = None  # requests/s of the load it was sized for (None: not known)
 
     @property
     def direction(self) -> int:

@@ -50,6 +50,11 @@ class PoolRules:
     burst_rise: float = 1.5
     burst_rise_seconds: float = 180.0
     burst_memory_seconds: float = 600.0
+    # a consolidation undone by a scale-up within `undone_within_seconds` is not made again for
+    # `undone_memory_seconds` while the load is at least `undone_load_share` of the one the scale-up was sized for
+    undone_within_seconds: float = 900.0
+    undone_memory_seconds: float = 3600.0
+    undone_load_share: float = 0.9
     drain_seconds: float = 180.0  # a backlog is planned to be gone within this after new replicas serve
     # a new decode replica's first steps run this much slower (cold caches and kernels: the windows the latency
     # model leaves out; in benchmarks/pdsim its ITL over its first minute is 1.9-2.05x the warm replicas' in the

@@ -16,7 +16,8 @@ Every `predictive_interval_seconds`, on the clock's grid:
   (load x N/M, the forecast's hold rate included, and never less than the highest recent burst measured,
   pool_load.burst_peak_rate: no forecaster sees a burst coming, and a scale-down made less than cooldown +
   startup before one cannot be undone in time), and only on a forecast chosen by backtest (a short history
-  cannot promise the load stays down).
+  cannot promise the load stays down); a consolidation the pool had to undo is not made again at the load that
+  undid it (pool_undone.py).
 A decode scale-up is sized so that its new replicas, which run `cold_slowdown` x slower while they warm
 up and fill to the others' batch at once, keep their ITL within the bound (at the load forecast for
 their warm-up minute, or the load measured now on a reactive step).
@@ -46,6 +47,7 @@ from controlplane.solve.pool_decision import DecisionKind, PoolDecision, PoolPla
 from controlplane.solve.pool_load import burst_peak_rate
 from controlplane.solve.pool_reactive import breaches, is_short, react
 from controlplane.solve.pool_rules import PoolRules
+from controlplane.solve.pool_undone import last_undone
 from controlplane.solve.pool_view import ROLES, PoolRole, PoolSize, PoolsView, SloTarget, role_targets
 
 
@@ -121,8 +123,10 @@ def _decide(role: PoolRole, view: PoolsView, model: LatencyModel | None, now_loa
                                 _effect(role, model, load or now_load, current, targets))
         if direction > 0:
             target, reason = _warm_enough(role, model, _warming(load, now_load), target, pool, targets, rules, reason)
+        sized_for = load or now_load
         return PoolDecision(now, role, current, target, kind, reason,
-                            _effect(role, model, load or now_load, target, targets))
+                            _effect(role, model, sized_for, target, targets),
+                            None if sized_for is None else sized_for.request_rate)
 
     reported = len(view.latest.of_role(role))
     if reported < math.ceil(rules.min_fresh_share * pool.num_ready):
@@ -156,9 +160,17 @@ def _decide(role: PoolRole, view: PoolsView, model: LatencyModel | None, now_loa
         peak = burst_peak_rate(view.windows, rules.burst_memory_seconds, rules.burst_bucket_seconds, rules.burst_rise,
                                rules.burst_rise_seconds)
         burst = load.scaled(peak / max(load.request_rate, 1e-9)) if peak and peak > load.request_rate else None
+        undone = last_undone(role, view.history, now, within_seconds=rules.undone_within_seconds,
+                             memory_seconds=rules.undone_memory_seconds)
+        if undone is not None and undone.refuses(current - 1, load.request_rate, rules.undone_load_share):
+            return decision(current, DecisionKind.keep, f"consolidation to {current - 1} refused: a scale-down to "
+                            f"{undone.replicas} was undone {now - undone.at:.0f}s ago at {undone.request_rate:.1f} "
+                            f"req/s, and the load is {load.request_rate:.1f}", load)
         # the fewest replicas, down to `fewer`, that carry load x current/M within the goal: a step the
         # model refuses at its largest may still be safe one replica smaller
         for replicas in range(fewer, current):
+            if undone is not None and undone.refuses(replicas, load.request_rate, rules.undone_load_share):
+                continue
             target, ratio = worst(predict(role, model, load, replicas, targets), targets)
             if ratio > goal:
                 continue

@@ -12,6 +12,7 @@ from support.auth import agent, operator
 from support.serving_windows import WINDOW, post_window, router_window_body
 from support.store import MODEL
 
+from controlplane import reconcile_pools
 from controlplane.reconcile import reconcile_once
 from controlplane.solve.pools import is_predictive_tick
 from controlplane.status import render_pools
@@ -63,6 +64,14 @@ def test_a_sustained_itl_breach_adds_a_decode_replica_once(client, clock, sessio
     assert action.reason == "reactive: measured itl_p90 0.090s > 0.050s"
     assert action.predicted["replicas_before"] == 1 and action.predicted["replicas_after"] == 2
     assert action.inputs["kind"] == "reactive" and action.inputs["measured"]["itl_p90"] == pytest.approx(0.09)
+    # the load it was sized for comes back with the planner's history (a consolidation it undoes is not repeated
+    # at that load: controlplane/solve/pool_undone.py)
+    assert action.inputs["request_rate"] == pytest.approx(5.0)
+    with sessions() as session:
+        pools = {role: deployments.get_pool(session, deployments.get(session, "tiny"), role)
+                 for role in ("prefill", "decode")}
+        [seen] = [d for d in reconcile_pools._size_history(session, pools) if d.direction]
+        assert (seen.role, seen.target, seen.request_rate) == ("decode", 2, pytest.approx(5.0))
     # the breach goes on while the replica starts: the action in flight is not doubled
     windows(client, clock, 1, itl=0.09)
     off_tick(clock)

@@ -272,3 +272,27 @@ def test_scale_down_must_carry_the_last_bursts_rate():
     falling = [window(t, rate=22.0 - 12.0 * min(t, 360) / 360) for t in range(10, 541, 10)]
     plan = plan_pools(view(falling, prefill=4), model(), load(10.0), load(10.0, hold=10.0))
     assert plan.decision("prefill").target == 2, plan.decision("prefill").reason
+
+
+@pytest.mark.parametrize("down_at, up_at, up_rate, is_refused", [
+    (-500.0, -200.0, 10.0, True),  # undone 300 s after it, at a load below the one it would carry now (14 req/s)
+    (-500.0, -200.0, 16.0, False),  # undone at 16 req/s: 14 is under 0.9 x 16, a load it has not failed at
+    (-1500.0, -200.0, 10.0, False),  # the scale-up came 1300 s later: the load rose, the consolidation held
+    (-4000.0, -3700.0, 10.0, False),  # undone over an hour ago: forgotten
+])
+def test_a_consolidation_undone_is_not_made_again_at_the_load_that_undid_it(down_at, up_at, up_rate, is_refused):
+    history = [PoolDecision(down_at, "prefill", 4, 3, DecisionKind.consolidate, "load x 4/3 keeps ..."),
+               PoolDecision(up_at, "prefill", 3, 4, DecisionKind.reactive, "measured ttft_p90 > target",
+                            request_rate=up_rate)]
+    plan = plan_pools(view(windows(180), prefill=4, history=history), model(), load(10.0), load(10.0, hold=14.0))
+    prefill = plan.decision("prefill")
+    if is_refused:
+        assert prefill.direction == 0 and "a scale-down to 3 was undone 380s ago at 10.0 req/s" in prefill.reason
+    else:
+        assert (prefill.kind, prefill.target) == (DecisionKind.consolidate, 3), prefill.reason
+
+
+def test_every_decision_carries_the_rate_it_was_sized_for():
+    plan = plan_pools(view(windows(180), prefill=4), model(), load(10.0), load(10.0, hold=14.0))
+    assert plan.decision("prefill").request_rate == pytest.approx(14.0)  # the hold rate a scale-down carries
+    assert plan.decision("decode").request_rate is not None

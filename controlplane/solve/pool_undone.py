@@ -1,0 +1,45 @@
+"""A consolidation judged by its effect: one the pool had to undo is not made again at the load that undid it.
+
+The consolidate check predicts the pool's latency at load x N/M from the fitted model. Near saturation (a
+prefill pool of one or two replicas, where TTFT is a queue) the model can be wrong: the smaller pool breaches
+its targets and scales back up within minutes, and at the next tick past the cooldown the same check at the
+same load says yes again. Over a day-long diurnal trace that cycle (a scale-down and up every 10-12 minutes
+through the night's hours) made most of the requests moectl missed (benchmarks/results/pools-2026-11-30.md,
+Run 7). So after a consolidation to M was undone within `within_seconds`, the pool does not go to M or fewer
+again for `memory_seconds` while the load is at least `load_share` of the load the scale-up back was sized for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from controlplane.solve.pool_decision import DecisionKind, PoolDecision
+from controlplane.solve.pool_view import PoolRole
+
+
+@dataclass(frozen=True)
+class Undone:
+    """A consolidation to `replicas` undone at `at` by a scale-up sized for `request_rate` (requests/s)."""
+
+    replicas: int
+    at: float
+    request_rate: float
+
+    def refuses(self, replicas: int, request_rate: float, load_share: float) -> bool:
+        """True when going to `replicas` at `request_rate` repeats what was undone."""
+        return replicas <= self.replicas and request_rate >= load_share * self.request_rate
+
+
+def last_undone(role: PoolRole, history: Sequence[PoolDecision], now: float, *, within_seconds: float,
+                memory_seconds: float) -> Undone | None:
+    """The pool's latest consolidation that a scale-up undid within `within_seconds`, if that scale-up came
+    less than `memory_seconds` before `now` and knows the load it was sized for."""
+    changes = [d for d in history if d.role == role and d.direction != 0]
+    for down, up in zip(reversed(changes[:-1]), reversed(changes[1:]), strict=True):
+        if now - up.at > memory_seconds:
+            return None
+        if down.kind == DecisionKind.consolidate and up.direction > 0 and up.current <= down.target and \
+                up.at - down.at <= within_seconds and up.request_rate is not None:
+            return Undone(down.target, up.at, up.request_rate)
+    return None
