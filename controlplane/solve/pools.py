@@ -219,7 +219,8 @@ def plan_pools(view: PoolsView, model: LatencyModel | None, now_load: LoadForeca
         if got[role] != d.target:
             decisions[role] = PoolDecision(view.now, role, d.current, got[role], DecisionKind.budget,
                                            f"{d.reason}; GPU budget {view.gpu_budget} allows {got[role]}",
-                                           _effect(role, model, load, got[role], role_targets(role, view.targets)))
+                                           _effect(role, model, load, got[role], role_targets(role, view.targets)),
+                                           d.request_rate)
     threshold = None
     if is_tick:
         threshold = step_threshold(view.now, view.local_prefill_threshold, view.windows, view.targets,
