@@ -26,9 +26,9 @@ class Undone:
     at: float
     request_rate: float
 
-    def refuses(self, replicas: int, request_rate: float, load_share: float) -> bool:
-        """True when going to `replicas` at `request_rate` repeats what was undone."""
-        return replicas <= self.replicas and request_rate >= load_share * self.request_rate
+    def is_repeated_at(self, request_rate: float, load_share: float) -> bool:
+        """True when going to `replicas` or fewer at `request_rate` (requests/s) repeats what was undone."""
+        return request_rate >= load_share * self.request_rate
 
 
 def last_undone(role: PoolRole, history: Sequence[PoolDecision], now: float, *, within_seconds: float,

@@ -162,15 +162,15 @@ def _decide(role: PoolRole, view: PoolsView, model: LatencyModel | None, now_loa
         burst = load.scaled(peak / max(load.request_rate, 1e-9)) if peak and peak > load.request_rate else None
         undone = last_undone(role, view.history, now, within_seconds=rules.undone_within_seconds,
                              memory_seconds=rules.undone_memory_seconds)
-        if undone is not None and undone.refuses(current - 1, load.request_rate, rules.undone_load_share):
-            return decision(current, DecisionKind.keep, f"consolidation to {current - 1} refused: a scale-down to "
-                            f"{undone.replicas} was undone {now - undone.at:.0f}s ago at {undone.request_rate:.1f} "
-                            f"req/s, and the load is {load.request_rate:.1f}", load)
+        if undone is not None and undone.is_repeated_at(load.request_rate, rules.undone_load_share):
+            fewer = max(fewer, undone.replicas + 1)
+            if fewer >= current:
+                return decision(current, DecisionKind.keep, f"consolidation to {current - 1} refused: a scale-down "
+                                f"to {undone.replicas} was undone {now - undone.at:.0f}s ago at "
+                                f"{undone.request_rate:.1f} req/s, and the load is {load.request_rate:.1f}", load)
         # the fewest replicas, down to `fewer`, that carry load x current/M within the goal: a step the
         # model refuses at its largest may still be safe one replica smaller
         for replicas in range(fewer, current):
-            if undone is not None and undone.refuses(replicas, load.request_rate, rules.undone_load_share):
-                continue
             target, ratio = worst(predict(role, model, load, replicas, targets), targets)
             if ratio > goal:
                 continue
