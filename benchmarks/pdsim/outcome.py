@@ -56,6 +56,7 @@ class Outcome:
     trace: str
     num_requests: int
     attainment: float  # share of all requests that met the SLO
+    num_missed: int  # requests that did not (a share rounded to 100.00 % can hide dozens of a day's million)
     ttft_p90: float
     ttft_p99: float
     itl_p90: float
@@ -89,6 +90,7 @@ def outcome(result: SimResult, cooldown_seconds: float) -> Outcome:
         return float(np.percentile(values, q)) if values.size else float("nan")
 
     return Outcome(result.planner, result.trace.name, int(req.arrival.size), float(met.mean()) if met.size else 1.0,
+                   int((~met).sum()),
                    pct(ttft[done], 90), pct(ttft[done], 99), weighted_percentile(gaps, tokens, 90),
                    weighted_percentile(gaps, tokens, 99),
                    gpu_hours(result), flaps(result.decisions, cooldown_seconds), len(result.decisions),

@@ -18,4 +18,12 @@ def test_a_short_benchmark_reports_every_planner():
     assert runs[0].outcome.num_decisions == 0  # static never changes
     text = table(runs)
     assert all(f"| step | {name} |" in text for name in names)
-    assert verdict(runs).startswith("- step: attainment >= static")
+    for run in runs:  # the count behind each share, in the table and in the verdict's comparisons
+        o = run.outcome
+        assert o.num_missed == round((1 - o.attainment) * o.num_requests)
+        assert f"| step | {o.planner} | {100 * o.attainment:.2f}% | {o.num_missed} |" in text
+    static = runs[0].outcome
+    lines = verdict(runs).splitlines()
+    assert [line.split(":")[0] for line in lines] == ["- step, moectl", "- step, moectl+mix"]
+    moectl = runs[3].outcome
+    assert f"attainment >= static ({moectl.num_missed} vs {static.num_missed} missed) " in lines[0]
