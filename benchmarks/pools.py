@@ -1,14 +1,13 @@
 """Prefill/decode pool planners on replayed traces: ours vs a Dynamo-style planner vs static peak provisioning.
 
-Each trace (bursty, diurnal, step; generated, seeded) is replayed in the PD simulator
-(benchmarks/pdsim/) once per planner, in the same run, with the same SLO targets, GPU budget,
-replica bounds and starting sizes (the static peak sizes). Reported per run: SLO attainment (share of
-all requests that finished within the p99 TTFT and ITL bounds), achieved TTFT and ITL (per request,
-mean time between its output tokens) p90/p99, GPU-hours, flaps (a pool reversing direction within
-the cooldown of its previous change), pool-size decisions applied, local-prefill threshold changes,
-requests failed by removal without drain. On the step trace a bound runs too (baselines/oracle.py: what
-any planner that ran low-rate sizes before the step could reach). Prints a markdown table and writes it to
-benchmarks/results/pools-<date>.md.
+Each trace (bursty, diurnal, step; generated, seeded) is replayed in the PD simulator (benchmarks/pdsim/) once
+per planner, in the same run, with the same SLO targets, GPU budget, replica bounds and starting sizes (the
+static peak sizes). Reported per run: SLO attainment (share of all requests that finished within the p99 TTFT
+and ITL bounds, and the number that did not), achieved TTFT and ITL (per request, mean time between its output
+tokens) p90/p99, GPU-hours, flaps (a pool reversing direction within the cooldown of its previous change),
+pool-size decisions applied, local-prefill threshold changes, requests failed by removal without drain. On the
+step trace a bound runs too (baselines/oracle.py: what any planner that ran low-rate sizes before the step
+could reach). Prints a markdown table and writes it to benchmarks/results/pools-<date>.md.
 
     OMP_NUM_THREADS=1 python -m benchmarks.pools [--minutes 60] [--seed 0] [--traces bursty diurnal step] [--no-write]
 """
@@ -73,7 +72,7 @@ def run_trace(trace: Trace, cost: EngineCost = EngineCost()) -> list[Run]:
         (DynamoSla(**dynamo_args), replace(config, drain=False)),
         (DynamoSla(**dynamo_args, enable_load_scaling=True, name="dynamo-sla+load"), replace(config, drain=False)),
         (MoectlPoolPlanner(), config),
-        (MoectlPoolPlanner(name="moectl+mix", rules=PoolRules(size_prefill_by_mix=True)), config),
+        (MoectlPoolPlanner(name="moectl+ceiling", rules=PoolRules(size_prefill_by_mix=False)), config),
     ]
     if trace.name == "step":  # the bound on what reacting to an unforecast step can reach (baselines/oracle.py)
         oracle = StepOracle.for_step(trace, config, MAX_REPLICAS)
@@ -102,7 +101,7 @@ def table(runs: list[Run]) -> str:
     return "\n".join(lines)
 
 
-MOECTL_PLANNERS = ("moectl", "moectl+mix")
+MOECTL_PLANNERS = ("moectl", "moectl+ceiling")
 
 
 def verdict(runs: list[Run]) -> str:
@@ -148,8 +147,9 @@ def main() -> None:
             "of its current releases); both remove replicas without drain, as Dynamo does. oracle-step (bound): "
             "benchmarks/baselines/oracle.py, the low rate's static sizes until the first window that measured the "
             "step, then the whole GPU budget: no reactive planner that ran low-rate sizes can beat its attainment. "
-            "moectl: controlplane/plan_pools.py; moectl+mix: the same with PoolRules.size_prefill_by_mix (prefill "
-            "sized from the routers' prompt-length buckets, no utilisation ceiling). "
+            "moectl: controlplane/plan_pools.py (prefill sized from the queue of the routers' prompt-length mix); "
+            "moectl+ceiling: the same with PoolRules.size_prefill_by_mix off (prefill from the mean prompt under a "
+            "0.7 utilisation ceiling, the default before 2026-12-01). "
             f"Simulated on a shared 2-core {platform.processor() or platform.machine()}.")
     text = table(runs)
     print(text)

@@ -114,10 +114,10 @@ class Policy(BaseModel):
     pool_predictive_interval_seconds: float = Field(default=180.0, ge=10, le=86_400,
                                                     description="how often pools are sized from the load forecast "
                                                                 "(a breached target is acted on every window)")
-    pool_size_prefill_by_mix: bool = Field(default=False,
+    pool_size_prefill_by_mix: bool = Field(default=True,
                                            description="size the prefill pool from a queue of the routers' "
-                                                       "prompt-length mix instead of a 0.7 utilisation ceiling "
-                                                       "(controlplane/solve/pool_rules.py)")
+                                                       "prompt-length mix; false: from the mean prompt under a "
+                                                       "0.7 utilisation ceiling (controlplane/solve/pool_rules.py)")
     # timing and safety
     cooldown_seconds: float = Field(default=30.0, ge=0, le=365 * 86400,
                                     description="minimum time between changes of a knob (at most a year)")

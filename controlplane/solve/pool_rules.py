@@ -30,13 +30,14 @@ class PoolRules:
     # few such prompts wait behind others (the tail beyond p99 that per-window percentiles do not show)
     max_prefill_utilisation: float = 0.7
     # with `size_prefill_by_mix` and the routers counting prompt lengths, there is no such ceiling: the prefill
-    # pool's TTFT is the queue of the length mix (controlplane/learn/prefill_queue.py), and its strictest target
-    # holds at `ttft_tail_percentile` too (the requests past the p99 are the longest prompts, which meet the bound
-    # only if they barely wait; at the targets' own percentiles attainment fell below static's on 4 of 6 runs).
-    # Off by default: on the benchmark it meets one target fewer than the ceiling (seed 0 diurnal at 87% of
-    # static's GPU-hours), benchmarks/results/pools-2026-11-30.md, Run 4; the benchmark runs both. A deployment
-    # turns it on with its policy's `pool_size_prefill_by_mix`
-    size_prefill_by_mix: bool = False
+    # pool's TTFT is the queue of the length mix over its N replicas (controlplane/learn/prefill_queue.py), and its
+    # strictest target holds at `ttft_tail_percentile` too (the requests past the p99 are the longest prompts, which
+    # meet the bound only if they barely wait; at the targets' own percentiles attainment fell below static's on 4
+    # of 6 runs). On by default: the ceiling's model is one replica's TTFT against its own load, blind to a pool of
+    # one or two being a single queue that one long prompt holds up, and over a whole day's night it missed 2-9x
+    # static's requests where the mix missed half of them (benchmarks/results/pools-2026-11-30.md, Run 9); the
+    # benchmark runs both. Without the routers' length buckets the mean and the ceiling are used
+    size_prefill_by_mix: bool = True
     ttft_tail_percentile: float | None = 99.99  # None: the targets' percentiles only
     # of the pool, at least one replica: a bound on the model's error; within it the load x N/M check decides
     max_step_down_share: float = 0.5

@@ -10,7 +10,7 @@ def test_a_short_benchmark_reports_every_planner():
     trace = traces(minutes=6, scale=0.5)[2]  # step
     runs = run_trace(trace)
     names = [r.outcome.planner for r in runs]
-    assert names == ["static-peak", "dynamo-sla", "dynamo-sla+load", "moectl", "moectl+mix",
+    assert names == ["static-peak", "dynamo-sla", "dynamo-sla+load", "moectl", "moectl+ceiling",
                      "oracle-step (bound)"]
     for run in runs:
         o = run.outcome
@@ -24,6 +24,6 @@ def test_a_short_benchmark_reports_every_planner():
         assert f"| step | {o.planner} | {100 * o.attainment:.2f}% | {o.num_missed} |" in text
     static = runs[0].outcome
     lines = verdict(runs).splitlines()
-    assert [line.split(":")[0] for line in lines] == ["- step, moectl", "- step, moectl+mix"]
+    assert [line.split(":")[0] for line in lines] == ["- step, moectl", "- step, moectl+ceiling"]
     moectl = runs[3].outcome
     assert f"attainment >= static ({moectl.num_missed} vs {static.num_missed} missed) " in lines[0]

@@ -33,8 +33,8 @@ def test_policy_slo_becomes_targets_and_rules():
     rules = rules_of(policy)
     assert (rules.cooldown_seconds, rules.predictive_interval_seconds, rules.threshold.cooldown_seconds) == \
         (120, 60, 120)
-    assert not rules.size_prefill_by_mix and rules_of(policy.model_copy(
-        update={"pool_size_prefill_by_mix": True})).size_prefill_by_mix
+    assert rules.size_prefill_by_mix and not rules_of(policy.model_copy(
+        update={"pool_size_prefill_by_mix": False})).size_prefill_by_mix
     assert Policy().slo is None  # pools are not planned unless asked
     # the load "now" spans 20 s whatever the window: 2 s windows' rates are a few arrivals each
     assert planner_for(policy, 2.0, 15.0).load_windows == 10 and planner_for(policy, 10.0, 120.0).load_windows == 2

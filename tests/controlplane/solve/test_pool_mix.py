@@ -22,7 +22,8 @@ def load(rate: float, mix: PromptMix | None) -> LoadForecast:
     return LoadForecast(rate, 0.8, 1200.0, 300.0, 200.0, 300.0, "test", is_backtested=True, remote_mix=mix)
 
 
-BY_MIX = PoolRules(size_prefill_by_mix=True)
+BY_MIX = PoolRules()
+CEILING = PoolRules(size_prefill_by_mix=False)
 
 
 def planned_prefill(mix: PromptMix | None, rules: PoolRules = BY_MIX) -> int:
@@ -33,12 +34,12 @@ def planned_prefill(mix: PromptMix | None, rules: PoolRules = BY_MIX) -> int:
 def test_a_short_mix_needs_fewer_prefill_replicas_than_the_ceiling_and_a_long_one_more():
     ceiling = planned_prefill(None)  # only the mean known: planned under the 0.7 utilisation ceiling
     assert planned_prefill(SHORT) < ceiling < planned_prefill(LONG)
-    # by default the mix is not used: the same mean, the same pool
-    assert planned_prefill(SHORT, PoolRules()) == planned_prefill(LONG, PoolRules()) == ceiling
+    # with the mix turned off: the same mean, the same pool
+    assert planned_prefill(SHORT, CEILING) == planned_prefill(LONG, CEILING) == ceiling
 
 
 def test_the_long_prompts_tail_is_what_costs_replicas():
-    lean = PoolRules(size_prefill_by_mix=True, ttft_tail_percentile=None)
+    lean = PoolRules(ttft_tail_percentile=None)
     assert planned_prefill(SHORT, lean) < planned_prefill(LONG, lean)  # the mix's queue alone
     assert planned_prefill(LONG, lean) < planned_prefill(LONG)  # and its longest prompts' wait
 
@@ -67,3 +68,17 @@ def test_no_mix_unless_every_window_it_reads_counted_lengths():
     assert measured_load(tuple(newest_without)).remote_mix is None
     oldest_without = [replace(windows[0], prompt_buckets=None)] + windows[1:]  # older than the mix reads
     assert measured_load(tuple(oldest_without)).remote_mix is not None
+
+
+def test_one_replica_is_a_single_queue_that_a_long_prompt_holds_up():
+    # two prefill replicas at 2 req/s: the mean prompt alone says one is enough (a fifth of one's capacity); by
+    # default, knowing that one prompt in twelve is 7800 tokens, the pool keeps two: on one replica every prompt
+    # behind a long one waits for it (benchmarks/results/pools-2026-11-30.md, Run 9: the night of a whole day)
+    windows = [window(t, rate=2.0) for t in range(130, 181, 10)]
+
+    def prefill(mix: PromptMix, rules: PoolRules) -> int:
+        return plan_pools(view(windows, prefill=2), model(), load(2.0, mix), load(2.0, mix), rules).target("prefill")
+
+    assert prefill(LONG, CEILING) == 1
+    assert prefill(LONG, BY_MIX) == 2
+    assert prefill(SHORT, BY_MIX) == 1  # prompts of one length: one replica carries them
