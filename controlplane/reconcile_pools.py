@@ -121,7 +121,9 @@ def _summary(view: PoolsView, plan: PoolPlan, threshold_known: bool) -> dict:
         load = {"request_rate": round(plan.load.request_rate, 4), "method": plan.load.method,
                 "horizon_seconds": plan.load.horizon_seconds, "is_backtested": plan.load.is_backtested,
                 "prompt_tokens": round(plan.load.prompt_tokens, 1), "output_tokens": round(plan.load.output_tokens, 1),
-                "remote_share": round(plan.load.remote_share, 4)}
+                "remote_share": round(plan.load.remote_share, 4),
+                # the routers' length buckets, when counted and the policy uses them, else the mean under the ceiling
+                "prefill_sized_by": "mean prompt" if plan.load.remote_mix is None else "prompt-length mix"}
     threshold = plan.threshold
     return finite({
         "at": view.now, "targets": {t.name: t.seconds for t in view.targets}, "gpu_budget": view.gpu_budget,

@@ -27,10 +27,11 @@ def render_pools(o: dict) -> list[str]:
     measured = plan["measured"]
     slo = " ".join(f"{name} {_seconds(measured.get(name))}/{_seconds(target)}" for name, target in plan["slo"].items())
     rate = measured.get("request_rate")
-    forecast = plan["forecast"]
+    forecast, sized_by = plan["forecast"], (plan.get("load") or {}).get("prefill_sized_by")
     lines = [f"  pools: {sizes}",
              f"  slo (measured/target): {slo} | load {_fmt(rate)} req/s"
              + (f" | forecast {forecast['request_rate']:.2f} req/s ({forecast['method']})" if forecast else "")
+             + (f" | prefill by {sized_by}" if sized_by else "")
              + f" | local prefill < {_fmt(plan['threshold']['tokens'], 'd')} tokens"]
     lines += [f"  {p['role']}: {p['decision']['kind']} {p['decision']['current']}->{p['decision']['target']}: "
               f"{p['decision']['reason'][:110]}" for p in plan["pools"]]

@@ -137,6 +137,9 @@ class LoadOut(BaseModel):
     prompt_tokens: float
     output_tokens: float
     remote_share: float = Field(description="share of requests prefilled on the prefill pool")
+    prefill_sized_by: str | None = Field(default=None, description="the model the prefill pool was sized with: "
+                                         "'prompt-length mix' (the routers' buckets) or 'mean prompt' (0.7 "
+                                         "utilisation ceiling); null in plans stored before 2026-12-01")
     at: float | None = Field(default=None, description="when this forecast was made")
 
 

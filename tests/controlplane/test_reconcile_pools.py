@@ -9,7 +9,7 @@ import json
 import pytest
 from sqlalchemy import select
 from support.auth import agent, operator
-from support.serving_windows import WINDOW, post_window, router_window_body
+from support.serving_windows import WINDOW, post_window, prompt_buckets, router_window_body
 from support.store import MODEL
 
 from controlplane import reconcile_pools
@@ -89,8 +89,23 @@ def test_a_sustained_itl_breach_adds_a_decode_replica_once(client, clock, sessio
     lines = render_pools(overview)
     assert lines[0] == "  pools: prefill 1 (1 ready; 1..2) · decode 2 (1 ready, 1 starting; 1..3)"
     assert "itl_p90 0.090s/0.050s" in lines[1] and "local prefill < 256 tokens" in lines[1]
+    # the router counts no prompt lengths: the prefill pool is sized from the mean prompt
+    assert plan["load"]["prefill_sized_by"] == "mean prompt" and "prefill by mean prompt" in lines[1]
     assert "last scaling:" in lines[-1] and "1->2 replicas applied: reactive" in lines[-1]
 
+
+
+@pytest.mark.parametrize("by_mix, sized_by", [(True, "prompt-length mix"), (False, "mean prompt")])
+def test_the_plan_says_which_model_sized_the_prefill_pool(client, clock, sessions, settings, by_mix, sized_by):
+    # the router counts prompt lengths (50 arrivals a window, all of 129-256 tokens): by default the prefill pool is
+    # sized from that mix; a policy that turns it off sizes it from the mean prompt all the same
+    register(client, pool_size_prefill_by_mix=by_mix)
+    windows(client, clock, 4, prompt_buckets=prompt_buckets(b2=50))
+    off_tick(clock)
+    assert reconcile_once(sessions, settings, now=clock.now).num_errors == 0
+    overview = client.get("/v1/deployments/tiny/overview").json()
+    assert overview["pool_plan"]["load"]["prefill_sized_by"] == sized_by
+    assert f"prefill by {sized_by}" in render_pools(overview)[1]
 
 def test_observe_records_the_plan_and_changes_nothing(client, clock, sessions, settings):
     register(client, mode="observe")

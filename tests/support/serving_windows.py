@@ -17,9 +17,11 @@ def latency(p90: float, count: int = 100) -> LatencySummary:
 
 
 def post_window(client, start: float, *, rate: float = 5.0, itl: float = 0.03, ttft: float = 0.3,
-                threshold: int | None = 256, instances: dict[str, list[str]] | None = None) -> None:
+                threshold: int | None = 256, instances: dict[str, list[str]] | None = None,
+                prompt_buckets: tuple[int, ...] | None = None) -> None:
     """One window of the deployment 'tiny': every instance's ranks (role -> instance names; default one
-    prefill and one decode instance) and one router, carrying `rate` requests/s."""
+    prefill and one decode instance) and one router, carrying `rate` requests/s (prompt_buckets: the router's
+    prompt-length counts, None: it does not count them)."""
     instances = instances or {"prefill": ["tiny-prefill-0"], "decode": ["tiny-decode-0"]}
     arrivals = int(rate * WINDOW)
     for role, names in instances.items():
@@ -41,7 +43,8 @@ def post_window(client, start: float, *, rate: float = 5.0, itl: float = 0.03, t
                           num_finished=arrivals, output_tokens=arrivals * 32, ttft=latency(ttft, arrivals),
                           ttft_local=latency(ttft, arrivals // 5), ttft_remote=latency(ttft, arrivals - arrivals // 5),
                           itl=latency(itl, arrivals * 31), request_seconds=latency(2.0, arrivals),
-                          kv_transfer=latency(0.01, arrivals), local_prefill_threshold=threshold)
+                          kv_transfer=latency(0.01, arrivals), local_prefill_threshold=threshold,
+                          prompt_buckets=prompt_buckets)
     answer = client.post("/v1/agents/router-window", content=window.model_dump_json(),
                          headers=agent() | {"Content-Type": "application/json"})
     assert answer.status_code == 200, answer.text
