@@ -55,8 +55,7 @@ class Outcome:
     planner: str
     trace: str
     num_requests: int
-    attainment: float  # share of all requests that met the SLO
-    num_missed: int  # requests that did not (a share rounded to 100.00 % can hide dozens of a day's million)
+    num_missed: int  # requests that did not meet the SLO (a share rounded to 100.00 % can hide dozens of a million)
     ttft_p90: float
     ttft_p99: float
     itl_p90: float
@@ -67,6 +66,11 @@ class Outcome:
     num_threshold_changes: int
     num_aborted: int
     num_unserved: int
+
+    @property
+    def attainment(self) -> float:
+        """Share of all requests that met the SLO (1 without requests)."""
+        return 1.0 - self.num_missed / self.num_requests if self.num_requests else 1.0
 
 
 def gpu_hours(result: SimResult) -> float:
@@ -89,8 +93,7 @@ def outcome(result: SimResult, cooldown_seconds: float) -> Outcome:
     def pct(values: np.ndarray, q: float) -> float:
         return float(np.percentile(values, q)) if values.size else float("nan")
 
-    return Outcome(result.planner, result.trace.name, int(req.arrival.size), float(met.mean()) if met.size else 1.0,
-                   int((~met).sum()),
+    return Outcome(result.planner, result.trace.name, int(req.arrival.size), int((~met).sum()),
                    pct(ttft[done], 90), pct(ttft[done], 99), weighted_percentile(gaps, tokens, 90),
                    weighted_percentile(gaps, tokens, 99),
                    gpu_hours(result), flaps(result.decisions, cooldown_seconds), len(result.decisions),
