@@ -2,7 +2,8 @@
 EP group on drifting workloads.
 
 One EP group of the DeepSeek-V3 shape (58 MoE layers x 256 experts, 8 groups, top-8): the prefill pool's EP32
-(4 nodes x 8 GPUs, 9 slots each, 288 slots) and/or the decode pool's EP320 (one slot per GPU), `--pools`.
+(4 nodes x 8 GPUs, 9 slots each, 288 slots) and/or the decode pool's EP320 (one slot per GPU, or three: `decode-3`),
+`--pools`.
 Every 5 s window the workload (agents/sim/load.py: per-layer Zipf popularity, a lognormal walk, a swing between
 two kinds of text) routes its tokens, the placement in force spreads them over the GPUs, and the step-time model
 (agents/sim/cost.py: each layer waits for its busiest GPU; the all-to-all is priced per row that arrives from
@@ -86,7 +87,13 @@ PREFILL = Shape("prefill EP32", "prefill", num_nodes=4, gpus_per_node=8, slots_p
                 tokens_per_window=32 * 9_200 * 5)
 DECODE = Shape("decode EP320", "decode", num_nodes=40, gpus_per_node=8, slots_per_gpu=1,
                tokens_per_window=320 * 3_700 * 5)
-SHAPES = {"prefill": PREFILL, "decode": DECODE}
+# the same decode pool with three slots per GPU (960 slots: 704 redundant): three experts' weights per GPU and layer
+# (~7.7 GB at FP8 over the 58 layers, a tenth of an 80 GB GPU) where the seeds' deployment keeps one, so that hot
+# experts can be spread thin enough for max/mean 1.10 (the oracle: ~2.5-2.9 at one slot, ~1.11-1.17 at two,
+# ~1.02-1.04 at three). The step-time model counts rows, not weight reads: at this batch (~500 rows per slot and
+# step) an FP8 expert GEMM is compute-bound, so a GPU's time still follows its rows
+DECODE_3 = replace(DECODE, name="decode EP320, 3 slots per GPU", slots_per_gpu=3)
+SHAPES = {"prefill": PREFILL, "decode": DECODE, "decode-3": DECODE_3}
 
 
 @dataclass(frozen=True)
@@ -365,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hours", type=float, default=2.0)
     p.add_argument("--eplb-minutes", type=float, nargs="+", default=[1.0, 10.0])
     p.add_argument("--pools", nargs="+", choices=list(SHAPES), default=["prefill"],
-                   help="prefill: EP32, 9 slots per GPU; decode: EP320, one slot per GPU")
+                   help="prefill: EP32, 9 slots per GPU; decode: EP320, one slot per GPU; decode-3: EP320, 3 slots "
+                        "per GPU")
     p.add_argument("--workloads", nargs="+", type=int, choices=range(len(WORKLOADS)),
                    default=list(range(len(WORKLOADS))),
                    help="by index: " + "; ".join(f"{i}: {w.name}" for i, w in enumerate(WORKLOADS)))

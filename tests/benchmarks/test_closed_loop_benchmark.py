@@ -6,6 +6,7 @@ from __future__ import annotations
 from benchmarks import closed_loop
 from benchmarks.closed_loop import (
     DECODE,
+    DECODE_3,
     MOECTL_POLICIES,
     PREFILL,
     WORKLOADS,
@@ -67,6 +68,17 @@ def test_no_strategy_beats_the_oracle_in_any_window():
     assert oracle.throughput >= static.throughput
     row = oracle.row(DECODE, hours, static)
     assert row[0] == Oracle.name and row[5] == row[6] == "-"
+
+
+def test_three_slots_per_gpu_make_the_decode_pools_balance_feasible():
+    """The same windows on EP320: one slot per GPU cannot spread a hot expert thin enough for 1.10, three can."""
+    hours = 2 * closed_loop.WINDOW_SECONDS / closed_loop.HOUR
+    one = simulate(DECODE, WORKLOADS[0], Oracle(DECODE), hours)
+    three = simulate(DECODE_3, WORKLOADS[0], Oracle(DECODE_3), hours)
+    assert DECODE_3.topology.num_gpus == DECODE.topology.num_gpus == 320
+    assert DECODE_3.topology.num_slots == 3 * DECODE.topology.num_slots
+    assert three.tokens == one.tokens
+    assert min(one.imbalances) > 2.0 and max(three.imbalances) <= closed_loop.MAX_BALANCED
 
 
 def outcome(name: str, imbalance: float, seconds: float, moved: int = 0) -> Outcome:
