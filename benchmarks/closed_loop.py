@@ -123,14 +123,19 @@ WORKLOADS = [
 # layer copied to another GPU (DeepSeek-V3: 3 x 7168 x 2048 parameters, ~44 MB at FP8): the whole 800%/h of EP32
 # is ~134k copies an hour, ~5.9 TB, ~1.6 GB/s over the group's 32 GPUs, a seventh of EPLB every minute's. Each
 # change is also a new table version every rank switches to: 720 an hour against 60.
+# The fourth takes the same steps up to 10% of the residencies each, every move cutting at least 2%, within 3200%
+# an hour: what the fastest drift needs on a pool of 960 slots (decode EP320 at three slots per GPU, where it
+# spends ~1,560%/h: ~870k copies an hour, ~10.6 GB/s over the 320 GPUs, 33 MB/s each).
+SMALL_STEPS = Policy(mode="auto", imbalance_threshold=1.05, sustained_windows=1, min_gain=0.01,
+                     cooldown_seconds=WINDOW_SECONDS, max_actions_per_hour=720, max_moved_slots_fraction=0.02,
+                     max_moved_slots_per_hour_fraction=8.0, min_gain_per_moved_slot=0.04, verify_windows=1)
 MOECTL_POLICIES = {
     "moectl loop (defaults)": Policy(mode="auto"),
     "moectl loop (budget 800%/h)": Policy(mode="auto", imbalance_threshold=1.10, max_moved_slots_fraction=0.5,
                                           max_moved_slots_per_hour_fraction=8.0),
-    "moectl loop (small steps)": Policy(mode="auto", imbalance_threshold=1.05, sustained_windows=1, min_gain=0.01,
-                                        cooldown_seconds=WINDOW_SECONDS, max_actions_per_hour=720,
-                                        max_moved_slots_fraction=0.02, max_moved_slots_per_hour_fraction=8.0,
-                                        min_gain_per_moved_slot=0.04, verify_windows=1),
+    "moectl loop (small steps)": SMALL_STEPS,
+    "moectl loop (steps for fast drift)": SMALL_STEPS.model_copy(update=dict(
+        max_moved_slots_fraction=0.1, min_gain_per_moved_slot=0.02, max_moved_slots_per_hour_fraction=32.0)),
 }
 
 # issue 15's targets
