@@ -125,7 +125,9 @@ WORKLOADS = [
 # change is also a new table version every rank switches to: 720 an hour against 60.
 # The fourth takes the same steps up to 10% of the residencies each, every move cutting at least 2%, within 3200%
 # an hour: what the fastest drift needs on a pool of 960 slots (decode EP320 at three slots per GPU, where it
-# spends ~1,560%/h: ~870k copies an hour, ~10.6 GB/s over the 320 GPUs, 33 MB/s each).
+# spends ~1,560%/h: ~870k copies an hour, ~10.6 GB/s over the 320 GPUs, 33 MB/s each). On prefill EP32 it
+# balances better than small steps but moves 18-40% of EPLB every minute's (benchmarks/results/
+# closed-loop-decode-3-2026-12-02.md): a policy for a pool like decode-3, not for every pool.
 SMALL_STEPS = Policy(mode="auto", imbalance_threshold=1.05, sustained_windows=1, min_gain=0.01,
                      cooldown_seconds=WINDOW_SECONDS, max_actions_per_hour=720, max_moved_slots_fraction=0.02,
                      max_moved_slots_per_hour_fraction=8.0, min_gain_per_moved_slot=0.04, verify_windows=1)
