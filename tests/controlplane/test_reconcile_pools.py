@@ -94,7 +94,6 @@ def test_a_sustained_itl_breach_adds_a_decode_replica_once(client, clock, sessio
     assert "last scaling:" in lines[-1] and "1->2 replicas applied: reactive" in lines[-1]
 
 
-
 @pytest.mark.parametrize("by_mix, sized_by", [(True, "prompt-length mix"), (False, "mean prompt")])
 def test_the_plan_says_which_model_sized_the_prefill_pool(client, clock, sessions, settings, by_mix, sized_by):
     # the router counts prompt lengths (50 arrivals a window, all of 129-256 tokens): by default the prefill pool is
@@ -106,6 +105,7 @@ def test_the_plan_says_which_model_sized_the_prefill_pool(client, clock, session
     overview = client.get("/v1/deployments/tiny/overview").json()
     assert overview["pool_plan"]["load"]["prefill_sized_by"] == sized_by
     assert f"prefill by {sized_by}" in render_pools(overview)[1]
+
 
 def test_observe_records_the_plan_and_changes_nothing(client, clock, sessions, settings):
     register(client, mode="observe")
