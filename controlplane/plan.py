@@ -22,6 +22,7 @@ from controlplane.observed import PoolState
 from controlplane.pacing import HOUR, PLACEMENT, placement_allowance
 from controlplane.parking import LOAD_SPAN_SECONDS, material_change
 from controlplane.solve.algorithm import MigrationAware, PlacementAlgorithm
+from controlplane.solve.packing import imbalance_floor
 from controlplane.solve.placement import Topology
 from controlplane.solve.routing import RECALL_TOLERANCE, RoutingStep, limit_range, plan_topk_group
 
@@ -67,12 +68,12 @@ def plan_pool(policy: Policy, pool: PoolState, now: float, *, is_forced: bool = 
     lifts a park (they see its evidence). mtp: the MTP diagnosis; only load skew leads to a rebalance.
     algorithm: what solves the placement (solve/algorithm.py); the policy's min_gain_per_moved_slot applies to
     the controller's own (MigrationAware), another algorithm has no such bar."""
-    unparked = None
+    unparked, shape_limit = None, ""
 
     def plan(decision: Decision, reason: str, change: PlacementChange | None = None, **inputs) -> Plan:
         if unparked is not None and decision == Decision.rebalance:
             reason = f"{reason} (unparked: {unparked})"
-        return Plan(pool.deployment, pool.role, decision, reason, inputs, change, unparked)
+        return Plan(pool.deployment, pool.role, decision, reason + shape_limit, inputs, change, unparked)
 
     if policy.mode == Mode.off:
         return plan(Decision.keep, "policy mode is off")
@@ -88,6 +89,12 @@ def plan_pool(policy: Policy, pool: PoolState, now: float, *, is_forced: bool = 
         return plan(Decision.hold, "a recent window misses some rank's expert load (or carries none)")
     inputs = {"measured_imbalance": [round(m, 4) for m in measured], "windows": [w.index for w in windows],
               "placement_version": pool.placement_version}
+    floor = imbalance_floor(windows[-1].expert_tokens, pool.num_slots, pool.ep_size)
+    if floor is not None:
+        inputs["imbalance_floor"] = round(floor, 4)
+        if floor > policy.imbalance_threshold:  # no plan can meet the threshold: say so, or people blame the loop
+            shape_limit = (f"; the pool's shape is the limit: no placement of its {pool.num_slots} slots on "
+                           f"{pool.ep_size} GPUs gets under {floor:.3f} on this load (more slots per GPU lift it)")
     # the seeds' loop: acceptance persistently under its floor, diagnosed as load skew, asks for a rebalance
     is_acceptance_low = mtp is not None and mtp.cause == Cause.skew
     if is_acceptance_low:

@@ -45,15 +45,21 @@ def render_pools(o: dict) -> list[str]:
     return lines
 
 
+def worst_floor(o: dict) -> float | None:
+    """The imbalance floor of the pool whose imbalance the overview shows (its worst pool's)."""
+    measured = [p for p in o["pools"] if p["imbalance"] is not None]
+    return max(measured, key=lambda p: p["imbalance"]).get("imbalance_floor") if measured else None
+
+
 def render(overviews: list[dict]) -> str:
-    lines = [f"{'deployment':<16} {'mode':<8} {'imbalance':>9} {'a2a':>6} {'prefix':>6} {'mtp':>6} "
+    lines = [f"{'deployment':<16} {'mode':<8} {'imbalance':>9} {'floor':>6} {'a2a':>6} {'prefix':>6} {'mtp':>6} "
              f"{'run/wait':>9} {'placement':>10} {'agents':>9}  last action"]
     for o in overviews:
         versions = ",".join(f"{r}:{_fmt(v, 'd') if v is not None else 'mixed'}"
                             for r, v in o["placement_version"].items())
         action = o["last_actions"][0] if o["last_actions"] else None
         last = f"#{action['id']} {action['status']} {action['reason'][:50]}" if action else "-"
-        lines.append(f"{o['deployment']:<16} {o['mode']:<8} {_fmt(o['imbalance']):>9} "
+        lines.append(f"{o['deployment']:<16} {o['mode']:<8} {_fmt(o['imbalance']):>9} {_fmt(worst_floor(o)):>6} "
                      f"{_fmt(o['all2all_share'], '.0%'):>6} {_fmt(o['prefix_hit_ratio'], '.0%'):>6} "
                      f"{_fmt(o['mtp_acceptance'], '.0%'):>6} "
                      f"{o['queue']['running']:>4}/{o['queue']['waiting']:<4} {versions:>10} "

@@ -23,6 +23,10 @@ class ControllerMetrics:
         self.imbalance = Gauge("moectl_controller_imbalance_ratio",
                                "Measured max/mean GPU expert load of the last window (mean over MoE layers)",
                                ["deployment", "role"], registry=registry)
+        self.imbalance_floor = Gauge("moectl_controller_imbalance_floor_ratio",
+                                     "The imbalance no placement of the pool's slots gets under on the last window's "
+                                     "expert load: where the measured one sits at it, the pool's shape is the limit",
+                                     ["deployment", "role"], registry=registry)
         self.pass_seconds = Histogram("moectl_controller_reconcile_seconds", "Duration of one reconcile pass",
                                       registry=registry)
         self.routing_limit_violation = Gauge(
@@ -107,6 +111,8 @@ class ControllerMetrics:
             measured = plan.inputs.get("measured_imbalance")
             if measured:
                 self.imbalance.labels(plan.deployment, plan.role).set(measured[-1])
+            if plan.inputs.get("imbalance_floor") is not None:
+                self.imbalance_floor.labels(plan.deployment, plan.role).set(plan.inputs["imbalance_floor"])
         for deployment, outcome in (pool_plans or {}).items():
             self.observe_pool_plan(deployment, outcome.summary)
         if not is_leading:  # the leader judges the pools now; a verdict kept here would go stale and keep alerting

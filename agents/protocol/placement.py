@@ -83,11 +83,15 @@ def layer_imbalance(gpu_load: np.ndarray) -> np.ndarray:
     return np.divide(gpu_load.max(axis=1), mean, out=np.full(mean.shape, np.nan), where=mean > 0)
 
 
-def imbalance(gpu_load: np.ndarray) -> float | None:
-    """[L, G] tokens per GPU -> mean over loaded layers of max/mean GPU load; None when no layer has load."""
-    ratio = layer_imbalance(gpu_load)
+def mean_over_loaded(ratio: np.ndarray) -> float | None:
+    """[L] per-layer max/mean, NaN for a layer without load -> their mean over loaded layers; None when none is."""
     is_loaded = ~np.isnan(ratio)
     return float(ratio[is_loaded].mean()) if is_loaded.any() else None
+
+
+def imbalance(gpu_load: np.ndarray) -> float | None:
+    """[L, G] tokens per GPU -> mean over loaded layers of max/mean GPU load; None when no layer has load."""
+    return mean_over_loaded(layer_imbalance(gpu_load))
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from controlplane.desired import Policy
 from controlplane.diagnose import diagnose_mtp
 from controlplane.observed import PoolState, Window, acceptance_by_position
 from controlplane.routing_reach import check_routing_limit, window_reach
+from controlplane.solve.packing import imbalance_floor
 from controlplane.store import actions, deployments, policies, pools
 from controlplane.store.tables import Action, Deployment, Pool
 from controlplane.store.timestamps import seconds
@@ -91,6 +92,9 @@ def build(session: Session, deployment: Deployment, settings: Settings, now: flo
                                        placement_version=state.placement_version,
                                        applied_placement_version=applied, topk_group=state.topk_group,
                                        imbalance=history[-1].imbalance if history else None,
+                                       imbalance_floor=imbalance_floor(state.windows[-1].expert_tokens,
+                                                                       state.num_slots, state.ep_size)
+                                       if state.windows else None,
                                        agents=health, history=history,
                                        parked=[ParkedOut(knob=p.knob, since=p.since, action_id=p.action_id,
                                                          reason=p.reason) for p in state.parked.values()],

@@ -82,6 +82,9 @@ class PoolOverview(BaseModel):
     topk_group: int | None = Field(description="the routing limit issued to the pool's agents; null: none, they "
                                                 "route with the model's own")
     imbalance: float | None
+    imbalance_floor: float | None = Field(default=None, description="the imbalance no placement of the pool's "
+                                          "slots gets under on the last window's expert load; above the policy's "
+                                          "threshold the pool's shape, not the loop, is the limit")
     agents: AgentsHealth
     history: list[WindowPoint]
     parked: list[ParkedOut] = Field(default=[], description="knobs the loop leaves alone after a reverted change, "

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from agents.protocol.placement import mean_over_loaded
+
 
 def replicate(load: np.ndarray, num_slots: int, max_replicas: int) -> np.ndarray:
     """Replica count per expert, minimising the largest per-replica load.
@@ -38,6 +40,20 @@ def ratio_bound(load: np.ndarray, num_slots: int, num_gpus: int) -> np.ndarray:
     mean = load.sum(axis=1) / num_gpus
     peak = (load / replicate(load, num_slots, num_gpus)).max(axis=1)
     return np.divide(np.maximum(peak, mean), mean, out=np.full(mean.shape, np.nan), where=mean > 0)
+
+
+def imbalance_floor(load: np.ndarray, num_slots: int, num_gpus: int) -> float | None:
+    """The imbalance no table of `num_slots` slots on `num_gpus` GPUs gets under for load [L, E] tokens: the
+    mean over loaded layers of `ratio_bound`, in the units of a measured imbalance; None without load.
+
+    Above the policy's threshold it says the pool's shape is the limit, not the loop: DeepSeek's decode pool
+    (320 GPUs, one slot each, 256 experts) sits at 2.5-2.9 on the benchmark's skewed loads whatever the placement
+    (benchmarks/results/closed-loop-decode-3-2026-12-02.md); only more slots per GPU lift it.
+    """
+    load = np.asarray(load, dtype=np.float64)
+    if load.ndim != 2 or load.size == 0:  # a window that carried no expert load
+        return None
+    return mean_over_loaded(ratio_bound(load, num_slots, num_gpus))
 
 
 def expert_of_replicas(counts: np.ndarray) -> np.ndarray:

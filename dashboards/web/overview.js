@@ -64,9 +64,20 @@ export function renderTiles(root, o, policy) {
   const diagnosisTile = tile("MTP diagnosis", diagnoses.length ? diagnoses.map((d) => `${d.role}: ${d.cause.replaceAll("_", " ")}`).join(" · ") : "–",
     { cls: diagnoses.length ? "warn" : "", sub: diagnoses.length ? "" : (p.mtp_acceptance_floor ? "above its floor" : "no floor set"), field: "mtp_diagnosis" });
   diagnosisTile.title = diagnoses.map((d) => `${d.role}: ${d.reason}`).join("\n");
+  // the floor of the pool shown: above the threshold no placement can meet it, and the pool's shape is the limit
+  const worst = o.pools.filter((x) => x.imbalance !== null).sort((a, b) => b.imbalance - a.imbalance)[0];
+  const floor = worst ? worst.imbalance_floor ?? null : null;
+  const isShapeLimited = floor !== null && floor > threshold;
+  const imbalanceTile = tile("busiest GPU / mean", fmt(o.imbalance), { cls: imbalanceCls,
+    sub: `rebalance > ${fmt(threshold)}` + (floor === null ? "" : ` · floor ${fmt(floor)}`), field: "imbalance" });
+  if (isShapeLimited) {
+    imbalanceTile.dataset.shapeLimited = worst.role;
+    imbalanceTile.title = `${worst.role}: no placement of its ${worst.ep_size * worst.slots_per_rank} slots gets under ` +
+      `${fmt(floor)} on this load; more slots per GPU lift it`;
+  }
   root.replaceChildren(
     tile("mode", o.mode, { sub: `policy v${o.policy_version}`, field: "mode" }),
-    tile("busiest GPU / mean", fmt(o.imbalance), { cls: imbalanceCls, sub: `rebalance > ${fmt(threshold)}`, field: "imbalance" }),
+    imbalanceTile,
     tile("all-to-all share", pct(o.all2all_share), { cls: a2aCls, sub: `target ${pct(a2aTarget)}`, field: "all2all_share" }),
     tile("prefix cache hit", pct(o.prefix_hit_ratio), { field: "prefix_hit_ratio" }),
     tile("MTP acceptance", pct(o.mtp_acceptance), { cls: mtpCls, sub: mtpSub, field: "mtp_acceptance" }),

@@ -19,12 +19,13 @@ NUM_LAYERS, NUM_EXPERTS, EP, SPR = 2, 16, 4, 5
 EVERY_RANK = {f"{RANK_REPORTS}{rank}": 1 for rank in range(EP)}  # each rank's slot load is in
 
 
-def skewed_window(index: int, table: np.ndarray, version: int = 0, hot: float = 20.0) -> Window:
+def skewed_window(index: int, table: np.ndarray, version: int = 0, hot: float = 20.0, ep: int = EP) -> Window:
     load = np.full((NUM_LAYERS, NUM_EXPERTS), 100.0)
     load[:, 0] *= hot  # one hot expert per layer
     slot_tokens = PlacementTable(table).slot_load(load)
-    return Window(index=index, start=index * 10.0, seconds=10.0, placement_version=version, num_reports=EP,
-                  num_slot_reports=EP, expert_tokens=load, slot_tokens=slot_tokens, counters=EVERY_RANK)
+    return Window(index=index, start=index * 10.0, seconds=10.0, placement_version=version, num_reports=ep,
+                  num_slot_reports=ep, expert_tokens=load, slot_tokens=slot_tokens,
+                  counters={f"{RANK_REPORTS}{rank}": 1 for rank in range(ep)})
 
 
 def pool(num_windows: int = 3, *, fresh: int = EP, last_change_at=None, moved_last_hour: int = 0,
@@ -47,6 +48,23 @@ def test_sustained_imbalance_is_rebalanced_within_the_moves_budget():
     assert change.predicted_imbalance < change.current_imbalance - AUTO.min_gain
     assert 0 < change.num_moved_slots <= AUTO.max_moved_slots_fraction * NUM_LAYERS * EP * SPR
     assert change.num_moved_slots == int((change.slot_to_expert != pool().slot_to_expert).sum())
+
+
+def test_a_pool_whose_shape_is_the_limit_says_so_and_still_gains_what_it_can():
+    # one slot per GPU, as DeepSeek's decode pool: 20 slots for 16 experts leave the hot expert (2000 of a layer's
+    # 3500 tokens) 5 replicas of 400 tokens each, where the mean GPU carries 175: no table gets under 400/175
+    ep = 20
+    table = default_slot_to_expert(NUM_LAYERS, NUM_EXPERTS, ep)
+    limited = replace(pool(), ep_size=ep, slots_per_rank=1, num_agents=ep, num_fresh_agents=ep, slot_to_expert=table,
+                      windows=tuple(skewed_window(i, table, ep=ep) for i in range(3)))
+    plan = plan_pool(AUTO, limited, now=1000.0)
+    assert plan.decision == Decision.rebalance
+    assert plan.inputs["imbalance_floor"] == pytest.approx(400 / 175, abs=1e-4)
+    assert "the pool's shape is the limit: no placement of its 20 slots on 20 GPUs gets under 2.286" in plan.reason
+    assert plan.inputs["imbalance_floor"] - 1e-4 <= plan.change.predicted_imbalance < plan.change.current_imbalance
+    # five slots per GPU give the hot expert a replica on every GPU: the threshold is within reach, nothing to say
+    roomy = plan_pool(AUTO, pool(), now=1000.0)
+    assert roomy.inputs["imbalance_floor"] == 1.0 and "shape" not in roomy.reason
 
 
 @pytest.mark.parametrize("state, words", [

@@ -5,6 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry
 from support.fleet import CPU, run_windows, start_fleet
 
+from controlplane.desired import Decision, Plan
 from controlplane.reconcile import reconcile_once
 from controlplane.telemetry import ControllerMetrics
 
@@ -29,3 +30,14 @@ def test_a_parked_knob_and_a_not_load_related_diagnosis_are_exported(client, ses
     assert registry.get_sample_value("moectl_controller_knob_parked", labels | {"knob": "placement"}) == 0
     for cause, value in {"not_load_related": 1, "skew": 0, "routing": 0, "regression": 0}.items():
         assert registry.get_sample_value("moectl_controller_mtp_diagnosis", labels | {"cause": cause}) == value
+
+
+def test_the_imbalance_and_its_floor_are_exported_from_the_plans_inputs():
+    metrics = ControllerMetrics(CollectorRegistry())
+    inputs = {"measured_imbalance": [2.61, 2.58], "imbalance_floor": 2.4}
+    metrics.observe_pass([Plan("d", "decode", Decision.keep, "best plan gains 0.001", inputs),
+                          Plan("d", "prefill", Decision.hold, "only 1/8 agents are fresh", {})], 0, 0.1)
+    decode, prefill = {"deployment": "d", "role": "decode"}, {"deployment": "d", "role": "prefill"}
+    assert metrics.registry.get_sample_value("moectl_controller_imbalance_ratio", decode) == 2.58
+    assert metrics.registry.get_sample_value("moectl_controller_imbalance_floor_ratio", decode) == 2.4
+    assert metrics.registry.get_sample_value("moectl_controller_imbalance_floor_ratio", prefill) is None

@@ -156,6 +156,31 @@ def test_the_page_loads_with_no_console_errors(page):
     assert page.errors == []
 
 
+def test_the_imbalance_tile_says_when_the_pools_shape_is_the_limit(page):
+    """The floor of the pool shown beside its imbalance; above the policy's threshold (a pool with one slot per GPU,
+    as DeepSeek's decode pool) the tile says why no rebalance lifts it. The controller's answer is edited in
+    flight for the second: the live fleets have the slots to balance."""
+    page.open("#deployment=sim-0")
+    imbalance = "#tiles [data-field=imbalance]"
+    page.page.wait_for_function(f"/floor 1\\.\\d\\d/.test(document.querySelector('{imbalance}')"
+                                ".parentElement.innerText)")
+    assert page.page.locator(imbalance).evaluate("b => b.parentElement.dataset.shapeLimited") is None
+
+    def limited(route):
+        overview = route.fetch().json()
+        for pool in overview["pools"]:
+            pool["imbalance"], pool["imbalance_floor"] = 2.61, 2.55
+        overview["imbalance"] = 2.61
+        route.fulfill(json=overview)
+
+    page.page.route("**/v1/deployments/sim-0/overview", limited)
+    page.page.wait_for_selector("#tiles .tile[data-shape-limited='decode'] [data-field=imbalance]", timeout=20_000)
+    tile = page.page.locator("#tiles .tile[data-shape-limited='decode']")
+    assert "floor 2.55" in tile.inner_text()
+    assert "no placement of its 80 slots gets under 2.55" in tile.get_attribute("title")
+    assert page.errors == []
+
+
 def test_a_parked_knob_and_each_effect_beside_its_prediction(page):
     """sim-cpu: all-to-all over 80% of step time whatever the limit; the loop tightens once, sees no effect,
     reverts and parks routing; the page says so in the tiles and in the action's row."""

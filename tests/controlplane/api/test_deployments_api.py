@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from support.auth import operator
 
 MODEL = {"name": "tiny", "num_layers": 2, "num_experts": 8, "num_groups": 2, "top_k": 2}
@@ -68,6 +69,31 @@ def test_pool_load_matrices_for_the_dashboard(client, sessions, settings, clock)
     assert abs(sum(map(sum, load["gpu_tokens"])) - sum(map(sum, load["expert_tokens"]))) < 0.01 * sum(
         map(sum, load["expert_tokens"]))
     assert client.get("/v1/deployments/sim-0/pools/prefill/load").status_code == 404
+
+
+@pytest.mark.parametrize("slots, is_limited", [((40, 1), True), ((8, 5), False)])
+def test_the_overview_and_status_say_when_a_pools_shape_is_the_limit(client, sessions, settings, clock, slots,
+                                                                     is_limited):
+    from support.fleet import CPU, run_windows, start_fleet
+
+    from controlplane.status import render
+
+    # 40 slots for 32 skewed experts: one per GPU, as in DeepSeek's decode pool, or five per GPU
+    ep_size, slots_per_rank = slots
+    fleet = start_fleet(client, {"mode": "auto", "cooldown_seconds": 0},
+                        **(CPU | {"ep_size": ep_size, "slots_per_rank": slots_per_rank}))
+    overview = run_windows(client, sessions, settings, clock, fleet, 6)[-1]  # past the placement switch's window
+    pool = overview["pools"][0]
+    assert pool["imbalance"] >= pool["imbalance_floor"] - 0.01  # what it measured, no placement beats
+    assert f"{pool['imbalance_floor']:.2f}" in render([overview]).splitlines()[1]
+    reasons = [a["reason"] for a in client.get("/v1/deployments/sim-0/actions").json()]
+    assert reasons
+    if is_limited:
+        assert pool["imbalance_floor"] > 1.5
+        assert all("the pool's shape is the limit: no placement of its 40 slots on 40 GPUs gets under" in r
+                   for r in reasons)
+    else:
+        assert pool["imbalance_floor"] < 1.1 and not any("shape" in r for r in reasons)
 
 
 def test_concurrent_registration_is_idempotent(settings, sessions):
