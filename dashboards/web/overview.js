@@ -69,7 +69,8 @@ export function renderTiles(root, o, policy) {
   const floor = worst ? worst.imbalance_floor ?? null : null;
   const isShapeLimited = floor !== null && floor > threshold;
   const imbalanceTile = tile("busiest GPU / mean", fmt(o.imbalance), { cls: imbalanceCls,
-    sub: `rebalance > ${fmt(threshold)}` + (floor === null ? "" : ` · floor ${fmt(floor)}`), field: "imbalance" });
+    sub: `rebalance > ${fmt(threshold)}` + (floor === null ? "" : ` · floor ${fmt(floor)}`) + (isShapeLimited ? ": the shape's limit" : ""),
+    field: "imbalance" });
   if (isShapeLimited) {
     imbalanceTile.dataset.shapeLimited = worst.role;
     imbalanceTile.title = `${worst.role}: no placement of its ${worst.ep_size * worst.slots_per_rank} slots gets under ` +

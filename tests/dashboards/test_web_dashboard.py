@@ -176,7 +176,7 @@ def test_the_imbalance_tile_says_when_the_pools_shape_is_the_limit(page):
     page.page.route("**/v1/deployments/sim-0/overview", limited)
     page.page.wait_for_selector("#tiles .tile[data-shape-limited='decode'] [data-field=imbalance]", timeout=20_000)
     tile = page.page.locator("#tiles .tile[data-shape-limited='decode']")
-    assert "floor 2.55" in tile.inner_text()
+    assert "floor 2.55: the shape's limit" in tile.inner_text()
     assert "no placement of its 80 slots gets under 2.55" in tile.get_attribute("title")
     assert page.errors == []
 
