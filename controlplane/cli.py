@@ -60,6 +60,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     return print_status(args.url, watch=args.watch)
 
 
+def cmd_slots(args: argparse.Namespace) -> int:
+    from controlplane.slots_cli import print_slots
+
+    return print_slots(args.url, args.deployment, args.role, args.max_slots_per_gpu)
+
+
 def cmd_reconcile(args: argparse.Namespace) -> int:
     from controlplane.serve import reconcile_command
 
@@ -132,6 +138,14 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--url", default=os.environ.get("MOECTL_URL", "http://127.0.0.1:8600"))
     q.add_argument("--watch", type=float, default=0, help="refresh every N seconds")
     q.set_defaults(func=cmd_status)
+
+    q = sub.add_parser("slots", help="what each number of slots per GPU (redundant experts) would reach on a "
+                                     "pool's measured load, beside the policy's imbalance threshold")
+    q.add_argument("deployment")
+    q.add_argument("--role", default="decode", choices=["prefill", "decode", "unified"])
+    q.add_argument("--max-slots-per-gpu", type=int, help="default: 3 more than the pool runs")
+    q.add_argument("--url", default=os.environ.get("MOECTL_URL", "http://127.0.0.1:8600"))
+    q.set_defaults(func=cmd_slots)
 
     q = sub.add_parser("reconcile", help="run reconcile passes against the database (no API)")
     db_args(q)

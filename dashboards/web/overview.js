@@ -74,7 +74,7 @@ export function renderTiles(root, o, policy) {
   if (isShapeLimited) {
     imbalanceTile.dataset.shapeLimited = worst.role;
     imbalanceTile.title = `${worst.role}: no placement of its ${worst.ep_size * worst.slots_per_rank} slots gets under ` +
-      `${fmt(floor)} on this load; more slots per GPU lift it`;
+      `${fmt(floor)} on this load; more slots per GPU lift it (moectl slots ${o.deployment} --role ${worst.role})`;
   }
   root.replaceChildren(
     tile("mode", o.mode, { sub: `policy v${o.policy_version}`, field: "mode" }),

@@ -1,0 +1,44 @@
+"""What other pool shapes would reach on a measured load: for each number of slots per GPU, the floor no
+placement gets under (`packing.imbalance_floor`) and what the controller's own fresh solve reaches (a placement
+that exists). Redundant experts are sized from the pool's own load instead of a rule of thumb; `moectl slots`
+prints it. Pure.
+
+Both are of one load, solved for it: a loop that follows a drifting load holds a few points above the solve
+(benchmarks/results/closed-loop-decode-3-2026-12-02.md: 1.05-1.08 where a fresh solve of each window reached
+1.02-1.04). Global placements: group locality, where a policy asks for it, can only add to them.
+Shapes: L layers, E experts, G GPUs, k slots per GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from controlplane.solve.packing import imbalance_floor
+from controlplane.solve.placement import Topology, solve_placement
+
+
+@dataclass(frozen=True)
+class ShapeOption:
+    slots_per_gpu: int
+    num_redundant: int  # slots beyond one per expert, over the whole EP group
+    floor: float | None  # no placement gets under it; None: the load is empty
+    reached: float | None  # the controller's fresh solve of this load
+
+
+def shape_options(load: np.ndarray, num_gpus: int, gpus_per_node: int,
+                  slots_per_gpu: Iterable[int]) -> list[ShapeOption]:
+    """load: [L, E] tokens per expert; one option per k in slots_per_gpu that gives every expert a slot."""
+    load = np.asarray(load, dtype=np.float64)
+    num_experts = load.shape[1]
+    gpus_per_node = gpus_per_node if num_gpus % gpus_per_node == 0 else num_gpus
+    options = []
+    for k in slots_per_gpu:
+        if k * num_gpus < num_experts:
+            continue
+        topology = Topology(num_nodes=num_gpus // gpus_per_node, gpus_per_node=gpus_per_node, slots_per_gpu=k)
+        options.append(ShapeOption(k, k * num_gpus - num_experts, imbalance_floor(load, topology.num_slots, num_gpus),
+                                   solve_placement(load, topology).imbalance))
+    return options
