@@ -20,13 +20,12 @@ def _fmt(value: float | None) -> str:
 
 
 def render(title: str, slots_per_rank: int, threshold: float, options: list[ShapeOption]) -> str:
+    met = [o for o in options if o.reached is not None and o.reached <= threshold]
     lines = [title, f"{'slots/GPU':<12} {'redundant':>9} {'floor':>7} {'solved':>7}"]
     for o in options:
-        is_met = o.reached is not None and o.reached <= threshold
         lines.append(f"{str(o.slots_per_gpu) + (' (now)' if o.slots_per_gpu == slots_per_rank else ''):<12} "
                      f"{o.num_redundant:>9} {_fmt(o.floor):>7} {_fmt(o.reached):>7}"
-                     + (f"  <= {threshold:g}" if is_met else ""))
-    met = [o for o in options if o.reached is not None and o.reached <= threshold]
+                     + (f"  <= {threshold:g}" if o in met else ""))
     lines.append(f"fewest slots per GPU within the policy's imbalance_threshold {threshold:g}: "
                  + (str(met[0].slots_per_gpu) if met else f"none up to {options[-1].slots_per_gpu}")
                  + "\nfloor: no placement gets under it; solved: the controller's fresh solve of this window's "
