@@ -3,8 +3,6 @@ beside the policy's threshold: how many redundant experts the pool needs, from i
 
 from __future__ import annotations
 
-import math
-
 import httpx
 import numpy as np
 
@@ -44,9 +42,7 @@ def slots_report(client: httpx.Client, deployment: str, role: str, max_slots_per
     if tokens.ndim != 2 or tokens.size == 0 or tokens.sum() == 0:
         raise SlotsError(f"{deployment}/{role}: no expert load measured yet; try again once its agents posted a window")
     num_gpus, current = load["ep_size"], load["slots_per_rank"]
-    lowest = max(1, math.ceil(tokens.shape[1] / num_gpus))
-    options = shape_options(tokens, num_gpus, load["gpus_per_node"],
-                            range(lowest, max(max_slots_per_gpu or current + 3, lowest) + 1))
+    options = shape_options(tokens, num_gpus, max_slots_per_gpu or current + 3)
     return render(f"{deployment}/{role}: {num_gpus} GPUs, {tokens.shape[1]} experts, {tokens.shape[0]} MoE layers; "
                   f"the load of window {load['window_index']}", current, policy["imbalance_threshold"], options)
 

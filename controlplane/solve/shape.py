@@ -11,7 +11,7 @@ Shapes: L layers, E experts, G GPUs, k slots per GPU.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,17 +28,16 @@ class ShapeOption:
     reached: float | None  # the controller's fresh solve of this load
 
 
-def shape_options(load: np.ndarray, num_gpus: int, gpus_per_node: int,
-                  slots_per_gpu: Iterable[int]) -> list[ShapeOption]:
-    """load: [L, E] tokens per expert; one option per k in slots_per_gpu that gives every expert a slot."""
+def shape_options(load: np.ndarray, num_gpus: int, max_slots_per_gpu: int) -> list[ShapeOption]:
+    """load: [L, E] tokens per expert; one option per slots per GPU, from the fewest that give every expert a
+    slot up to max_slots_per_gpu (the fewest alone where that is below them)."""
     load = np.asarray(load, dtype=np.float64)
     num_experts = load.shape[1]
-    gpus_per_node = gpus_per_node if num_gpus % gpus_per_node == 0 else num_gpus
+    lowest = max(1, math.ceil(num_experts / num_gpus))
     options = []
-    for k in slots_per_gpu:
-        if k * num_gpus < num_experts:
-            continue
-        topology = Topology(num_nodes=num_gpus // gpus_per_node, gpus_per_node=gpus_per_node, slots_per_gpu=k)
+    for k in range(lowest, max(max_slots_per_gpu, lowest) + 1):
+        # a global solve never reads the nodes: one node of all the GPUs
+        topology = Topology(num_nodes=1, gpus_per_node=num_gpus, slots_per_gpu=k)
         options.append(ShapeOption(k, k * num_gpus - num_experts, imbalance_floor(load, topology.num_slots, num_gpus),
                                    solve_placement(load, topology).imbalance))
     return options

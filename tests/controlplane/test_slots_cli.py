@@ -14,13 +14,13 @@ def test_more_slots_per_gpu_lift_the_floor_and_one_slot_reaches_it_exactly():
     rng = np.random.default_rng(0)
     share = 1.0 / np.arange(1, 33) ** 1.2
     load = np.stack([rng.permutation(share) for _ in range(3)]) * 1e4  # 3 layers x 32 Zipf-skewed experts
-    options = shape_options(load, num_gpus=16, gpus_per_node=8, slots_per_gpu=range(1, 5))
+    options = shape_options(load, num_gpus=16, max_slots_per_gpu=4)
     assert [o.slots_per_gpu for o in options] == [2, 3, 4]  # one slot per GPU leaves 16 experts without a slot
     assert [o.num_redundant for o in options] == [0, 16, 32]
     for o in options:
         assert 1.0 <= o.floor <= o.reached + 1e-9
     assert options[-1].reached < options[0].reached
-    [one] = shape_options(load, num_gpus=40, gpus_per_node=8, slots_per_gpu=[1])
+    [one] = shape_options(load, num_gpus=40, max_slots_per_gpu=1)
     assert one.reached == pytest.approx(one.floor, rel=1e-9) and one.floor > 1.5
 
 
