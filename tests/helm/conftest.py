@@ -1,4 +1,4 @@
-"""CRDs the chart's tests need in the session's test cluster (support.kube.crds), installed once."""
+"""CRDs the chart's tests need in the test cluster (support.kube.crds), installed once per cluster."""
 
 from __future__ import annotations
 
@@ -6,15 +6,20 @@ import pytest
 from support.kube.crds import POOL_CRD, install_crds, prometheus_operator_crds
 
 
-@pytest.fixture(scope="session")
-def monitoring_crds(kube_cluster) -> None:
+def _install(definitions: list[dict]):
+    def setup(cluster) -> None:
+        with cluster.api_client() as admin:
+            install_crds(admin, definitions)
+    return setup
+
+
+@pytest.fixture
+def monitoring_crds(kube_cluster_keeper, kube_cluster) -> None:
     """ServiceMonitor, PodMonitor and PrometheusRule, as prometheus-operator (and kube-prometheus-stack) define them."""
-    with kube_cluster.api_client() as admin:
-        install_crds(admin, prometheus_operator_crds())
+    kube_cluster_keeper.once("monitoring-crds", _install(prometheus_operator_crds()))
 
 
-@pytest.fixture(scope="session")
-def pool_crd(kube_cluster) -> None:
+@pytest.fixture
+def pool_crd(kube_cluster_keeper, kube_cluster) -> None:
     """test.moectl.dev/v1 Pool: a custom workload with a scale subresource."""
-    with kube_cluster.api_client() as admin:
-        install_crds(admin, [POOL_CRD])
+    kube_cluster_keeper.once("pool-crd", _install([POOL_CRD]))

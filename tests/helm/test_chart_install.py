@@ -23,12 +23,17 @@ pytestmark = [pytest.mark.kube, pytest.mark.slow]
 meta = kubernetes.client.V1ObjectMeta
 
 
-@pytest.fixture(scope="module")
+_server_to_kinds: dict[str, list[tuple[str, str]]] = {}  # rendered once per test cluster
+
+
+@pytest.fixture
 def chart_kinds(kube_cluster, monitoring_crds) -> list[tuple[str, str]]:
     """Every namespaced (apiVersion, kind) the chart makes under any ci values, and what installs derive (the
     monitoring kinds are served once their CRDs are in)."""
-    kinds = {(o["apiVersion"], o["kind"]) for values in CI_VALUES for o in render(kube_cluster, "-f", str(values))}
-    return sorted(kinds | set(DERIVED_KINDS))
+    if kube_cluster.server not in _server_to_kinds:
+        kinds = {(o["apiVersion"], o["kind"]) for values in CI_VALUES for o in render(kube_cluster, "-f", str(values))}
+        _server_to_kinds[kube_cluster.server] = sorted(kinds | set(DERIVED_KINDS))
+    return _server_to_kinds[kube_cluster.server]
 
 
 def make_secret(core: CoreV1Api, namespace: str, name: str, data: dict[str, str]) -> None:

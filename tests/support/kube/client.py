@@ -4,10 +4,12 @@ a ServiceAccount authenticated exactly as a pod would be: a TokenRequest token),
 from __future__ import annotations
 
 import os
+import ssl
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 import kubernetes
 
 
@@ -22,6 +24,22 @@ class KubeCluster:
     ca_file: Path
     bin_dir: Path
     startup_seconds: dict[str, float] = field(default_factory=dict)  # per process, start to ready
+    # etcd, kube-apiserver, kube-controller-manager: each logs to workdir/<name>.log
+    processes: dict[str, subprocess.Popen] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def pids(self) -> dict[str, int]:
+        return {name: process.pid for name, process in self.processes.items()}
+
+    def log_tail(self, name: str, num_lines: int = 30) -> str:
+        log = self.workdir / f"{name}.log"
+        lines = log.read_text(errors="replace").splitlines() if log.is_file() else ["(no log)"]
+        return "\n".join(lines[-num_lines:])
+
+    def http_client(self, timeout: float) -> httpx.Client:
+        """Anonymous HTTPS to the apiserver (enough for /readyz and /version), its certificate verified."""
+        return httpx.Client(base_url=self.server, verify=ssl.create_default_context(cafile=str(self.ca_file)),
+                            timeout=timeout)
 
     @property
     def helm(self) -> Path:

@@ -88,7 +88,7 @@ def write_kubeconfig(path: Path, server: str, ca_file: Path, user: str, client: 
     return path
 
 
-def _start_etcd(stack: ExitStack, bin_dir: Path, workdir: Path) -> tuple[str, float]:
+def _start_etcd(stack: ExitStack, bin_dir: Path, workdir: Path) -> tuple[str, subprocess.Popen, float]:
     client_url, peer_url = f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"
     log = workdir / "etcd.log"
     process = _spawn(stack, [
@@ -99,12 +99,12 @@ def _start_etcd(stack: ExitStack, bin_dir: Path, workdir: Path) -> tuple[str, fl
     ], log)
     waited = _wait_until(lambda: httpx.get(f"{client_url}/health", timeout=2).json().get("health") == "true",
                          "etcd", process, log)
-    return client_url, waited
+    return client_url, process, waited
 
 
 def _start_apiserver(stack: ExitStack, bin_dir: Path, workdir: Path, etcd_url: str, client_ca: ClientCert,
-                     admin: ClientCert, sa_key: Path, sa_pub: Path) -> tuple[str, Path, float]:
-    """Returns (server URL, serving CA bundle, seconds to /readyz)."""
+                     admin: ClientCert, sa_key: Path, sa_pub: Path) -> tuple[str, Path, subprocess.Popen, float]:
+    """Returns (server URL, serving CA bundle, the process, seconds to /readyz)."""
     port, cert_dir, log = free_port(), workdir / "apiserver-certs", workdir / "kube-apiserver.log"
     process = _spawn(stack, [
         str(bin_dir / "kube-apiserver"), f"--etcd-servers={etcd_url}",
@@ -122,14 +122,14 @@ def _start_apiserver(stack: ExitStack, bin_dir: Path, workdir: Path, etcd_url: s
         return ca_bundle.is_file() and httpx.get(f"{server}/readyz", verify=tls_context(ca_bundle, admin),
                                                  timeout=5).status_code == 200
 
-    return server, ca_bundle, _wait_until(is_ready, "kube-apiserver", process, log)
+    return server, ca_bundle, process, _wait_until(is_ready, "kube-apiserver", process, log)
 
 
 def _start_controller_manager(stack: ExitStack, bin_dir: Path, workdir: Path, kubeconfig: Path,
                               admin: httpx.Client, sa_key: Path, root_ca: Path,
-                              controllers: tuple[str, ...]) -> float:
-    """Returns seconds until its controllers act: /healthz answers and the serviceaccount controller has
-    made the `default` namespace's ServiceAccount."""
+                              controllers: tuple[str, ...]) -> tuple[subprocess.Popen, float]:
+    """Returns the process and seconds until its controllers act: /healthz answers and the serviceaccount
+    controller has made the `default` namespace's ServiceAccount."""
     port, log = free_port(), workdir / "kube-controller-manager.log"
     process = _spawn(stack, [
         str(bin_dir / "kube-controller-manager"), f"--kubeconfig={kubeconfig}",
@@ -144,7 +144,7 @@ def _start_controller_manager(stack: ExitStack, bin_dir: Path, workdir: Path, ku
         healthy = httpx.get(f"https://127.0.0.1:{port}/healthz", verify=False, timeout=5).status_code == 200
         return healthy and admin.get("/api/v1/namespaces/default/serviceaccounts/default").status_code == 200
 
-    return _wait_until(is_ready, "kube-controller-manager", process, log)
+    return process, _wait_until(is_ready, "kube-controller-manager", process, log)
 
 
 @contextmanager
@@ -160,18 +160,19 @@ def running_cluster(bin_dir: Path, controllers: tuple[str, ...] = DEFAULT_CONTRO
             kcm_cert = make_client_cert(client_ca, pki_dir, "system:kube-controller-manager")
             sa_key, sa_pub = make_service_account_key(pki_dir)
 
-            etcd_url, etcd_s = _start_etcd(stack, bin_dir, workdir)
-            server, ca_bundle, apiserver_s = _start_apiserver(stack, bin_dir, workdir, etcd_url, client_ca, admin,
-                                                               sa_key, sa_pub)
+            etcd_url, etcd, etcd_s = _start_etcd(stack, bin_dir, workdir)
+            server, ca_bundle, apiserver, apiserver_s = _start_apiserver(stack, bin_dir, workdir, etcd_url,
+                                                                         client_ca, admin, sa_key, sa_pub)
             kubeconfig = write_kubeconfig(workdir / "admin.kubeconfig", server, ca_bundle, ADMIN_USER, admin)
             kcm_kubeconfig = write_kubeconfig(workdir / "kcm.kubeconfig", server, ca_bundle,
                                               "system:kube-controller-manager", kcm_cert)
             with httpx.Client(base_url=server, verify=tls_context(ca_bundle, admin)) as api:
-                kcm_s = _start_controller_manager(stack, bin_dir, workdir, kcm_kubeconfig, api, sa_key, ca_bundle,
-                                                  controllers)
+                kcm, kcm_s = _start_controller_manager(stack, bin_dir, workdir, kcm_kubeconfig, api, sa_key,
+                                                       ca_bundle, controllers)
             yield KubeCluster(
                 workdir=workdir, server=server, kubeconfig=kubeconfig, ca_file=ca_bundle, bin_dir=bin_dir,
                 startup_seconds={"etcd": etcd_s, "kube-apiserver": apiserver_s, "kube-controller-manager": kcm_s},
+                processes={"etcd": etcd, "kube-apiserver": apiserver, "kube-controller-manager": kcm},
             )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -47,6 +48,7 @@ POOL_CRD = {
 }
 
 
+@functools.cache
 def prometheus_operator_crds() -> list[dict]:
     """The three monitoring.coreos.com definitions from the pinned prometheus-operator module (Go's module
     cache keeps it after the first download). Skips, or fails under CI=true, when Go or the proxy is missing."""

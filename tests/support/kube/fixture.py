@@ -1,8 +1,11 @@
 """pytest plugin (tests/conftest.py loads it): the session's test cluster and a namespace per test.
 
-Any test that uses `kube_cluster` (directly or through `kube_namespace`) is marked `kube` and `slow`, so
-`-m 'not slow'` and `-m 'not kube'` leave it out. Binaries not built: skip saying how to build them, or
-fail under CI=true, where `make test` builds them first.
+The cluster starts on first use and is checked before every test that uses it: when a process of it died
+(or the apiserver stopped answering), the test gets a fresh cluster, and a `KubeClusterDied` warning in
+the run's output names the death (support/kube/health.py). Any test that uses `kube_cluster` (directly or
+through `kube_namespace`) is marked `kube` and `slow`, so `-m 'not slow'` and `-m 'not kube'` leave it out,
+and joins xdist group `kube`, so one worker runs them all on one cluster. Binaries not built: skip saying
+how to build them, or fail under CI=true, where `make test` builds them first.
 """
 
 from __future__ import annotations
@@ -10,7 +13,9 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import kubernetes
@@ -19,6 +24,11 @@ import pytest
 from support.kube import build
 from support.kube.client import KubeCluster
 from support.kube.cluster import running_cluster
+from support.kube.health import death
+
+
+class KubeClusterDied(UserWarning):
+    """The test cluster died between two tests and was replaced; the message says how it died."""
 
 
 def require_built() -> Path:
@@ -41,12 +51,52 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if "kube_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.kube)
             item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.xdist_group("kube"))
+
+
+class ClusterKeeper:
+    """The session's one test cluster: started on first use, replaced when `death` finds it cannot serve."""
+
+    def __init__(self) -> None:
+        self._stack = ExitStack()
+        self._cluster: KubeCluster | None = None
+        self._done: set[str] = set()  # what `once` ran on this cluster
+
+    def healthy(self) -> tuple[KubeCluster, str | None]:
+        """(a cluster that serves, why the previous one was replaced or None)."""
+        why = death(self._cluster) if self._cluster is not None else None
+        if self._cluster is None or why is not None:
+            self.close()
+            self._cluster = self._stack.enter_context(running_cluster(require_built()))
+        return self._cluster, why
+
+    def once(self, what: str, setup: Callable[[KubeCluster], None]) -> None:
+        """setup(cluster) the first time `what` is asked of the current cluster (a fresh one asks again)."""
+        if what not in self._done:
+            setup(self.healthy()[0])
+            self._done.add(what)
+
+    def close(self) -> None:
+        self._cluster = None
+        self._done.clear()
+        self._stack.close()
 
 
 @pytest.fixture(scope="session")
-def kube_cluster() -> Iterator[KubeCluster]:
-    with running_cluster(require_built()) as cluster:
-        yield cluster
+def kube_cluster_keeper() -> Iterator[ClusterKeeper]:
+    keeper = ClusterKeeper()
+    yield keeper
+    keeper.close()
+
+
+@pytest.fixture
+def kube_cluster(kube_cluster_keeper: ClusterKeeper) -> KubeCluster:
+    """The session's test cluster, checked alive and ready before this test."""
+    cluster, why = kube_cluster_keeper.healthy()
+    if why is not None:
+        warnings.warn(KubeClusterDied(f"the test cluster died before this test and was replaced: {why}"),
+                      stacklevel=1)
+    return cluster
 
 
 @pytest.fixture
