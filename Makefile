@@ -8,16 +8,17 @@ EXTRAS ?= dev,runtime,kernels
 comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 PYTEST_ARGS ?=
+# pytest workers (pytest-xdist): most of the suite waits on real servers and processes, so more workers than
+# cores; tests that share the Kubernetes test cluster run on one worker (xdist group `kube`)
+PYTEST_WORKERS ?= 3
 
-.PHONY: run test lint sysdeps kube clean
+.PHONY: run test lint sysdeps kube chart-files clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python >= 3.11 or run 'make PYTHON=python3 ...'"; exit 1; }
-	@echo "==> creating $(VENV) and installing moectl[$(EXTRAS)] (first run takes a few minutes)"
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --progress-bar off -q --upgrade pip
-	$(BIN)/python -m pip install --progress-bar off -e '.[$(EXTRAS)]'
-	touch $@
+	@.ci/timed "python: .venv with moectl[$(EXTRAS)] (the first run downloads ~3 GB of torch)" \
+	  sh -c 'test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) && $(BIN)/python -m pip install --progress-bar off -e ".[$(EXTRAS)]"'
+	@touch $@
 
 $(VENV): $(STAMP)
 
@@ -26,19 +27,26 @@ run: $(STAMP)
 
 # Debian packages for the real-server tests; installed only where we are root with apt.
 sysdeps:
-	@bash .ci/sysdeps
+	@.ci/timed "debian packages" bash .ci/sysdeps
 
 # The Kubernetes test cluster (etcd, kube-apiserver, kube-controller-manager, helm) built with Go from the
 # module proxy, once per machine, into ~/.cache/moectl/kube (MOECTL_KUBE_CACHE); cached builds are skipped.
 kube: $(STAMP)
-	$(BIN)/python tests/support/kube/build.py
+	@.ci/timed "kube: test cluster binaries" $(BIN)/python tests/support/kube/build.py
 
 lint: $(STAMP)
-	$(BIN)/ruff check controlplane agents tests migrations benchmarks helm
-	$(BIN)/lint-imports
+	@.ci/timed lint sh -c '$(BIN)/ruff check controlplane agents tests migrations benchmarks helm && $(BIN)/lint-imports'
+
+# the chart carries copies of dashboards/' rules and Grafana dashboards (helm warns on symbolic links)
+chart-files:
+	rm -rf helm/moectl/files/prometheus helm/moectl/files/grafana
+	mkdir -p helm/moectl/files/prometheus helm/moectl/files/grafana
+	cp dashboards/prometheus/moectl-rules.yml helm/moectl/files/prometheus/
+	cp dashboards/grafana/*.json helm/moectl/files/grafana/
 
 test: $(STAMP) sysdeps lint kube
-	OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
+	@.ci/timed pytest env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
+	  $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -20,6 +20,12 @@ from controlplane.telemetry import ControllerMetrics
 pytest_plugins = ["support.kube.fixture", "pytester"]
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that start real processes first: under xdist (make test) a worker that takes a long test last
+    holds the whole run up after the others have finished."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 class Clock:
     """Time the test moves by hand."""
 

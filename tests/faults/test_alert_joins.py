@@ -1,4 +1,4 @@
-"""A storm of 500 Alertmanager deliveries at once for one pool, over real HTTP: they make one action and
+"""A storm of 200 Alertmanager deliveries at once for one pool, over real HTTP: they make one action and
 every one of them is recorded on it (none lost to a concurrent read-modify-write); never a 500."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from support.alerts import alert, payload
 from support.auth import operator
 from support.live import at_once, live_fleet, running_controller
 
-NUM_DELIVERIES = 500
+NUM_DELIVERIES = 200  # four per thread: every thread races the others more than once
 
 
 @pytest.mark.slow
-def test_500_concurrent_deliveries_all_join_one_action(settings):
+def test_a_storm_of_concurrent_deliveries_all_join_one_action(settings):
     with running_controller(settings) as controller, \
             httpx.Client(base_url=controller.url, headers=operator(), timeout=60) as http:
         live_fleet(controller.url, {"mode": "auto", "cooldown_seconds": 3600}, num_windows=2,

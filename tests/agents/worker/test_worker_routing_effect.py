@@ -31,7 +31,7 @@ def test_real_workers_routing_limit_is_tried_once_reverted_and_parked(tmp_path):
 
         while len(settled()) < 2 and time.monotonic() - started < 200:  # both pools' first try judged
             time.sleep(2)
-        time.sleep(60)  # and a minute more: some 20 cooldowns of 3 s, in which the old loop flapped ~20 times
+        time.sleep(30)  # and half a minute more: some 10 cooldowns of 3 s, in which the old loop flapped ~10 times
         actions = actions_of(url, "routing")
         overview = httpx.get(f"{url}/v1/deployments/tiny/overview", timeout=10).json()
     by_pool = {role: [a for a in actions if a["role"] == role] for role in ("prefill", "decode")}
