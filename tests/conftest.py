@@ -17,7 +17,7 @@ from controlplane.config import Settings
 from controlplane.store.db import make_engine, make_sessions, upgrade
 from controlplane.telemetry import ControllerMetrics
 
-pytest_plugins = ["support.kube.fixture", "pytester"]
+pytest_plugins = ["support.kube.fixture", "support.reports", "pytester"]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
