@@ -8,9 +8,10 @@ EXTRAS ?= dev,runtime,kernels
 comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 PYTEST_ARGS ?=
-# pytest workers (pytest-xdist): most of the suite waits on real servers and processes, so more workers than
-# cores; tests that share the Kubernetes test cluster run on one worker (xdist group `kube`)
-PYTEST_WORKERS ?= 3
+# pytest workers (pytest-xdist): much of the suite waits on real servers and processes; more than two workers
+# run three multi-process tests at once on two cores, which then miss their timings. Tests that share the
+# Kubernetes test cluster run on one worker (xdist group `kube`)
+PYTEST_WORKERS ?= 2
 
 .PHONY: run test lint sysdeps kube chart-files clean
 
