@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from support.fleet import CPU, run_windows, start_fleet
 
-from controlplane.slots_cli import SlotsError, slots_report
+from controlplane.cmd.slots import SlotsError, slots_report
 from controlplane.solve.shape import shape_options
 
 

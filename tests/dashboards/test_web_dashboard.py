@@ -23,8 +23,8 @@ from support.servers import free_port, require_binary
 from agents.protocol import Role
 from agents.sim.fleet import DEFAULT_MODEL, FleetClient, SimInstance, make_fleet
 from agents.sim.load import LoadModel
+from controlplane.cmd.serve import Controller
 from controlplane.config import Settings
-from controlplane.serve import Controller
 
 pytestmark = pytest.mark.slow
 

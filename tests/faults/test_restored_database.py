@@ -33,8 +33,8 @@ from support.servers import free_port
 from agents.sim.fleet import FleetClient, SimInstance, make_fleet
 from agents.sim.load import LoadModel
 from controlplane.api.app import create_app
+from controlplane.cmd.serve import Controller
 from controlplane.reconcile import reconcile_once
-from controlplane.serve import Controller
 from controlplane.store import placements
 from controlplane.store.db import make_engine, make_sessions, upgrade
 from controlplane.store.tables import LoadWindow, Pool

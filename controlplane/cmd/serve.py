@@ -19,6 +19,7 @@ from controlplane.actuate.fence import SOLE
 from controlplane.actuate.scaler import PoolScaler
 from controlplane.api.actuation import Actuation
 from controlplane.api.app import create_app
+from controlplane.cmd.startup_heap import freeze_startup_heap
 from controlplane.compute import WorkerProcess, in_process
 from controlplane.config import Settings
 from controlplane.leader.campaign import keep_campaigning
@@ -29,7 +30,6 @@ from controlplane.liveness import LoopLiveness
 from controlplane.plan import plan_pool
 from controlplane.prune import prune_all
 from controlplane.reconcile import PassResult, reconcile_once, run_forever
-from controlplane.startup_heap import freeze_startup_heap
 from controlplane.store.db import make_engine, make_sessions, upgrade
 from controlplane.telemetry import ControllerMetrics
 

@@ -34,7 +34,7 @@ def _settings(args: argparse.Namespace, generated: dict[str, str] | None = None)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from controlplane.serve import serve
+    from controlplane.cmd.serve import serve
 
     generated: dict[str, str] = {}
     settings = _settings(args, generated)
@@ -42,7 +42,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from controlplane.up import up, up_sim
+    from controlplane.cmd.up import up, up_sim
 
     settings = _settings(args)
     if args.sim:
@@ -55,31 +55,31 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from controlplane.status import print_status
+    from controlplane.cmd.status import print_status
 
     return print_status(args.url, watch=args.watch)
 
 
 def cmd_slots(args: argparse.Namespace) -> int:
-    from controlplane.slots_cli import print_slots
+    from controlplane.cmd.slots import print_slots
 
     return print_slots(args.url, args.deployment, args.role, args.max_slots_per_gpu)
 
 
 def cmd_reconcile(args: argparse.Namespace) -> int:
-    from controlplane.serve import reconcile_command
+    from controlplane.cmd.serve import reconcile_command
 
     return reconcile_command(_settings(args), once=args.once, dry_run=args.dry_run)
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    from controlplane.serve import prune_command
+    from controlplane.cmd.serve import prune_command
 
     return prune_command(_settings(args))
 
 
 def cmd_token(args: argparse.Namespace) -> int:
-    from controlplane.tokens_cli import token_command
+    from controlplane.cmd.tokens import token_command
 
     return token_command(_settings(args), action=args.action, name=args.name, role=args.role)
 

@@ -31,8 +31,8 @@ from sqlalchemy.engine import make_url
 from controlplane.actuate.local import LocalScaler
 from controlplane.actuate.processes import die_with_parent, free_port, stop_processes
 from controlplane.actuate.scaler import PoolScaler
+from controlplane.cmd.serve import Controller
 from controlplane.config import Settings
-from controlplane.serve import Controller
 from controlplane.store.db import reset
 
 DEPLOYMENT = "tiny"  # what the workers report as (agents/worker/main.py)
