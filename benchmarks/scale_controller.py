@@ -103,7 +103,7 @@ def _log_gc_pauses(path: str) -> None:
 
 
 def _start_loop(passes_file: str, sessions, settings, stop: threading.Event, clock: FileClock) -> None:  # noqa: ANN001
-    from controlplane.reconcile import run_forever
+    from controlplane.loop.reconcile import run_forever
 
     passes = open(passes_file, "a", buffering=1)  # noqa: SIM115
 
@@ -113,7 +113,7 @@ def _start_loop(passes_file: str, sessions, settings, stop: threading.Event, clo
 
     loop_kwargs = dict(sessions=sessions, settings=settings, stop=stop, clock=clock, on_pass=on_pass)
     if "liveness" in inspect.signature(run_forever).parameters:  # main after issue 12
-        from controlplane.liveness import LoopLiveness
+        from controlplane.loop.liveness import LoopLiveness
 
         loop_kwargs["liveness"] = LoopLiveness.for_settings(settings)
     if "compute" in inspect.signature(run_forever).parameters:  # this tree: plans in a worker, as `serve` does

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from controlplane.actuate.fence import SOLE, Fence, guard
 from controlplane.actuate.scaler import PoolScaler
 from controlplane.config import Settings
-from controlplane.reconcile import PoolResult, reconcile_pool, reconcile_requested
+from controlplane.loop.reconcile import PoolResult, reconcile_pool, reconcile_requested
 from controlplane.store.tables import Deployment, Pool
 
 FOR_THE_LEADER = "recorded; this replica does not lead: the leader handles it on its next pass"

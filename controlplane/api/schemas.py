@@ -152,7 +152,7 @@ class ThresholdOut(BaseModel):
 
 
 class PoolPlanOut(BaseModel):
-    """The pool planner's latest plan (controlplane/reconcile_pools.py), each pass."""
+    """The pool planner's latest plan (controlplane/loop/reconcile_pools.py), each pass."""
 
     at: float
     slo: dict[str, float] = Field(description="target name (ttft_p90, itl_p99, ...) -> seconds")

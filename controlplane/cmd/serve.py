@@ -26,12 +26,12 @@ from controlplane.leader.campaign import keep_campaigning
 from controlplane.leader.database import DatabaseRecords
 from controlplane.leader.elector import Elector, LeaderElector
 from controlplane.leader.lease import LeaseRecords
-from controlplane.liveness import LoopLiveness
+from controlplane.loop.liveness import LoopLiveness
+from controlplane.loop.prune import prune_all
+from controlplane.loop.reconcile import PassResult, reconcile_once, run_forever
+from controlplane.loop.telemetry import ControllerMetrics
 from controlplane.plan import plan_pool
-from controlplane.prune import prune_all
-from controlplane.reconcile import PassResult, reconcile_once, run_forever
 from controlplane.store.db import make_engine, make_sessions, upgrade
-from controlplane.telemetry import ControllerMetrics
 
 log = logging.getLogger("moectl")
 

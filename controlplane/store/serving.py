@@ -76,7 +76,7 @@ def reported_threshold(session: Session, deployment: Deployment) -> int | None:
 def prune_replicas(session: Session, pool: Pool, *, history_windows: int, limit: int) -> int:
     """Deletes (at most `limit` of) the pool's replica windows older than the newest `history_windows` complete
     ones the pool planner reads and the two still filling, as `windows.prune` does for load windows
-    (controlplane/prune.py). Returns how many went."""
+    (controlplane/loop/prune.py). Returns how many went."""
     newest = session.scalar(select(func.max(ReplicaWindow.window_index)).where(ReplicaWindow.pool_id == pool.id))
     if newest is None:
         return 0

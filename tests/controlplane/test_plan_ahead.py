@@ -11,9 +11,9 @@ from support.fleet import run_windows, start_fleet
 
 from agents.sim.fleet import FleetClient
 from controlplane.compute import in_process
+from controlplane.loop.reconcile import reconcile_once
 from controlplane.plan import plan_pool
 from controlplane.plan_ahead import PlannedAhead, is_same
-from controlplane.reconcile import reconcile_once
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,9 +12,9 @@ from support.auth import agent, operator
 from support.serving_windows import WINDOW, post_window, prompt_buckets, router_window_body
 from support.store import MODEL
 
-from controlplane import reconcile_pools
 from controlplane.cmd.status import render_pools
-from controlplane.reconcile import reconcile_once
+from controlplane.loop import reconcile_pools
+from controlplane.loop.reconcile import reconcile_once
 from controlplane.solve.pools import is_predictive_tick
 from controlplane.store import deployments, pool_sizes, prefill_thresholds
 from controlplane.store.tables import Action

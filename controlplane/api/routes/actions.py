@@ -22,7 +22,7 @@ from controlplane.api.deps import (
 from controlplane.api.routes.deployments import get_or_404
 from controlplane.api.schemas import ActionOut, RebalanceIn, RebalanceOut
 from controlplane.desired import Decision, Mode
-from controlplane.reconcile import reconcile_pool
+from controlplane.loop.reconcile import reconcile_pool
 from controlplane.store import actions, deployments, policies, requests
 from controlplane.store.tables import Action, Pool
 

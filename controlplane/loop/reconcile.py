@@ -5,7 +5,7 @@ of a deployment with a latency SLO are sized by the pool planner: reconcile_pool
 an alert only record a request on the pool (`store.requests`) and then call it at once, so they can answer with
 the action. A pending request forces the plan (trigger thresholds skipped, safety rails kept); an action already
 in flight on the knob is joined, never doubled (`actuate.in_flight`). What a plan changes, knob by knob, is in
-controlplane/reconcile_knobs.py and what is recorded for people in controlplane/findings.py; every change is
+controlplane/loop/reconcile_knobs.py and what is recorded for people in controlplane/loop/findings.py; every change is
 written by `actuate`, and a pool's size is then made real by its `PoolScaler` (`actuate.scale`). A pool's
 failure is logged and retried next pass; it never stops the others, unless the database itself failed (gone,
 locked, timed out): then the pass ends there, as every other pool would wait as long. `dry_run` plans and writes
@@ -13,7 +13,7 @@ nothing. Every writer of a pool holds its lock (`store.deployments.lock_pool`) f
 transaction: the loop, an alert, a person. Where that lock is SQLite's one write lock, the loop first plans the
 pool with a dry run and reuses the plan under the lock when nothing it was made from changed
 (controlplane/plan_ahead.py): agents' posts never wait for a solve. The loop also runs the pruning job
-(controlplane/prune.py) at its bounded rate.
+(controlplane/loop/prune.py) at its bounded rate.
 
 With leader election only the leader reconciles (and prunes): a pass checks the `fence` before each pool,
 each commit that wrote is fenced (`actuate.fence.guard`), and a replica that lost the leadership mid-pass
@@ -31,7 +31,6 @@ from dataclasses import dataclass, field, replace
 from opentelemetry import trace
 from sqlalchemy.orm import Session, sessionmaker
 
-from controlplane import findings, reconcile_knobs, reconcile_pools
 from controlplane.actuate.fence import SOLE, Fence, NotLeader, guard
 from controlplane.actuate.placement import PLACEMENT
 from controlplane.actuate.scaler import PoolScaler
@@ -39,11 +38,13 @@ from controlplane.compute import Compute, in_process
 from controlplane.config import Settings
 from controlplane.desired import Decision, Plan
 from controlplane.diagnose import Cause, MtpDiagnosis, diagnose_mtp
-from controlplane.liveness import LoopLiveness
+from controlplane.loop import findings, reconcile_knobs, reconcile_pools
+from controlplane.loop.liveness import LoopLiveness
+from controlplane.loop.prune import Pruning
+from controlplane.loop.reconcile_pools import PoolsOutcome
+from controlplane.loop.verify import verify_pool
 from controlplane.plan import plan_pool
 from controlplane.plan_ahead import PlannedAhead
-from controlplane.prune import Pruning
-from controlplane.reconcile_pools import PoolsOutcome
 from controlplane.routing_reach import RoutingReach
 from controlplane.store import (
     actions,
@@ -57,8 +58,7 @@ from controlplane.store import (
 )
 from controlplane.store.db import is_unavailable
 from controlplane.store.tables import Action, Deployment, Pool
-from controlplane.verify import verify_pool
-from controlplane.window_reads import next_pass_delay
+from controlplane.store.window_reads import next_pass_delay
 
 log = logging.getLogger("moectl.reconcile")
 ROUTING_LIMIT_VIOLATION = "routing_limit_violation"  # the action kind of a group limit found not in effect

@@ -50,7 +50,7 @@ class ControllerMetrics:
                                    ["deployment", "role", "cause"], registry=registry)
         self.leader = Gauge("moectl_controller_leader", "1 while this replica leads: it reconciles and writes",
                             registry=registry)
-        # the pool planner (controlplane/reconcile_pools.py), per deployment with a latency SLO
+        # the pool planner (controlplane/loop/reconcile_pools.py), per deployment with a latency SLO
         pool = ["deployment", "role"]
         self.pool_replicas = Gauge("moectl_controller_pool_replicas", "Instances per pool: ready, starting "
                                    "(asked for, not serving yet), draining (leaving)", [*pool, "state"],
@@ -76,7 +76,7 @@ class ControllerMetrics:
                                ["deployment"], registry=registry)
 
     def observe_pool_plan(self, deployment: str, plan: dict) -> None:
-        """plan: a deployment's pool plan as people read it (controlplane/reconcile_pools.py `summary`)."""
+        """plan: a deployment's pool plan as people read it (controlplane/loop/reconcile_pools.py `summary`)."""
         for role, pool in plan["pools"].items():
             for state in ("ready", "starting", "draining"):
                 self.pool_replicas.labels(deployment, role, state).set(pool[state])

@@ -28,7 +28,7 @@ from controlplane.solve.pool_view import ROLES, PoolSize, PoolsView, PoolWindow
 from controlplane.store import actions, deployments, pool_plans, pool_sizes, pools, prefill_thresholds, serving
 from controlplane.store.tables import Action, Deployment, Pool
 from controlplane.store.timestamps import seconds
-from controlplane.window_reads import first_unread_index
+from controlplane.store.window_reads import first_unread_index
 
 log = logging.getLogger("moectl.pools")
 DONE = (actions.APPLIED, actions.VERIFIED)

@@ -1,4 +1,4 @@
-"""What one pool's plan changes, knob by knob, inside `reconcile_pool` (controlplane/reconcile.py), under the
+"""What one pool's plan changes, knob by knob, inside `reconcile_pool` (controlplane/loop/reconcile.py), under the
 pool's lock: the placement (or the in-flight action a request joins), the group limit, a person's pool size,
 the roll-back of a change that cut MTP acceptance, and the platform brought to the pool's size. Every write
 goes through `actuate.change`, versioned and audited."""
@@ -22,11 +22,11 @@ from controlplane.actuate.scaler import PoolScaler
 from controlplane.config import Settings
 from controlplane.desired import Decision, Plan, Policy
 from controlplane.diagnose import MtpDiagnosis
+from controlplane.loop.verify import roll_back
 from controlplane.observed import PoolState
 from controlplane.plan import check_pool_size, plan_routing
 from controlplane.store import actions, parks, pool_sizes, pools, requests, tokens
 from controlplane.store.tables import Action, Deployment, Pool, Request
-from controlplane.verify import roll_back
 
 log = logging.getLogger("moectl.reconcile")
 
