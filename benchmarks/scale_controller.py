@@ -117,7 +117,7 @@ def _start_loop(passes_file: str, sessions, settings, stop: threading.Event, clo
 
         loop_kwargs["liveness"] = LoopLiveness.for_settings(settings)
     if "compute" in inspect.signature(run_forever).parameters:  # this tree: plans in a worker, as `serve` does
-        from controlplane.compute import WorkerProcess
+        from controlplane.loop.compute import WorkerProcess
 
         loop_kwargs["compute"] = WorkerProcess()
     threading.Thread(target=run_forever, daemon=True, name="reconcile", kwargs=loop_kwargs).start()

@@ -89,7 +89,7 @@ class Policy(BaseModel):
         default=None, ge=0, le=1,
         description="each moved expert residency (one weight copy) must lower its layer's max GPU load by at "
                     "least this share of the layer's mean; unset: the solver's own bar. Raised, a tight moves "
-                    "budget buys only the moves that cut the hot GPUs (controlplane/plan.py)")
+                    "budget buys only the moves that cut the hot GPUs (controlplane/plan/placement.py)")
     # bounds
     group_locality: bool = Field(default=False, description="keep each expert group's replicas on one node "
                                                             "(bounds cross-node traffic under group-limited routing)")

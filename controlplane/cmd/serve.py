@@ -20,17 +20,17 @@ from controlplane.actuate.scaler import PoolScaler
 from controlplane.api.actuation import Actuation
 from controlplane.api.app import create_app
 from controlplane.cmd.startup_heap import freeze_startup_heap
-from controlplane.compute import WorkerProcess, in_process
 from controlplane.config import Settings
 from controlplane.leader.campaign import keep_campaigning
 from controlplane.leader.database import DatabaseRecords
 from controlplane.leader.elector import Elector, LeaderElector
 from controlplane.leader.lease import LeaseRecords
+from controlplane.loop.compute import WorkerProcess, in_process
 from controlplane.loop.liveness import LoopLiveness
 from controlplane.loop.prune import prune_all
 from controlplane.loop.reconcile import PassResult, reconcile_once, run_forever
 from controlplane.loop.telemetry import ControllerMetrics
-from controlplane.plan import plan_pool
+from controlplane.plan.placement import plan_pool
 from controlplane.store.db import make_engine, make_sessions, upgrade
 
 log = logging.getLogger("moectl")

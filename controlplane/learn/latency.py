@@ -19,7 +19,7 @@ which says nothing about the steady state at this window's load (kept, the windo
 backlog read as a TTFT floor over a second, and prefill was sized for it for a quarter of an hour). A
 replica's first `cold_start_windows` windows are left out (cold caches and kernels run slow and
 would read as lost capacity); with fewer than `min_samples` warm windows a fit is None and the
-caller falls back (controlplane/plan_pools.py: reactive steps only, no consolidation).
+caller falls back (controlplane/plan/pools.py: reactive steps only, no consolidation).
 Arrays are [n] over replica windows; seconds, tokens, tokens/s.
 """
 

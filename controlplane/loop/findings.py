@@ -9,9 +9,9 @@ import logging
 from sqlalchemy.orm import Session
 
 from controlplane.desired import Policy
-from controlplane.diagnose import Cause, MtpDiagnosis, diagnose_prefix_hits
 from controlplane.observed import PoolState
-from controlplane.routing_reach import RoutingReach, check_routing_limit
+from controlplane.plan.diagnose import Cause, MtpDiagnosis, diagnose_prefix_hits
+from controlplane.plan.routing_reach import RoutingReach, check_routing_limit
 from controlplane.store import actions, tokens
 from controlplane.store.tables import Deployment, Pool
 

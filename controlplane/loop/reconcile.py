@@ -12,7 +12,7 @@ locked, timed out): then the pass ends there, as every other pool would wait as 
 nothing. Every writer of a pool holds its lock (`store.deployments.lock_pool`) from the start of its
 transaction: the loop, an alert, a person. Where that lock is SQLite's one write lock, the loop first plans the
 pool with a dry run and reuses the plan under the lock when nothing it was made from changed
-(controlplane/plan_ahead.py): agents' posts never wait for a solve. The loop also runs the pruning job
+(controlplane/loop/plan_ahead.py): agents' posts never wait for a solve. The loop also runs the pruning job
 (controlplane/loop/prune.py) at its bounded rate.
 
 With leader election only the leader reconciles (and prunes): a pass checks the `fence` before each pool,
@@ -34,18 +34,18 @@ from sqlalchemy.orm import Session, sessionmaker
 from controlplane.actuate.fence import SOLE, Fence, NotLeader, guard
 from controlplane.actuate.placement import PLACEMENT
 from controlplane.actuate.scaler import PoolScaler
-from controlplane.compute import Compute, in_process
 from controlplane.config import Settings
 from controlplane.desired import Decision, Plan
-from controlplane.diagnose import Cause, MtpDiagnosis, diagnose_mtp
 from controlplane.loop import findings, reconcile_knobs, reconcile_pools
+from controlplane.loop.compute import Compute, in_process
 from controlplane.loop.liveness import LoopLiveness
+from controlplane.loop.plan_ahead import PlannedAhead
 from controlplane.loop.prune import Pruning
 from controlplane.loop.reconcile_pools import PoolsOutcome
 from controlplane.loop.verify import verify_pool
-from controlplane.plan import plan_pool
-from controlplane.plan_ahead import PlannedAhead
-from controlplane.routing_reach import RoutingReach
+from controlplane.plan.diagnose import Cause, MtpDiagnosis, diagnose_mtp
+from controlplane.plan.placement import plan_pool
+from controlplane.plan.routing_reach import RoutingReach
 from controlplane.store import (
     actions,
     deployments,
@@ -112,7 +112,7 @@ def reconcile_once(sessions: sessionmaker[Session], settings: Settings, *, now: 
     """tracer: spans per pass and per pool (collect -> verify -> plan -> actuate); default: the global one,
     a no-op unless the entry point configured an exporter. scaler: makes pool sizes real (none: sizes are
     only recorded). fence: the leadership (a replica that does not lead plans and writes nothing). compute:
-    where the planner runs (controlplane/compute.py)."""
+    where the planner runs (controlplane/loop/compute.py)."""
     tracer = tracer or trace.get_tracer("moectl.reconcile")
     started = time.perf_counter()
     plans, results, num_errors = [], [], 0
@@ -150,7 +150,7 @@ def _plan_ahead(sessions: sessionmaker[Session], deployment_id: int, pool_id: in
                 now: float, tracer: trace.Tracer, compute: Compute) -> Compute:
     """Where the pool's lock is the database's one write lock (SQLite), plans the pool with a dry run before
     taking it, so that agents' posts are not held up for as long as the planner solves
-    (controlplane/plan_ahead.py); returns the compute the reconcile under the lock plans through."""
+    (controlplane/loop/plan_ahead.py); returns the compute the reconcile under the lock plans through."""
     with sessions() as session:
         if not deployments.is_lock_exclusive(session):
             return compute

@@ -21,10 +21,10 @@ from controlplane.actuate.scale import standing_down, sync_pool_size
 from controlplane.actuate.scaler import PoolScaler
 from controlplane.config import Settings
 from controlplane.desired import Decision, Plan, Policy
-from controlplane.diagnose import MtpDiagnosis
 from controlplane.loop.verify import roll_back
 from controlplane.observed import PoolState
-from controlplane.plan import check_pool_size, plan_routing
+from controlplane.plan.diagnose import MtpDiagnosis
+from controlplane.plan.placement import check_pool_size, plan_routing
 from controlplane.store import actions, parks, pool_sizes, pools, requests, tokens
 from controlplane.store.tables import Action, Deployment, Pool, Request
 

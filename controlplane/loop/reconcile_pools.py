@@ -1,5 +1,5 @@
 """The pool planner's part of a pass: read what the routers and the instances measured, plan both pools of
-a PD-disaggregated deployment (controlplane/plan_pools.py), and write what it decided through the one
+a PD-disaggregated deployment (controlplane/plan/pools.py), and write what it decided through the one
 writer (actuate.change), as any knob: a pool-size action per pool whose size it changes, and a threshold
 action for the PD-aware local-prefill threshold, each with the decision's reason and predicted effect,
 under the policy's mode and the one-in-flight rule. A deployment is planned only with a latency SLO in its
@@ -22,7 +22,7 @@ from controlplane.actuate.prefill_threshold import PREFILL_THRESHOLD
 from controlplane.actuate.scale import standing_down
 from controlplane.config import Settings
 from controlplane.desired import Policy, ReplicaBounds
-from controlplane.plan_pools import planner_for, targets_of
+from controlplane.plan.pools import planner_for, targets_of
 from controlplane.solve.pool_decision import DecisionKind, PoolDecision, PoolPlan, ThresholdDecision
 from controlplane.solve.pool_view import ROLES, PoolSize, PoolsView, PoolWindow
 from controlplane.store import actions, deployments, pool_plans, pool_sizes, pools, prefill_thresholds, serving

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from controlplane.desired import Plan
-from controlplane.diagnose import Cause, MtpDiagnosis
-from controlplane.routing_reach import RoutingReach
+from controlplane.plan.diagnose import Cause, MtpDiagnosis
+from controlplane.plan.routing_reach import RoutingReach
 
 KNOBS = ("placement", "routing")
 

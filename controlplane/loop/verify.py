@@ -8,7 +8,7 @@ replaced it) and its knob is parked for the pool with the evidence (controlplane
 
 Placement windows carry the placement they ran, so a placement is judged on exactly its windows;
 routing windows are taken from the limit's issue on (the loop never moves the limit again before the
-verdict, controlplane/plan.py).
+verdict, controlplane/plan/placement.py).
 """
 
 from __future__ import annotations

@@ -97,7 +97,7 @@ class PoolPlan:
 
 @runtime_checkable
 class PoolPlanner(Protocol):
-    """Sizes the prefill and decode pools. The controller's (controlplane/plan_pools.py) is a pure
+    """Sizes the prefill and decode pools. The controller's (controlplane/plan/pools.py) is a pure
     function of the view; a baseline (benchmarks/baselines/) may keep state between calls, as the
     service it re-implements does. Called once per window, in time order."""
 

@@ -11,8 +11,8 @@ from agents.protocol import PlacementTable, default_slot_to_expert
 from controlplane.desired import Decision, Mode, Policy
 from controlplane.learn.forecast import MAX_LEVEL_WINDOWS, forecast_load
 from controlplane.observed import RANK_REPORTS, KnobChange, PoolState, Window
-from controlplane.pacing import PLACEMENT
-from controlplane.plan import plan_pool
+from controlplane.plan.pacing import PLACEMENT
+from controlplane.plan.placement import plan_pool
 from controlplane.solve.algorithm import MigrationAware
 
 NUM_LAYERS, NUM_EXPERTS, EP, SPR = 2, 16, 4, 5

@@ -13,7 +13,7 @@ from controlplane.desired import Decision, Mode, Policy
 from controlplane.effect import Effect
 from controlplane.observed import RANK_REPORTS, KnobChange, PoolState, Window
 from controlplane.parking import KnobInputs, Parked
-from controlplane.plan import plan_pool, plan_routing
+from controlplane.plan.placement import plan_pool, plan_routing
 
 EP, SPR, LAYERS, EXPERTS = 4, 5, 2, 16
 TABLE = default_slot_to_expert(LAYERS, EXPERTS, EP * SPR)

@@ -1,4 +1,4 @@
-"""The controller's pool planner (controlplane/plan_pools.py): policy to targets and rules, learning from
+"""The controller's pool planner (controlplane/plan/pools.py): policy to targets and rules, learning from
 the windows, and a plan from a view."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from support.pools import view, window
 
 from controlplane.desired import LatencySlo, Policy
 from controlplane.learn.latency import COLD_START_WINDOWS
-from controlplane.plan_pools import (
+from controlplane.plan.pools import (
     MoectlPoolPlanner,
     _queued_before,
     fit_latency,

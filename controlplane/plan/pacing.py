@@ -23,7 +23,7 @@ lets (a sudden shift is answered at once), and the rest no faster than evenly ov
   (one per 3600 / max_actions_per_hour seconds), moves at most what the hourly moves budget earned, at its even
   rate, since the last change (the last percent of balance a large change buys lasts seconds when the load
   moves on; spent early, it leaves later changes starved of moves), and is aimed at the load over the time it
-  will be in force (controlplane/plan.py).
+  will be in force (controlplane/plan/placement.py).
 
 Pure: (policy, pool, now) in, an `Allowance` out.
 """

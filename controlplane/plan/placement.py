@@ -15,12 +15,12 @@ import numpy as np
 
 from agents.protocol.placement import PlacementTable
 from controlplane.desired import Decision, Mode, PlacementChange, Plan, Policy, PoolSizeStep, ReplicaBounds
-from controlplane.diagnose import Cause, MtpDiagnosis
 from controlplane.effect import Effect
 from controlplane.learn.forecast import forecast_ahead
 from controlplane.observed import PoolState
-from controlplane.pacing import HOUR, PLACEMENT, placement_allowance
 from controlplane.parking import LOAD_SPAN_SECONDS, material_change
+from controlplane.plan.diagnose import Cause, MtpDiagnosis
+from controlplane.plan.pacing import HOUR, PLACEMENT, placement_allowance
 from controlplane.solve.algorithm import MigrationAware, PlacementAlgorithm
 from controlplane.solve.packing import imbalance_floor
 from controlplane.solve.placement import Topology
@@ -28,7 +28,7 @@ from controlplane.solve.routing import RECALL_TOLERANCE, RoutingStep, limit_rang
 
 MAX_FORECAST_WINDOWS = 48  # 4 minutes of 5 s windows: the level's and the trend's history (learn/forecast.py)
 MIGRATION_AWARE = MigrationAware()
-ROUTING = "routing"  # the routing knob's kind (controlplane/actuate/); PLACEMENT: controlplane/pacing.py
+ROUTING = "routing"  # the routing knob's kind (controlplane/actuate/); PLACEMENT: controlplane/plan/pacing.py
 
 
 def pool_topology(pool: PoolState) -> Topology:
@@ -115,7 +115,7 @@ def plan_pool(policy: Policy, pool: PoolState, now: float, *, is_forced: bool = 
 
     history = np.stack([w.expert_tokens for w in pool.windows[-MAX_FORECAST_WINDOWS:]]).astype(np.float64)
     # aimed at the load over the time the change is expected to stay in force: under drift the next one comes
-    # at the even pace (controlplane/pacing.py), so a change answering the last window meets a load that has
+    # at the even pace (controlplane/plan/pacing.py), so a change answering the last window meets a load that has
     # moved on for most of its life
     in_force = max(policy.cooldown_seconds, HOUR / policy.max_actions_per_hour)
     window_seconds = pool.windows[-1].seconds

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from controlplane.compute import Compute
+from controlplane.loop.compute import Compute
 
 T = TypeVar("T")
 
