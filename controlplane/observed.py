@@ -5,13 +5,14 @@ The planner takes these and nothing else, so it can be tested with plain arrays.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from agents.protocol.placement import PlacementTable, gpu_load, imbalance, layer_imbalance
-from controlplane.effect import Effect
-from controlplane.parking import LOAD_SPAN_SECONDS, KnobInputs, Parked, expert_share
+from controlplane.desired import Effect
 
 RANK_REPORTS = "slot_reports_rank_"  # + EP rank: window counter, reports whose slot load the window counted
 ACCEPTED_AT = "spec_accepted_at_"  # + draft position: window counter, accepted draft tokens there
@@ -19,6 +20,44 @@ GROUPS_AT, NODES_AT = "routing_groups_at_", "routing_nodes_at_"  # + n: tokens w
 # a serving replica's first windows after it became ready are cold (caches, kernels): slower than it will run,
 # so the latency model leaves them out (learn/latency.py) and the pool planner does not answer them (solve/)
 COLD_START_WINDOWS = 6
+
+# the load is compared over the last minute of windows at least: two 2 s windows of a bursty pool (a prefill
+# pool under Poisson arrivals) swing 2x by chance, which would lift a park every few windows
+LOAD_SPAN_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class KnobInputs:
+    """What a knob's change was decided from. expert_share: [num_layers, num_experts], rows sum to 1 (None:
+    the knob does not depend on which experts are hot); tokens_per_second: routed tokens the pool took."""
+
+    model: str  # `model_key` of the model shape
+    policy_version: int
+    tokens_per_second: float | None
+    expert_share: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Parked:
+    """A knob parked for a pool: since when, by which action's verdict, why, and the inputs it was parked at."""
+
+    knob: str
+    since: float
+    action_id: int | None
+    reason: str
+    inputs: KnobInputs
+
+
+def model_key(model: dict) -> str:
+    """A short stable fingerprint of a model shape (its JSON form)."""
+    return hashlib.sha256(json.dumps(model, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def expert_share(expert_tokens: np.ndarray) -> np.ndarray:
+    """[num_layers, num_experts] tokens -> each layer's distribution over its experts (rows sum to 1; an empty
+    layer stays 0)."""
+    tokens = np.asarray(expert_tokens, np.float64)
+    return tokens / np.maximum(tokens.sum(axis=1, keepdims=True), 1.0)
 
 
 @dataclass(frozen=True)
@@ -179,7 +218,7 @@ class PoolState:
         return min(1.0, raw / self.recall_reference) if self.recall_reference else None
 
     def signals(self, windows: tuple[Window, ...] | list[Window]) -> dict[str, float | None]:
-        """The signals changes aim at (controlplane/effect.py), over `windows`: ratios of sums for the
+        """The signals changes aim at (controlplane/plan/effect.py), over `windows`: ratios of sums for the
         counters, means over windows for the imbalance and the recall."""
 
         def mean(values) -> float | None:
@@ -196,7 +235,7 @@ class PoolState:
                 "mtp_acceptance": pooled(("spec_accepted_tokens",), "spec_draft_tokens")}
 
     def knob_inputs(self, *, with_expert_share: bool) -> KnobInputs:
-        """What a knob's change is decided from now (controlplane/parking.py): the load over the most recent
+        """What a knob's change is decided from now (controlplane/plan/parking.py): the load over the most recent
         windows covering `LOAD_SPAN_SECONDS` (all there are, when fewer)."""
         windows, seconds = [], 0.0
         for window in reversed(self.windows):

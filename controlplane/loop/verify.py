@@ -1,10 +1,10 @@
 """Verify: the step of a reconcile that judges applied changes against their intended effect.
 
-Each change carries its effect (controlplane/effect.py): the signal, the direction and the predicted
+Each change carries its effect (controlplane/plan/effect.py): the signal, the direction and the predicted
 value. Once `verify_windows` windows ran under the change, the signals are measured over them and judged:
 verified means the effect happened. A change that did not move its signal as intended, or that broke a
 floor, is rolled back by `actuate` (the version before re-issued, or `failed` when a later change already
-replaced it) and its knob is parked for the pool with the evidence (controlplane/parking.py).
+replaced it) and its knob is parked for the pool with the evidence (controlplane/plan/parking.py).
 
 Placement windows carry the placement they ran, so a placement is judged on exactly its windows;
 routing windows are taken from the limit's issue on (the loop never moves the limit again before the
@@ -20,9 +20,9 @@ from controlplane.actuate.knob import Knob
 from controlplane.actuate.knobs import KNOBS
 from controlplane.actuate.placement import PLACEMENT
 from controlplane.actuate.pool_size import POOL_SIZE
-from controlplane.desired import Policy, VerifyOutcome
-from controlplane.effect import Effect, judge
+from controlplane.desired import Effect, Policy, VerifyOutcome
 from controlplane.observed import PoolState, Window
+from controlplane.plan.effect import judge
 from controlplane.store import actions, parks
 from controlplane.store.tables import Action, Pool
 

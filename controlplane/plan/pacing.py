@@ -33,8 +33,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from controlplane.desired import Policy
-from controlplane.observed import PoolState
-from controlplane.parking import LOAD_SHIFT, expert_share, load_shift
+from controlplane.observed import PoolState, expert_share
+from controlplane.plan.parking import LOAD_SHIFT, load_shift
 
 HOUR = 3600.0
 FREE_SHARE = 0.5  # of an hourly allowance, spent as fast as the cooldown lets

@@ -2,8 +2,8 @@
 
 Hysteresis lives here: a change needs a sustained signal, fresh data from a quorum of agents, a cooldown
 since the last change, room in the moves budget, and a predicted effect worth the change (which the change
-carries, to be verified against: controlplane/effect.py). A knob parked after a reverted change stays
-put until its inputs change materially (controlplane/parking.py); a knob's direction is not reversed within
+carries, to be verified against: controlplane/plan/effect.py). A knob parked after a reverted change stays
+put until its inputs change materially (controlplane/plan/parking.py); a knob's direction is not reversed within
 the policy's flap window.
 """
 
@@ -14,13 +14,12 @@ from dataclasses import replace
 import numpy as np
 
 from agents.protocol.placement import PlacementTable
-from controlplane.desired import Decision, Mode, PlacementChange, Plan, Policy, PoolSizeStep, ReplicaBounds
-from controlplane.effect import Effect
+from controlplane.desired import Decision, Effect, Mode, PlacementChange, Plan, Policy, PoolSizeStep, ReplicaBounds
 from controlplane.learn.forecast import forecast_ahead
-from controlplane.observed import PoolState
-from controlplane.parking import LOAD_SPAN_SECONDS, material_change
+from controlplane.observed import LOAD_SPAN_SECONDS, PoolState
 from controlplane.plan.diagnose import Cause, MtpDiagnosis
 from controlplane.plan.pacing import HOUR, PLACEMENT, placement_allowance
+from controlplane.plan.parking import material_change
 from controlplane.solve.algorithm import MigrationAware, PlacementAlgorithm
 from controlplane.solve.packing import imbalance_floor
 from controlplane.solve.placement import Topology

@@ -13,8 +13,7 @@ from controlplane.actuate import change
 from controlplane.actuate.placement import PLACEMENT
 from controlplane.actuate.routing import ROUTING
 from controlplane.config import Settings
-from controlplane.desired import Mode, Policy
-from controlplane.effect import Effect
+from controlplane.desired import Effect, Mode, Policy
 from controlplane.loop.verify import verify_pool
 from controlplane.observed import RANK_REPORTS, Window
 from controlplane.store import parks, pools

@@ -4,7 +4,7 @@ Every change the loop makes names what it aims at: one signal, the direction it 
 before and the value predicted, and the floors the change must not break. `verify` measures the signals
 over `verify_windows` windows under the change and asks `judge`: "verified" means the effect happened.
 A change that did not move its signal as intended, or that broke a floor, is reverted and its knob parked
-(controlplane/parking.py), so the loop learns that this knob does not work here instead of retrying it.
+(controlplane/plan/parking.py), so the loop learns that this knob does not work here instead of retrying it.
 
 Signals (the names `observed.signals_of` measures): `imbalance` (max/mean GPU load), `all2all_share`
 (all-to-all seconds / forward seconds), `routing_recall` (share of the experts the model's own routing picks
@@ -13,44 +13,13 @@ that the limited router keeps, controlplane/solve/routing.py), `mtp_acceptance` 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from controlplane.desired import Effect
 
 # a change counts as effective when the signal moved the intended way by at least this share of the
 # predicted move (give or take the effect's tolerance): predictions are upper bounds, measurements are noisy
 MIN_SHARE_OF_PREDICTED = 0.5
-
-
-@dataclass(frozen=True)
-class Effect:
-    """direction: -1 the signal should fall, +1 rise. tolerance: the signal's noise, in its own units.
-    floors: signal -> the lowest value allowed after the change. context: other signals before the change
-    (evidence for a later diagnosis, e.g. MTP acceptance before it)."""
-
-    signal: str
-    direction: int
-    before: float
-    predicted: float
-    tolerance: float = 0.0
-    floors: dict[str, float] = field(default_factory=dict)
-    context: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def predicted_move(self) -> float:
-        """How far the signal should move the intended way (positive)."""
-        return self.direction * (self.predicted - self.before)
-
-    def to_json(self) -> dict:
-        return {"signal": self.signal, "direction": self.direction, "before": round(self.before, 4),
-                "predicted": round(self.predicted, 4), "tolerance": self.tolerance, "floors": dict(self.floors),
-                "context": {k: round(v, 4) for k, v in self.context.items()}}
-
-    @classmethod
-    def from_json(cls, value: dict | None) -> Effect | None:
-        """None for an action that recorded no intended effect (a bound enforced, a person's table)."""
-        if not value:
-            return None
-        return cls(value["signal"], int(value["direction"]), float(value["before"]), float(value["predicted"]),
-                   float(value.get("tolerance", 0.0)), dict(value.get("floors", {})), dict(value.get("context", {})))
 
 
 @dataclass(frozen=True)
