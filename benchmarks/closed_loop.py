@@ -13,7 +13,7 @@ the next window on:
 - static: the placement every strategy starts from (EPLB's solve of the load at the start, as a deployment
   starts from a recorded distribution), forever;
 - periodic EPLB: every K minutes a from-scratch solve (benchmarks/baselines/eplb.py, behind
-  controlplane/solve/algorithm.py's PlacementAlgorithm) of the load summed over those K minutes, as SGLang and
+  controlplane/solve/placement/algorithm.py's PlacementAlgorithm) of the load summed over those K minutes, as SGLang and
   vLLM run it;
 - moectl: the real planner (controlplane/plan/placement.py `plan_pool` and its solver, pure, in-process, the clock
   passed in), fed the windows the controller would store, under each policy of MOECTL_POLICIES (threshold, cooldown,
@@ -54,7 +54,7 @@ from controlplane.desired import Decision, Policy
 from controlplane.observed import RANK_REPORTS, KnobChange, PoolState, Window
 from controlplane.plan.pacing import PLACEMENT
 from controlplane.plan.placement import plan_pool
-from controlplane.solve.placement import Topology, solve_placement
+from controlplane.solve.placement.solver import Topology, solve_placement
 
 WINDOW_SECONDS = 5.0
 STEPS_PER_WINDOW = int(WINDOW_SECONDS * 20)  # as the simulated fleet's windows
@@ -182,7 +182,7 @@ class Outcome:
 
 class Oracle:
     """Not a strategy: the best any placement could do in each window, a from-scratch solve
-    (controlplane/solve/placement.py) of the window's own load, which no strategy knows before the window runs.
+    (controlplane/solve/placement/solver.py) of the window's own load, which no strategy knows before the window runs.
     It bounds what is feasible: a target below its number cannot be met on that workload and shape."""
 
     name = "oracle: fresh solve of each window's own load"

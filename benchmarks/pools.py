@@ -30,8 +30,8 @@ from benchmarks.pdsim.profile import profile
 from benchmarks.pdsim.simulator import SimConfig, simulate
 from benchmarks.pdsim.trace import Trace, bursty, diurnal, step
 from controlplane.plan.pools import MoectlPoolPlanner
-from controlplane.solve.pool_rules import PoolRules
-from controlplane.solve.pool_view import SloTarget
+from controlplane.solve.pools.rules import PoolRules
+from controlplane.solve.pools.view import SloTarget
 
 TARGETS = (SloTarget("ttft", 90, 1.0), SloTarget("ttft", 99, 2.0), SloTarget("itl", 90, 0.050),
            SloTarget("itl", 99, 0.080))

@@ -148,7 +148,7 @@ class Policy(BaseModel):
     pool_size_prefill_by_mix: bool = Field(default=True,
                                            description="size the prefill pool from a queue of the routers' "
                                                        "prompt-length mix; false: from the mean prompt under a "
-                                                       "0.7 utilisation ceiling (controlplane/solve/pool_rules.py)")
+                                                       "0.7 utilisation ceiling (controlplane/solve/pools/rules.py)")
     # timing and safety
     cooldown_seconds: float = Field(default=30.0, ge=0, le=365 * 86400,
                                     description="minimum time between changes of a knob (at most a year)")

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from controlplane.solve.pool_view import ROLES, PoolsView
+from controlplane.solve.pools.view import ROLES, PoolsView
 
 
 class StepRegression:

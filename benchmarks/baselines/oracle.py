@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 from benchmarks.baselines.static import StaticPools
 from benchmarks.pdsim.simulator import SimConfig
 from benchmarks.pdsim.trace import Trace
-from controlplane.solve.pool_decision import DecisionKind, PoolDecision, PoolPlan
-from controlplane.solve.pool_view import ROLES, PoolsView
+from controlplane.solve.pools.decision import DecisionKind, PoolDecision, PoolPlan
+from controlplane.solve.pools.view import ROLES, PoolsView
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from controlplane.desired import Policy
 from controlplane.observed import PoolState, Window, acceptance_by_position
 from controlplane.plan.diagnose import diagnose_mtp
 from controlplane.plan.routing_reach import check_routing_limit, window_reach
-from controlplane.solve.packing import imbalance_floor
+from controlplane.solve.placement.packing import imbalance_floor
 from controlplane.store import actions, deployments, policies, pools
 from controlplane.store.tables import Action, Deployment, Pool
 from controlplane.store.timestamps import seconds

@@ -1,4 +1,4 @@
-"""`moectl slots`: what each number of slots per GPU would reach on a pool's measured load (solve/shape.py),
+"""`moectl slots`: what each number of slots per GPU would reach on a pool's measured load (solve/placement/shape.py),
 beside the policy's threshold: how many redundant experts the pool needs, from its own load."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import numpy as np
 
-from controlplane.solve.shape import ShapeOption, shape_options
+from controlplane.solve.placement.shape import ShapeOption, shape_options
 
 
 class SlotsError(Exception):

@@ -1,6 +1,6 @@
 """Serving windows: a rank's serving counters and a router's window as flat counters, merged over the
 ranks of an instance (or the routers of a deployment), and read back as what the pool planner sees
-(controlplane/solve/pool_view.py). Pure.
+(controlplane/solve/pools/view.py). Pure.
 
 A latency distribution travels as `<name>_count`, `<name>_sum` and `<name>_p50|p90|p99`: counts and sums
 add up, a percentile of the whole is bounded by the worst part's (the max), never averaged. The ranks of
@@ -13,7 +13,7 @@ buckets do not add up to its arrivals (a router that does not count them) has no
 from __future__ import annotations
 
 from agents.protocol import NUM_PROMPT_BUCKETS, LatencySummary, RankRow, RouterWindow, Snapshot
-from controlplane.solve.pool_view import PoolRole, PoolWindow, ReplicaWindow
+from controlplane.solve.pools.view import PoolRole, PoolWindow, ReplicaWindow
 
 PERCENTILES = ("p50", "p90", "p99")
 # the same clock on every rank of an instance; the threshold every router of a deployment is told

@@ -155,7 +155,7 @@ def fit_decode(age, window_seconds: float, batch, kv_tokens, local_prompt_tokens
 
 @dataclass(frozen=True)
 class PoolLatency:
-    """Both pools' fits behind one object (the LatencyModel shape of controlplane/solve/pool_capacity.py);
+    """Both pools' fits behind one object (the LatencyModel shape of controlplane/solve/pools/capacity.py);
     a pool without a fit answers None. kv_capacity_tokens, max_batch: one decode replica's limits;
     max_prefill_utilisation: past it, a prefill replica's TTFT is planned as unbounded where only the mean prompt
     is known; prefill_tail_percentile: where the length mix is known, the percentile of TTFT its tail is read at."""

@@ -23,8 +23,8 @@ from controlplane.actuate.scale import standing_down
 from controlplane.config import Settings
 from controlplane.desired import Policy, ReplicaBounds
 from controlplane.plan.pools import planner_for, targets_of
-from controlplane.solve.pool_decision import DecisionKind, PoolDecision, PoolPlan, ThresholdDecision
-from controlplane.solve.pool_view import ROLES, PoolSize, PoolsView, PoolWindow
+from controlplane.solve.pools.decision import DecisionKind, PoolDecision, PoolPlan, ThresholdDecision
+from controlplane.solve.pools.view import ROLES, PoolSize, PoolsView, PoolWindow
 from controlplane.store import actions, deployments, pool_plans, pool_sizes, pools, prefill_thresholds, serving
 from controlplane.store.tables import Action, Deployment, Pool
 from controlplane.store.timestamps import seconds

@@ -20,9 +20,9 @@ from controlplane.observed import LOAD_SPAN_SECONDS, PoolState
 from controlplane.plan.diagnose import Cause, MtpDiagnosis
 from controlplane.plan.pacing import HOUR, PLACEMENT, placement_allowance
 from controlplane.plan.parking import material_change
-from controlplane.solve.algorithm import MigrationAware, PlacementAlgorithm
-from controlplane.solve.packing import imbalance_floor
-from controlplane.solve.placement import Topology
+from controlplane.solve.placement.algorithm import MigrationAware, PlacementAlgorithm
+from controlplane.solve.placement.packing import imbalance_floor
+from controlplane.solve.placement.solver import Topology
 from controlplane.solve.routing import RECALL_TOLERANCE, RoutingStep, limit_range, plan_topk_group
 
 MAX_FORECAST_WINDOWS = 48  # 4 minutes of 5 s windows: the level's and the trend's history (learn/forecast.py)
@@ -65,7 +65,7 @@ def plan_pool(policy: Policy, pool: PoolState, now: float, *, is_forced: bool = 
     """is_forced: a person or an alert asked for a rebalance; the trigger thresholds are skipped,
     the data hygiene, cooldown, budgets and the minimum gain still hold. is_asked: a person asked, which also
     lifts a park (they see its evidence). mtp: the MTP diagnosis; only load skew leads to a rebalance.
-    algorithm: what solves the placement (solve/algorithm.py); the policy's min_gain_per_moved_slot applies to
+    algorithm: what solves the placement (solve/placement/algorithm.py); the policy's min_gain_per_moved_slot applies to
     the controller's own (MigrationAware), another algorithm has no such bar."""
     unparked, shape_limit = None, ""
 

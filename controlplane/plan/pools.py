@@ -6,8 +6,8 @@ and output length per `bucket_seconds` bucket over `horizon_seconds` (a replica'
 predictive interval) for scaling up, and over `hold_seconds` (startup plus the cooldown, since a pool
 scaled down cannot scale up again within it) for scaling down, with the backtest-chosen candidate
 (learn/forecast.py). It plans for the peak forecast rate plus a surge margin of backtest errors,
-never below the rate measured now surely is (solve/pool_load.py sure_rate); the prompt-length mix
-(solve/pool_load.py remote_mix) is the measured one, its lengths scaled with the forecast mean.
+never below the rate measured now surely is (solve/pools/load.py sure_rate); the prompt-length mix
+(solve/pools/load.py remote_mix) is the measured one, its lengths scaled with the forecast mean.
 `targets_of` and `rules_of` read the deployment's policy.
 """
 
@@ -21,12 +21,12 @@ import numpy as np
 from controlplane.desired import LatencySlo, Policy
 from controlplane.learn.forecast import forecast_series
 from controlplane.learn.latency import COLD_START_WINDOWS, MIN_SAMPLES, PoolLatency, fit_decode, fit_prefill
-from controlplane.solve.pool_capacity import LoadForecast
-from controlplane.solve.pool_decision import PoolPlan
-from controlplane.solve.pool_load import load_series, measured_load, sure_rate
-from controlplane.solve.pool_rules import PoolRules
-from controlplane.solve.pool_view import PoolsView, PoolWindow, SloTarget
-from controlplane.solve.pools import is_predictive_tick, plan_pools
+from controlplane.solve.pools.capacity import LoadForecast
+from controlplane.solve.pools.decision import PoolPlan
+from controlplane.solve.pools.load import load_series, measured_load, sure_rate
+from controlplane.solve.pools.planner import is_predictive_tick, plan_pools
+from controlplane.solve.pools.rules import PoolRules
+from controlplane.solve.pools.view import PoolsView, PoolWindow, SloTarget
 
 
 def targets_of(slo: LatencySlo) -> tuple[SloTarget, ...]:
@@ -100,7 +100,7 @@ def forecast_load(windows: tuple[PoolWindow, ...], now_load: LoadForecast, bucke
     # never under the rate measured now, as far as its counts surely exceed it: 20 s hold a few hundred arrivals, a
     # few percent of noise, and with the raw count as the floor that noise moved a flat load's pools up for the
     # forecast minutes (Run 6 of benchmarks/results/pools-2026-11-30.md); a scale-down still carries the whole
-    # measured rate (solve/pools.py)
+    # measured rate (solve/pools/planner.py)
     floor = now_load.surely
     peak = max(float(rate_ahead.values[:horizon].max()) + surge * error, floor)
     held = max(float(rate_ahead.upper.max()) + surge * error, floor)

@@ -7,7 +7,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from controlplane.collect.serving import merge, pool_window, replica_window
-from controlplane.solve.pool_view import PoolWindow
+from controlplane.solve.pools.view import PoolWindow
 from controlplane.store.batches import delete_some
 from controlplane.store.tables import Deployment, Pool, ReplicaWindow, RouterWindow
 

@@ -20,10 +20,10 @@ from controlplane.plan.pools import (
     rules_of,
     targets_of,
 )
-from controlplane.solve.pool_decision import DecisionKind, PoolPlanner
-from controlplane.solve.pool_load import burst_peak_rate, load_series, measured_load, sure_rate
-from controlplane.solve.pool_rules import PoolRules
-from controlplane.solve.pool_view import SloTarget
+from controlplane.solve.pools.decision import DecisionKind, PoolPlanner
+from controlplane.solve.pools.load import burst_peak_rate, load_series, measured_load, sure_rate
+from controlplane.solve.pools.rules import PoolRules
+from controlplane.solve.pools.view import SloTarget
 
 
 def test_policy_slo_becomes_targets_and_rules():

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from controlplane.solve.packing import pack, replicate
+from controlplane.solve.placement.packing import pack, replicate
 
 
 def is_feasible(num_experts: int, num_slots: int, num_groups: int, num_nodes: int,

@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
-from controlplane.solve.pool_capacity import LoadForecast
-from controlplane.solve.pool_view import PoolRole, PoolsView
+from controlplane.solve.pools.capacity import LoadForecast
+from controlplane.solve.pools.view import PoolRole, PoolsView
 
 
 class DecisionKind(StrEnum):

@@ -1,4 +1,4 @@
-"""The pool planner's knobs (controlplane/solve/pools.py and pool_reactive.py read them). Seconds; margins
+"""The pool planner's knobs (controlplane/solve/pools/planner.py and reactive.py read them). Seconds; margins
 are predicted latency / target; shares are of a pool's replicas."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from controlplane.observed import COLD_START_WINDOWS
-from controlplane.solve.local_prefill import ThresholdRules
-from controlplane.solve.pool_view import PoolRole
+from controlplane.solve.pools.local_prefill import ThresholdRules
+from controlplane.solve.pools.view import PoolRole
 
 
 @dataclass(frozen=True)

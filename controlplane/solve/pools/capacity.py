@@ -19,7 +19,7 @@ from typing import Protocol
 
 import numpy as np
 
-from controlplane.solve.pool_view import SloTarget, role_targets
+from controlplane.solve.pools.view import SloTarget, role_targets
 
 KV_HEADROOM = 0.9  # plan to fill at most this share of a decode replica's KV cache
 MAX_ITERATIONS = 60

@@ -9,17 +9,17 @@ there will be when new replicas serve, to be served within `drain_seconds` after
 more replica is predicted to hardly change the breached percentile (long prompts' own prefill time, not
 a queue). An ITL breach that only decode replicas still warming up measure is not one (is_warming_up).
 Without a breach, the load now moves a pool only when it needs more replicas at the rate its counts surely
-exceed (solve/pool_load.py: sure_rate).
+exceed (solve/pools/load.py: sure_rate).
 """
 
 from __future__ import annotations
 
 import math
 
-from controlplane.solve.pool_capacity import LatencyModel, LoadForecast, predict, replicas_needed
-from controlplane.solve.pool_decision import DecisionKind, PoolDecision
-from controlplane.solve.pool_rules import PoolRules
-from controlplane.solve.pool_view import PoolRole, PoolsView, PoolWindow, SloTarget, role_targets
+from controlplane.solve.pools.capacity import LatencyModel, LoadForecast, predict, replicas_needed
+from controlplane.solve.pools.decision import DecisionKind, PoolDecision
+from controlplane.solve.pools.rules import PoolRules
+from controlplane.solve.pools.view import PoolRole, PoolsView, PoolWindow, SloTarget, role_targets
 
 
 def breaches(role: PoolRole, view: PoolsView, rules: PoolRules) -> list[tuple[SloTarget, float]]:

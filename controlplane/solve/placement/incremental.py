@@ -19,13 +19,13 @@ from __future__ import annotations
 import numpy as np
 
 from agents.protocol.placement import gpu_load, layer_imbalance, slot_load
-from controlplane.solve.construct import FRESH_TOLERANCE, solve_fresh
-from controlplane.solve.local_search import improve
-from controlplane.solve.locality import balance_groups, expert_node_of, group_to_node_of, solve_local
-from controlplane.solve.packing import ratio_bound
-from controlplane.solve.relabel import relabel
-from controlplane.solve.repair import invalid_layers, repair_layer
-from controlplane.solve.shares import water_fill
+from controlplane.solve.placement.construct import FRESH_TOLERANCE, solve_fresh
+from controlplane.solve.placement.local_search import improve
+from controlplane.solve.placement.locality import balance_groups, expert_node_of, group_to_node_of, solve_local
+from controlplane.solve.placement.packing import ratio_bound
+from controlplane.solve.placement.relabel import relabel
+from controlplane.solve.placement.repair import invalid_layers, repair_layer
+from controlplane.solve.placement.shares import water_fill
 
 MAX_RATIO_TO_FRESH = 1.01  # mean over layers; the promise is 1.02, this leaves room for forecast error
 STAGE_ROUNDS = 4  # first stage of local search; each later stage doubles

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from controlplane.solve.packing import imbalance_floor
-from controlplane.solve.placement import Topology, solve_placement
+from controlplane.solve.placement.packing import imbalance_floor
+from controlplane.solve.placement.solver import Topology, solve_placement
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from controlplane.solve.local_search import improve
-from controlplane.solve.locality import balance_groups, expert_node_of, solve_local
-from controlplane.solve.packing import pack, replicate
+from controlplane.solve.placement.local_search import improve
+from controlplane.solve.placement.locality import balance_groups, expert_node_of, solve_local
+from controlplane.solve.placement.packing import pack, replicate
 
 FRESH_TOLERANCE = 0.001  # a fresh solve moves nothing, so it polishes until 0.1% of perfect
 # a fresh table starts from LPT packing, whose hot GPU is almost always fixed by a swap with one of the

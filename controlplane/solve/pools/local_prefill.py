@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from controlplane.solve.pool_decision import ThresholdDecision
-from controlplane.solve.pool_view import PoolWindow, SloTarget
+from controlplane.solve.pools.decision import ThresholdDecision
+from controlplane.solve.pools.view import PoolWindow, SloTarget
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import numpy as np
 from agents.protocol import LatencySummary
 
 if TYPE_CHECKING:
-    from controlplane.solve.pool_decision import PoolDecision, ThresholdDecision
+    from controlplane.solve.pools.decision import PoolDecision, ThresholdDecision
 
 PoolRole = Literal["prefill", "decode"]
 ROLES: tuple[PoolRole, PoolRole] = ("prefill", "decode")

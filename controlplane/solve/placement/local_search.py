@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from agents.protocol.placement import even_share, gpu_load, replica_counts, slot_load
-from controlplane.solve.moves import best_moves
+from controlplane.solve.placement.moves import best_moves
 
 
 def improve(table: np.ndarray, load: np.ndarray, slots_per_gpu: int,

@@ -3,7 +3,7 @@
 Every window:
 - hold both pools when the latest window is stale or a needed measurement is missing (never read
   as zero load), and hold a pool that fewer than a quorum of its ready replicas reported for;
-- reactive (pool_reactive.py): a measured percentile over its target adds one replica to the pool
+- reactive (reactive.py): a measured percentile over its target adds one replica to the pool
   that caused it (TTFT: the prefill pool when its replicas' own TTFT is over target or decode is not
   short of KV room, the decode pool when requests wait for KV room; ITL and local-prefill TTFT: the
   decode pool); and when the model says the load measured now, backlog included, needs more
@@ -17,12 +17,12 @@ Every `predictive_interval_seconds`, on the clock's grid:
   pool_load.burst_peak_rate: no forecaster sees a burst coming, and a scale-down made less than cooldown +
   startup before one cannot be undone in time), and only on a forecast chosen by backtest (a short history
   cannot promise the load stays down); a consolidation the pool had to undo is not made again at the load that
-  undid it (pool_undone.py).
+  undid it (undone.py).
 A decode scale-up is sized so that its new replicas, which run `cold_slowdown` x slower while they warm
 up and fill to the others' batch at once, keep their ITL within the bound (at the load forecast for
 their warm-up minute, or the load measured now on a reactive step).
 Hysteresis: a pool never moves against its last change within `cooldown_seconds` (zero flaps); the
-joint GPU budget (pool_budget.py) is applied last. Every decision carries its reason and the
+joint GPU budget (budget.py) is applied last. Every decision carries its reason and the
 predicted effect on the binding SLO.
 """
 
@@ -31,9 +31,8 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from controlplane.solve.local_prefill import step_threshold
-from controlplane.solve.pool_budget import split_budget
-from controlplane.solve.pool_capacity import (
+from controlplane.solve.pools.budget import split_budget
+from controlplane.solve.pools.capacity import (
     FLOOR_REPLICAS,
     FLOOR_SLACK,
     LatencyModel,
@@ -43,12 +42,13 @@ from controlplane.solve.pool_capacity import (
     replicas_needed,
     worst,
 )
-from controlplane.solve.pool_decision import DecisionKind, PoolDecision, PoolPlan, PredictedEffect
-from controlplane.solve.pool_load import burst_peak_rate
-from controlplane.solve.pool_reactive import breaches, is_short, react
-from controlplane.solve.pool_rules import PoolRules
-from controlplane.solve.pool_undone import last_undone
-from controlplane.solve.pool_view import ROLES, PoolRole, PoolSize, PoolsView, SloTarget, role_targets
+from controlplane.solve.pools.decision import DecisionKind, PoolDecision, PoolPlan, PredictedEffect
+from controlplane.solve.pools.load import burst_peak_rate
+from controlplane.solve.pools.local_prefill import step_threshold
+from controlplane.solve.pools.reactive import breaches, is_short, react
+from controlplane.solve.pools.rules import PoolRules
+from controlplane.solve.pools.undone import last_undone
+from controlplane.solve.pools.view import ROLES, PoolRole, PoolSize, PoolsView, SloTarget, role_targets
 
 
 def is_predictive_tick(now: float, window_seconds: float, interval_seconds: float) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from controlplane.solve.pool_view import PoolRole, PoolSize
+from controlplane.solve.pools.view import PoolRole, PoolSize
 
 INFEASIBLE = 10.0  # a ratio standing in for "cannot carry the load" so that benefits stay finite
 

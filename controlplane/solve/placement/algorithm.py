@@ -13,7 +13,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from controlplane.solve.placement import PlacementPlan, Topology, solve_placement
+from controlplane.solve.placement.solver import PlacementPlan, Topology, solve_placement
 
 
 @runtime_checkable

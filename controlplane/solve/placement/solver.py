@@ -1,7 +1,7 @@
 """Expert placement: which logical expert each physical slot holds, per MoE layer.
 
 Public and stable (the controller, the simulator and benchmarks call it): `Topology`,
-`PlacementPlan`, `solve_placement`, and `plan_of`, which any algorithm (solve/algorithm.py) uses to
+`PlacementPlan`, `solve_placement`, and `plan_of`, which any algorithm (solve/placement/algorithm.py) uses to
 report a table. Per-GPU load and imbalance of any table are the wire contract's
 (agents/protocol/placement.py), so a plan's forecast and a window's measurement are the same number.
 Shapes: L = num_layers, E = num_experts, S = num_slots, G = num_gpus. Load is in tokens.
@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from agents.protocol.placement import PlacementTable, imbalance
-from controlplane.solve.construct import solve_fresh
-from controlplane.solve.incremental import solve_incremental
-from controlplane.solve.locality import group_to_node_of, is_feasible, mean_nodes_per_group
-from controlplane.solve.shares import water_fill
+from controlplane.solve.placement.construct import solve_fresh
+from controlplane.solve.placement.incremental import solve_incremental
+from controlplane.solve.placement.locality import group_to_node_of, is_feasible, mean_nodes_per_group
+from controlplane.solve.placement.shares import water_fill
 
 
 @dataclass(frozen=True)
