@@ -51,7 +51,7 @@ from agents.sim.load import LoadModel
 from agents.sim.reach import Routing, sample_reach
 from benchmarks.baselines.eplb import Eplb
 from controlplane.desired import Decision, Policy
-from controlplane.observed import RANK_REPORTS, KnobChange, PoolState, Window
+from controlplane.observed.pool import RANK_REPORTS, KnobChange, PoolState, Window
 from controlplane.plan.pacing import PLACEMENT
 from controlplane.plan.placement import plan_pool
 from controlplane.solve.placement.solver import Topology, solve_placement

@@ -20,10 +20,10 @@ from controlplane.api.schemas import (
     RoutingReachOut,
     WindowPoint,
 )
-from controlplane.collect.aggregate import merge_counters
 from controlplane.config import Settings
 from controlplane.desired import Policy
-from controlplane.observed import PoolState, Window, acceptance_by_position
+from controlplane.observed.pool import PoolState, Window, acceptance_by_position
+from controlplane.observed.report import merge_counters
 from controlplane.plan.diagnose import diagnose_mtp
 from controlplane.plan.routing_reach import check_routing_limit, window_reach
 from controlplane.solve.placement.packing import imbalance_floor

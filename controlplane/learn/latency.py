@@ -32,7 +32,7 @@ import sklearn
 from sklearn.linear_model import LinearRegression
 
 from controlplane.learn.prefill_queue import ttft_percentile
-from controlplane.observed import COLD_START_WINDOWS
+from controlplane.observed.pool import COLD_START_WINDOWS
 
 MIN_SAMPLES = 12
 MIN_REQUESTS = 20  # a replica window's TTFT percentiles over fewer requests are too noisy to learn from

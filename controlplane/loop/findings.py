@@ -9,7 +9,7 @@ import logging
 from sqlalchemy.orm import Session
 
 from controlplane.desired import Policy
-from controlplane.observed import PoolState
+from controlplane.observed.pool import PoolState
 from controlplane.plan.diagnose import Cause, MtpDiagnosis, diagnose_prefix_hits
 from controlplane.plan.routing_reach import RoutingReach, check_routing_limit
 from controlplane.store import actions, tokens

@@ -22,7 +22,7 @@ from controlplane.actuate.scaler import PoolScaler
 from controlplane.config import Settings
 from controlplane.desired import Decision, Plan, Policy
 from controlplane.loop.verify import roll_back
-from controlplane.observed import PoolState
+from controlplane.observed.pool import PoolState
 from controlplane.plan.diagnose import MtpDiagnosis
 from controlplane.plan.placement import check_pool_size, plan_routing
 from controlplane.store import actions, parks, pool_sizes, pools, requests, tokens

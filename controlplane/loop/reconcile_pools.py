@@ -22,9 +22,10 @@ from controlplane.actuate.prefill_threshold import PREFILL_THRESHOLD
 from controlplane.actuate.scale import standing_down
 from controlplane.config import Settings
 from controlplane.desired import Policy, ReplicaBounds
+from controlplane.observed.serving import ROLES, PoolWindow
 from controlplane.plan.pools import planner_for, targets_of
 from controlplane.solve.pools.decision import DecisionKind, PoolDecision, PoolPlan, ThresholdDecision
-from controlplane.solve.pools.view import ROLES, PoolSize, PoolsView, PoolWindow
+from controlplane.solve.pools.view import PoolSize, PoolsView
 from controlplane.store import actions, deployments, pool_plans, pool_sizes, pools, prefill_thresholds, serving
 from controlplane.store.tables import Action, Deployment, Pool
 from controlplane.store.timestamps import seconds

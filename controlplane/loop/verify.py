@@ -21,7 +21,7 @@ from controlplane.actuate.knobs import KNOBS
 from controlplane.actuate.placement import PLACEMENT
 from controlplane.actuate.pool_size import POOL_SIZE
 from controlplane.desired import Effect, Policy, VerifyOutcome
-from controlplane.observed import PoolState, Window
+from controlplane.observed.pool import PoolState, Window
 from controlplane.plan.effect import judge
 from controlplane.store import actions, parks
 from controlplane.store.tables import Action, Pool

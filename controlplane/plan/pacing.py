@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from controlplane.desired import Policy
-from controlplane.observed import PoolState, expert_share
+from controlplane.observed.pool import PoolState, expert_share
 from controlplane.plan.parking import LOAD_SHIFT, load_shift
 
 HOUR = 3600.0

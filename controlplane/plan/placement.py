@@ -16,7 +16,7 @@ import numpy as np
 from agents.protocol.placement import PlacementTable
 from controlplane.desired import Decision, Effect, Mode, PlacementChange, Plan, Policy, PoolSizeStep, ReplicaBounds
 from controlplane.learn.forecast import forecast_ahead
-from controlplane.observed import LOAD_SPAN_SECONDS, PoolState
+from controlplane.observed.pool import LOAD_SPAN_SECONDS, PoolState
 from controlplane.plan.diagnose import Cause, MtpDiagnosis
 from controlplane.plan.pacing import HOUR, PLACEMENT, placement_allowance
 from controlplane.plan.parking import material_change

@@ -7,7 +7,7 @@ from sqlalchemy.orm import Session
 
 from controlplane.config import Settings
 from controlplane.desired import Effect
-from controlplane.observed import KnobChange, PoolState, model_key
+from controlplane.observed.pool import KnobChange, PoolState, model_key
 from controlplane.store import actions, deployments, parks, placements, policies, pool_sizes, routing_limits, windows
 from controlplane.store.tables import Action, Agent, Deployment, Pool
 from controlplane.store.timestamps import seconds

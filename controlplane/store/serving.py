@@ -6,8 +6,7 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from controlplane.collect.serving import merge, pool_window, replica_window
-from controlplane.solve.pools.view import PoolWindow
+from controlplane.observed.serving import PoolWindow, merge, pool_window, replica_window
 from controlplane.store.batches import delete_some
 from controlplane.store.tables import Deployment, Pool, ReplicaWindow, RouterWindow
 

@@ -8,7 +8,7 @@ import pytest
 
 from agents.protocol import PlacementTable, default_slot_to_expert
 from controlplane.desired import Decision, Effect, Mode, Policy
-from controlplane.observed import ACCEPTED_AT, RANK_REPORTS, KnobChange, PoolState, Window
+from controlplane.observed.pool import ACCEPTED_AT, RANK_REPORTS, KnobChange, PoolState, Window
 from controlplane.plan.diagnose import Cause, diagnose_mtp
 from controlplane.plan.placement import plan_pool, plan_routing
 

@@ -9,7 +9,7 @@ import pytest
 
 from agents.protocol import default_slot_to_expert
 from controlplane.desired import Mode, Policy
-from controlplane.observed import RANK_REPORTS, KnobChange, PoolState, Window
+from controlplane.observed.pool import RANK_REPORTS, KnobChange, PoolState, Window
 from controlplane.plan.pacing import FREE_SHARE, HOUR, PLACEMENT, placement_allowance
 
 NUM_LAYERS, NUM_SLOTS = 2, 20

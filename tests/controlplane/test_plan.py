@@ -10,7 +10,7 @@ import pytest
 from agents.protocol import PlacementTable, default_slot_to_expert
 from controlplane.desired import Decision, Mode, Policy
 from controlplane.learn.forecast import MAX_LEVEL_WINDOWS, forecast_load
-from controlplane.observed import RANK_REPORTS, KnobChange, PoolState, Window
+from controlplane.observed.pool import RANK_REPORTS, KnobChange, PoolState, Window
 from controlplane.plan.pacing import PLACEMENT
 from controlplane.plan.placement import plan_pool
 from controlplane.solve.placement.algorithm import MigrationAware

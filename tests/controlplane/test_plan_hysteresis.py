@@ -10,7 +10,7 @@ import pytest
 
 from agents.protocol import PlacementTable, default_slot_to_expert
 from controlplane.desired import Decision, Effect, Mode, Policy
-from controlplane.observed import RANK_REPORTS, KnobChange, KnobInputs, Parked, PoolState, Window
+from controlplane.observed.pool import RANK_REPORTS, KnobChange, KnobInputs, Parked, PoolState, Window
 from controlplane.plan.placement import plan_pool, plan_routing
 
 EP, SPR, LAYERS, EXPERTS = 4, 5, 2, 16

@@ -17,7 +17,7 @@ from controlplane.actuate.scale import APPLIED
 from controlplane.collect.aggregate import to_report
 from controlplane.desired import Mode, Policy, VerifyOutcome
 from controlplane.loop.prune import Pruning, prune_all
-from controlplane.observed import KnobInputs
+from controlplane.observed.pool import KnobInputs
 from controlplane.store import actions, alerts, audit, deployments, parks, placements, requests, serving, windows
 from controlplane.store.tables import (
     Action,

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from controlplane.desired import Mode, Policy
-from controlplane.observed import GROUPS_AT, NODES_AT, PoolState, Window
+from controlplane.observed.pool import GROUPS_AT, NODES_AT, PoolState, Window
 from controlplane.plan.routing_reach import MAX_OVER_LIMIT_SHARE, check_routing_limit, window_reach
 
 HONOURED = [0, 300, 700, 0, 0]  # tokens by groups reached (0..top_k=4), under topk_group=2

@@ -15,7 +15,7 @@ from controlplane.actuate.routing import ROUTING
 from controlplane.config import Settings
 from controlplane.desired import Effect, Mode, Policy
 from controlplane.loop.verify import verify_pool
-from controlplane.observed import RANK_REPORTS, Window
+from controlplane.observed.pool import RANK_REPORTS, Window
 from controlplane.store import parks, pools
 
 NOW = 1_800_000_000.0

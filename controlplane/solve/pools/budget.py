@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from controlplane.solve.pools.view import PoolRole, PoolSize
+from controlplane.observed.serving import PoolRole
+from controlplane.solve.pools.view import PoolSize
 
 INFEASIBLE = 10.0  # a ratio standing in for "cannot carry the load" so that benefits stay finite
 

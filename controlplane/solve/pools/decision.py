@@ -11,8 +11,9 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
+from controlplane.observed.serving import PoolRole
 from controlplane.solve.pools.capacity import LoadForecast
-from controlplane.solve.pools.view import PoolRole, PoolsView
+from controlplane.solve.pools.view import PoolsView
 
 
 class DecisionKind(StrEnum):

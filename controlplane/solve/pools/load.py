@@ -13,8 +13,8 @@ import math
 import numpy as np
 
 from agents.protocol import PROMPT_BUCKET_TOKENS
+from controlplane.observed.serving import PoolWindow
 from controlplane.solve.pools.capacity import LoadForecast, PromptMix
-from controlplane.solve.pools.view import PoolWindow
 
 MIX_ARRIVALS = 3000  # arrivals the prompt mix is read over, at least (as many windows back as it takes)
 # [NUM_PROMPT_BUCKETS] a bucket's prompt length before correction: the mean of a length spread evenly in log

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from controlplane.observed.serving import PoolWindow
 from controlplane.solve.pools.decision import ThresholdDecision
-from controlplane.solve.pools.view import PoolWindow, SloTarget
+from controlplane.solve.pools.view import SloTarget
 
 
 @dataclass(frozen=True)

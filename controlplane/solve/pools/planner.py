@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from controlplane.observed.serving import ROLES, PoolRole
 from controlplane.solve.pools.budget import split_budget
 from controlplane.solve.pools.capacity import (
     FLOOR_REPLICAS,
@@ -48,7 +49,7 @@ from controlplane.solve.pools.local_prefill import step_threshold
 from controlplane.solve.pools.reactive import breaches, is_short, react
 from controlplane.solve.pools.rules import PoolRules
 from controlplane.solve.pools.undone import last_undone
-from controlplane.solve.pools.view import ROLES, PoolRole, PoolSize, PoolsView, SloTarget, role_targets
+from controlplane.solve.pools.view import PoolSize, PoolsView, SloTarget, role_targets
 
 
 def is_predictive_tick(now: float, window_seconds: float, interval_seconds: float) -> bool:

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import math
 
+from controlplane.observed.serving import PoolRole, PoolWindow
 from controlplane.solve.pools.capacity import LatencyModel, LoadForecast, predict, replicas_needed
 from controlplane.solve.pools.decision import DecisionKind, PoolDecision
 from controlplane.solve.pools.rules import PoolRules
-from controlplane.solve.pools.view import PoolRole, PoolsView, PoolWindow, SloTarget, role_targets
+from controlplane.solve.pools.view import PoolsView, SloTarget, role_targets
 
 
 def breaches(role: PoolRole, view: PoolsView, rules: PoolRules) -> list[tuple[SloTarget, float]]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from controlplane.observed import COLD_START_WINDOWS
+from controlplane.observed.pool import COLD_START_WINDOWS
+from controlplane.observed.serving import PoolRole
 from controlplane.solve.pools.local_prefill import ThresholdRules
-from controlplane.solve.pools.view import PoolRole
 
 
 @dataclass(frozen=True)

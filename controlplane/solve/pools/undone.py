@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from controlplane.observed.serving import PoolRole
 from controlplane.solve.pools.decision import DecisionKind, PoolDecision
-from controlplane.solve.pools.view import PoolRole
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,12 @@ from dataclasses import replace
 import pytest
 from support.pools import latency, model, view, window
 
+from controlplane.observed.serving import PoolWindow
 from controlplane.solve.pools.capacity import LoadForecast, replicas_needed
 from controlplane.solve.pools.decision import DecisionKind, PoolDecision
 from controlplane.solve.pools.planner import is_predictive_tick, plan_pools
 from controlplane.solve.pools.rules import PoolRules
-from controlplane.solve.pools.view import PoolWindow, SloTarget
+from controlplane.solve.pools.view import SloTarget
 
 TTFT = (SloTarget("ttft", 90, 1.0), SloTarget("ttft", 99, 2.0))
 
