@@ -1,31 +1,10 @@
-"""Pacing: a pool's hourly allowances (placement changes, weights moved) spent so they never run dry.
+"""Pacing: a pool's hourly allowances (placement changes, weights moved) spent so they never run dry. Pure:
+(policy, pool, now) in, an `Allowance` out.
 
-A rolling-hour cap alone lets a loop that acts at every cooldown spend the hour's changes in its first half
-and then go blind for the rest while the load keeps drifting. The closed-loop benchmark's decode pool did
-exactly that (benchmarks/results/closed-loop-decode-2026-11-30.md, previous table): 60 changes in the first
-32 minutes, each near the best any placement could do, then none, and max/mean rose from 2.8 to 61 by the
-end of the hour. So a share of each allowance (FREE_SHARE) may be spent at once, as fast as the cooldown
-lets (a sudden shift is answered at once), and the rest no faster than evenly over the hour:
-
-- changes: over every trailing span tau <= 1 h, at most max_actions_per_hour * (FREE_SHARE + (1 - FREE_SHARE)
-  * tau / 1 h), counting the new one. The long-run pace is the even one (a change every 3600 /
-  max_actions_per_hour seconds, a few percent slower as the hour fills); after a burst it halves until the
-  burst ages out, and the hour's cap is never hit.
-- moves: past FREE_SHARE of the hourly budget, a change may move at most (1 - FREE_SHARE) of the hourly
-  budget's even rate times the time since the last change (only the hour's total is known, not each change's).
-- drift: the free share is for a shift the loop answers in a run of changes, each starting where the last one
-  left off. When the last change did reach the threshold (a window under it measured within) and the load has
-  drifted out again, without a material shift since (`is_drifting`: a sudden change of the hot experts is a new
-  load, answered at once), spending the free share buys nothing but a later starvation: the load keeps moving, every
-  quick change is undone as quickly, and the rolling hour's cap is reached early. The closed-loop benchmark's
-  fast drift did that (benchmarks/results/closed-loop-2026-11-30.md): two changes a minute for 20 minutes at
-  max/mean ~1.11, then one every 2 minutes at ~1.38. So under drift the next change waits for the even pace
-  (one per 3600 / max_actions_per_hour seconds), moves at most what the hourly moves budget earned, at its even
-  rate, since the last change (the last percent of balance a large change buys lasts seconds when the load
-  moves on; spent early, it leaves later changes starved of moves), and is aimed at the load over the time it
-  will be in force (controlplane/plan/placement.py).
-
-Pure: (policy, pool, now) in, an `Allowance` out.
+Half of each allowance (FREE_SHARE) may be spent as fast as the cooldown lets; the rest no faster than
+evenly over the hour. Under drift (`is_drifting`) every change waits for the even pace and moves at most
+what the hourly moves budget earned since the last one. Why, with the measurements:
+docs/decisions/2026-11-30-pace-hourly-allowances.md, docs/decisions/2026-12-01-even-pace-under-drift.md.
 """
 
 from __future__ import annotations

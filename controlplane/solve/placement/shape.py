@@ -4,8 +4,8 @@ that exists). Redundant experts are sized from the pool's own load instead of a 
 prints it. Pure.
 
 Both are of one load, solved for it: a loop that follows a drifting load holds a few points above the solve
-(benchmarks/results/closed-loop-decode-3-2026-12-02.md: 1.05-1.08 where a fresh solve of each window reached
-1.02-1.04). Global placements: group locality, where a policy asks for it, can only add to them.
+(docs/decisions/2026-12-02-imbalance-floor.md). Global placements: group locality, where a policy asks for
+it, can only add to them.
 Shapes: L layers, E experts, G GPUs, k slots per GPU.
 """
 

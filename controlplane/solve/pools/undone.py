@@ -1,12 +1,9 @@
 """A consolidation judged by its effect: one the pool had to undo is not made again at the load that undid it.
 
-The consolidate check predicts the pool's latency at load x N/M from the fitted model. Near saturation (a
-prefill pool of one or two replicas, where TTFT is a queue) the model can be wrong: the smaller pool breaches
-its targets and scales back up within minutes, and at the next tick past the cooldown the same check at the
-same load says yes again. Over a day-long diurnal trace that cycle (a scale-down and up every 10-12 minutes
-through the night's hours) made most of the requests moectl missed (benchmarks/results/pools-2026-11-30.md,
-Run 7). So after a consolidation to M was undone within `within_seconds`, the pool does not go to M or fewer
-again for `memory_seconds` while the load is at least `load_share` of the load the scale-up back was sized for.
+Near saturation the fitted model can be wrong, and the same check at the same load would consolidate,
+breach and scale back up every cooldown (docs/decisions/2026-12-01-remember-undone-consolidations.md).
+So after a consolidation to M was undone within `within_seconds`, the pool does not go to M or fewer again
+for `memory_seconds` while the load is at least `load_share` of the load the scale-up back was sized for.
 """
 
 from __future__ import annotations
