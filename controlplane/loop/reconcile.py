@@ -44,7 +44,7 @@ from controlplane.loop.prune import Pruning
 from controlplane.loop.reconcile_pools import PoolsOutcome
 from controlplane.loop.verify import verify_pool
 from controlplane.plan.diagnose import Cause, MtpDiagnosis, diagnose_mtp
-from controlplane.plan.placement import plan_pool
+from controlplane.plan.placement import plan_pool, plan_routing
 from controlplane.plan.routing_reach import RoutingReach
 from controlplane.store import (
     actions,
@@ -187,6 +187,8 @@ def reconcile_pool(session: Session, deployment: Deployment, pool: Pool, setting
         with tracer.start_as_current_span("plan"):
             plan = compute(plan_pool, policy, state, now, is_forced=is_forced or bool(pending), mtp=mtp,
                            is_asked=any(r.trigger == "manual" for r in pending))
+            # one change per pass: routing moves when the placement does not
+            routing = None if dry_run or plan.decision == Decision.rebalance else plan_routing(policy, state, now, mtp)
             sized = reconcile_pools.plan_deployment(session, deployment, policy, settings, now=now)
         span.set_attribute("moectl.decision", plan.decision.value)
         log.info("%s/%s: %s (%s)", deployment.name, pool.role, plan.decision.value, plan.reason)
@@ -203,8 +205,8 @@ def reconcile_pool(session: Session, deployment: Deployment, pool: Pool, setting
                 parks.release(session, pool=pool, knob=PLACEMENT.kind, reason=plan.unparked, now=now)
             action, is_new = reconcile_knobs.actuate_placement(session, deployment, pool, policy, plan, pending,
                                                                settings, now)
-            if plan.decision != Decision.rebalance:  # one change per pass: routing moves when the placement does not
-                reconcile_knobs.actuate_routing(session, deployment, pool, state, policy, settings, now, mtp)
+            if routing is not None:
+                reconcile_knobs.actuate_routing(session, deployment, pool, state, policy, settings, now, routing)
             findings.record_findings(session, deployment, pool, state, policy, now, mtp)
             reach = findings.record_routing_reach(session, deployment, pool, state, policy, now)
             reconcile_knobs.actuate_pool_size(session, deployment, pool, policy, settings, now)

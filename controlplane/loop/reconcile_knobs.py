@@ -24,7 +24,8 @@ from controlplane.desired import Decision, Plan, Policy
 from controlplane.loop.verify import roll_back
 from controlplane.observed.pool import PoolState
 from controlplane.plan.diagnose import MtpDiagnosis
-from controlplane.plan.placement import check_pool_size, plan_routing
+from controlplane.plan.placement import check_pool_size
+from controlplane.solve.routing import RoutingStep
 from controlplane.store import actions, parks, pool_sizes, pools, requests, tokens
 from controlplane.store.tables import Action, Deployment, Pool, Request
 
@@ -54,8 +55,8 @@ def actuate_placement(session: Session, deployment: Deployment, pool: Pool, poli
 
 
 def actuate_routing(session: Session, deployment: Deployment, pool: Pool, state: PoolState, policy: Policy,
-                    settings: Settings, now: float, mtp: MtpDiagnosis | None) -> None:
-    step = plan_routing(policy, state, now, mtp)
+                    settings: Settings, now: float, step: RoutingStep) -> None:
+    """Proposes the routing limit `step` (plan_routing's, on `state`) when it changes the one in force."""
     if step.unparked is not None:
         parks.release(session, pool=pool, knob=ROUTING.kind, reason=step.unparked, now=now)
     if not step.is_change_from(state.topk_group):
