@@ -13,10 +13,10 @@ the next window on:
 - static: the placement every strategy starts from (EPLB's solve of the load at the start, as a deployment
   starts from a recorded distribution), forever;
 - periodic EPLB: every K minutes a from-scratch solve (benchmarks/baselines/eplb.py, behind
-  controlplane/solve/algorithm.py's PlacementAlgorithm) of the load summed over those K minutes, as SGLang and
+  controlplane/solve/placement/algorithm.py's PlacementAlgorithm) of the load summed over those K minutes, as SGLang and
   vLLM run it;
-- moectl: the real planner (controlplane/plan.py `plan_pool` and its solver, pure, in-process, the clock passed
-  in), fed the windows the controller would store, under each policy of MOECTL_POLICIES (threshold, cooldown,
+- moectl: the real planner (controlplane/plan/placement.py `plan_pool` and its solver, pure, in-process, the clock
+  passed in), fed the windows the controller would store, under each policy of MOECTL_POLICIES (threshold, cooldown,
   moves budget).
 
 Reported per strategy: time-weighted max/mean GPU load (mean over windows of the mean over layers), modelled
@@ -51,15 +51,16 @@ from agents.sim.load import LoadModel
 from agents.sim.reach import Routing, sample_reach
 from benchmarks.baselines.eplb import Eplb
 from controlplane.desired import Decision, Policy
-from controlplane.observed import RANK_REPORTS, KnobChange, PoolState, Window
-from controlplane.pacing import PLACEMENT
-from controlplane.plan import plan_pool
-from controlplane.solve.placement import Topology, solve_placement
+from controlplane.observed.pool import RANK_REPORTS, KnobChange, PoolState, Window
+from controlplane.plan.pacing import PLACEMENT
+from controlplane.plan.placement import plan_pool
+from controlplane.solve.placement.solver import Topology, solve_placement
 
 WINDOW_SECONDS = 5.0
 STEPS_PER_WINDOW = int(WINDOW_SECONDS * 20)  # as the simulated fleet's windows
 HOUR = 3600.0
-MAX_WINDOWS_KEPT = 48  # what the planner reads: sustained windows and its forecast's history (controlplane/plan.py)
+# what the planner reads: sustained windows and its forecast's history (controlplane/plan/placement.py)
+MAX_WINDOWS_KEPT = 48
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ WORKLOADS = [
 # most experts' load twice per period, which the default hourly budget cannot pay for
 # The third spends the same 800% an hour in small steps: a change after every 5 s window (720 an hour, one window
 # sustained, the cooldown one window, each change verified on the one window under it), each moving at most 2% of
-# the residencies (334 of prefill EP32's 16,704; past half the hourly budget controlplane/pacing.py holds a change
+# the residencies (334 of prefill EP32's 16,704; past half the hourly budget controlplane/plan/pacing.py holds a change
 # to half the budget's even rate, ~93 per 5 s), each move cutting its layer's busiest GPU by at least 4% of the
 # layer's mean (min_gain_per_moved_slot), from max/mean 1.05 on. A moved residency is one expert's weights of one
 # layer copied to another GPU (DeepSeek-V3: 3 x 7168 x 2048 parameters, ~44 MB at FP8): the whole 800%/h of EP32
@@ -181,7 +182,7 @@ class Outcome:
 
 class Oracle:
     """Not a strategy: the best any placement could do in each window, a from-scratch solve
-    (controlplane/solve/placement.py) of the window's own load, which no strategy knows before the window runs.
+    (controlplane/solve/placement/solver.py) of the window's own load, which no strategy knows before the window runs.
     It bounds what is feasible: a target below its number cannot be met on that workload and shape."""
 
     name = "oracle: fresh solve of each window's own load"
@@ -223,7 +224,7 @@ class PeriodicEplb:
 
 class Moectl:
     """The controller's planner on the windows it would have stored, with the bookkeeping the store keeps
-    (version, last change, moves, actions and their times in the last hour: what controlplane/pacing.py reads)."""
+    (version, last change, moves, actions and their times in the last hour: what controlplane/plan/pacing.py reads)."""
 
     def __init__(self, shape: Shape, policy: Policy, name: str = "moectl loop"):
         self.shape, self.policy, self.name = shape, policy, name

@@ -29,9 +29,9 @@ from benchmarks.pdsim.outcome import Outcome, outcome
 from benchmarks.pdsim.profile import profile
 from benchmarks.pdsim.simulator import SimConfig, simulate
 from benchmarks.pdsim.trace import Trace, bursty, diurnal, step
-from controlplane.plan_pools import MoectlPoolPlanner
-from controlplane.solve.pool_rules import PoolRules
-from controlplane.solve.pool_view import SloTarget
+from controlplane.plan.pools import MoectlPoolPlanner
+from controlplane.solve.pools.rules import PoolRules
+from controlplane.solve.pools.view import SloTarget
 
 TARGETS = (SloTarget("ttft", 90, 1.0), SloTarget("ttft", 99, 2.0), SloTarget("itl", 90, 0.050),
            SloTarget("itl", 99, 0.080))
@@ -147,7 +147,7 @@ def main() -> None:
             "of its current releases); both remove replicas without drain, as Dynamo does. oracle-step (bound): "
             "benchmarks/baselines/oracle.py, the low rate's static sizes until the first window that measured the "
             "step, then the whole GPU budget: no reactive planner that ran low-rate sizes can beat its attainment. "
-            "moectl: controlplane/plan_pools.py (prefill sized from the queue of the routers' prompt-length mix); "
+            "moectl: controlplane/plan/pools.py (prefill sized from the queue of the routers' prompt-length mix); "
             "moectl+ceiling: the same with PoolRules.size_prefill_by_mix off (prefill from the mean prompt under a "
             "0.7 utilisation ceiling, the default before 2026-12-01). "
             f"Simulated on a shared 2-core {platform.processor() or platform.machine()}.")

@@ -78,7 +78,7 @@ def main() -> None:
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     listener.bind(("127.0.0.1", args.port))
     with contextlib.suppress(ImportError):  # this tree: the heap frozen before serving, as `serve` does
-        from controlplane.startup_heap import freeze_startup_heap
+        from controlplane.cmd.startup_heap import freeze_startup_heap
 
         freeze_startup_heap()
     print(f"pid {os.getpid()} serving on {args.port}" + (" (API only)" if args.api_only else ""), flush=True)
@@ -89,7 +89,7 @@ def main() -> None:
 def _log_gc_pauses(path: str) -> None:
     """Appends {"generation", "ms", "at"} for each collection over 5 ms: the interpreter is stopped meanwhile,
     every request in flight waiting (a full collection of a controller's heap took 125-370 ms before
-    controlplane/startup_heap.py)."""
+    controlplane/cmd/startup_heap.py)."""
     out, started = open(path, "a", buffering=1), [0.0]  # noqa: SIM115 (kept open for the process's life)
 
     def on_gc(phase: str, info: dict) -> None:
@@ -103,7 +103,7 @@ def _log_gc_pauses(path: str) -> None:
 
 
 def _start_loop(passes_file: str, sessions, settings, stop: threading.Event, clock: FileClock) -> None:  # noqa: ANN001
-    from controlplane.reconcile import run_forever
+    from controlplane.loop.reconcile import run_forever
 
     passes = open(passes_file, "a", buffering=1)  # noqa: SIM115
 
@@ -113,11 +113,11 @@ def _start_loop(passes_file: str, sessions, settings, stop: threading.Event, clo
 
     loop_kwargs = dict(sessions=sessions, settings=settings, stop=stop, clock=clock, on_pass=on_pass)
     if "liveness" in inspect.signature(run_forever).parameters:  # main after issue 12
-        from controlplane.liveness import LoopLiveness
+        from controlplane.loop.liveness import LoopLiveness
 
         loop_kwargs["liveness"] = LoopLiveness.for_settings(settings)
     if "compute" in inspect.signature(run_forever).parameters:  # this tree: plans in a worker, as `serve` does
-        from controlplane.compute import WorkerProcess
+        from controlplane.loop.compute import WorkerProcess
 
         loop_kwargs["compute"] = WorkerProcess()
     threading.Thread(target=run_forever, daemon=True, name="reconcile", kwargs=loop_kwargs).start()

@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     from controlplane.api.routes.agents import post_group_snapshot
     from controlplane.config import Settings
     from controlplane.desired import Mode, Policy
-    from controlplane.reconcile import reconcile_once
+    from controlplane.loop.reconcile import reconcile_once
     from controlplane.store import db, deployments
 
     with tempfile.TemporaryDirectory(prefix="moectl-profile-") as tmp, \

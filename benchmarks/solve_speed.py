@@ -1,7 +1,7 @@
 """How long the planner's migration-aware solve takes at DeepSeek-V3 scale, and what it plans, for this tree's
 solver and a reference commit's side by side in one run.
 
-The solve the reconcile pass runs when it rebalances (controlplane/solve/placement.py `solve_placement` with the
+The solve the reconcile pass runs when it rebalances (controlplane/solve/placement/solver.py `solve_placement` with the
 applied table and a moves budget) on the two pools of issue 15: decode EP320 (40 nodes x 8 GPUs, one slot per GPU,
 320 slots) and prefill EP32 (4 nodes x 8 GPUs, 9 slots per GPU, 288 slots, with and without group locality);
 58 MoE layers x 256 experts, 8 groups. Each case starts from the agents' default table (slot s holds expert
@@ -51,7 +51,7 @@ def run_case(name: str, start: str, steps: int, repeats: int, seed: int, drift_s
     from agents.protocol.placement import default_slot_to_expert, layer_imbalance
     from agents.sim.load import LoadModel
     from benchmarks.baselines.eplb import Eplb
-    from controlplane.solve.placement import Topology, solve_placement
+    from controlplane.solve.placement.solver import Topology, solve_placement
 
     nodes, gpn, k, is_local = CASES[name]
     topology = Topology(nodes, gpn, k, NUM_GROUPS)

@@ -82,7 +82,7 @@ class Settings(BaseSettings):
                                                                             "to serve (the pool planner's horizon)")
     plan_in_worker: bool = Field(default=True, description="solve placements in a worker process, so a large "
                                                            "solve never holds up the API's ingest")
-    # retention: what `controlplane/prune.py` deletes, never what is in force (see there)
+    # retention: what `controlplane/loop/prune.py` deletes, never what is in force (see there)
     retain_actions_seconds: float = Field(default=30 * DAY, gt=0,
                                           description="settled actions (the audit trail) older than this")
     retain_versions_seconds: float = Field(default=DAY, gt=0,

@@ -8,9 +8,40 @@ from enum import StrEnum
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from controlplane.effect import Effect
-
 MAX_REPLICAS = 100_000  # instances of one pool
+
+
+@dataclass(frozen=True)
+class Effect:
+    """direction: -1 the signal should fall, +1 rise. tolerance: the signal's noise, in its own units.
+    floors: signal -> the lowest value allowed after the change. context: other signals before the change
+    (evidence for a later diagnosis, e.g. MTP acceptance before it)."""
+
+    signal: str
+    direction: int
+    before: float
+    predicted: float
+    tolerance: float = 0.0
+    floors: dict[str, float] = field(default_factory=dict)
+    context: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def predicted_move(self) -> float:
+        """How far the signal should move the intended way (positive)."""
+        return self.direction * (self.predicted - self.before)
+
+    def to_json(self) -> dict:
+        return {"signal": self.signal, "direction": self.direction, "before": round(self.before, 4),
+                "predicted": round(self.predicted, 4), "tolerance": self.tolerance, "floors": dict(self.floors),
+                "context": {k: round(v, 4) for k, v in self.context.items()}}
+
+    @classmethod
+    def from_json(cls, value: dict | None) -> Effect | None:
+        """None for an action that recorded no intended effect (a bound enforced, a person's table)."""
+        if not value:
+            return None
+        return cls(value["signal"], int(value["direction"]), float(value["before"]), float(value["predicted"]),
+                   float(value.get("tolerance", 0.0)), dict(value.get("floors", {})), dict(value.get("context", {})))
 
 
 class Mode(StrEnum):
@@ -89,7 +120,7 @@ class Policy(BaseModel):
         default=None, ge=0, le=1,
         description="each moved expert residency (one weight copy) must lower its layer's max GPU load by at "
                     "least this share of the layer's mean; unset: the solver's own bar. Raised, a tight moves "
-                    "budget buys only the moves that cut the hot GPUs (controlplane/plan.py)")
+                    "budget buys only the moves that cut the hot GPUs (controlplane/plan/placement.py)")
     # bounds
     group_locality: bool = Field(default=False, description="keep each expert group's replicas on one node "
                                                             "(bounds cross-node traffic under group-limited routing)")
@@ -117,7 +148,7 @@ class Policy(BaseModel):
     pool_size_prefill_by_mix: bool = Field(default=True,
                                            description="size the prefill pool from a queue of the routers' "
                                                        "prompt-length mix; false: from the mean prompt under a "
-                                                       "0.7 utilisation ceiling (controlplane/solve/pool_rules.py)")
+                                                       "0.7 utilisation ceiling (controlplane/solve/pools/rules.py)")
     # timing and safety
     cooldown_seconds: float = Field(default=30.0, ge=0, le=365 * 86400,
                                     description="minimum time between changes of a knob (at most a year)")

@@ -14,8 +14,8 @@ from support.auth import AGENT_TOKEN, API_TOKEN
 
 from controlplane.api.app import create_app
 from controlplane.config import Settings
+from controlplane.loop.telemetry import ControllerMetrics
 from controlplane.store.db import make_engine, make_sessions, upgrade
-from controlplane.telemetry import ControllerMetrics
 
 pytest_plugins = ["support.kube.fixture", "support.reports", "pytester"]
 

@@ -8,7 +8,7 @@ window holding its start.
 Every poster closes its window at the same instant, so a fleet's posts would all reach the controller at
 once and queue there behind each other (at 1,024 GPUs, five 320-rank group posts). A poster sends a closed
 window after a random delay within the first POST_SPREAD_WINDOWS of the next window, drawn anew for every
-window; the controller reads a window only half a window after it ended (controlplane/window_reads.py).
+window; the controller reads a window only half a window after it ended (controlplane/store/window_reads.py).
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ _Counts = list[Annotated[int, Field(ge=0, le=MAX_COUNT)]]
 
 class ServingCounters(_Frozen):
     """One rank's serving work over a window: what the pool planner sizes pools from
-    (controlplane/plan_pools.py). Means are time-weighted over the window, idle time included; "at the
+    (controlplane/plan/pools.py). Means are time-weighted over the window, idle time included; "at the
     window's end" values are the last step's."""
 
     busy_seconds: float = Field(default=0.0, ge=0, allow_inf_nan=False, description="time inside steps that ran work")

@@ -32,8 +32,9 @@ from benchmarks.baselines.dynamo_interpolation import Interpolators
 from benchmarks.baselines.dynamo_kalman import Kalman
 from benchmarks.baselines.dynamo_load import LoadLoop
 from benchmarks.pdsim.profile import Profile
-from controlplane.solve.pool_decision import DecisionKind, PoolDecision, PoolPlan
-from controlplane.solve.pool_view import ROLES, PoolsView
+from controlplane.observed.serving import ROLES
+from controlplane.solve.pools.decision import DecisionKind, PoolDecision, PoolPlan
+from controlplane.solve.pools.view import PoolsView
 
 
 @dataclass

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from controlplane.solve.pool_view import ROLES, PoolsView
+from controlplane.observed.serving import ROLES
+from controlplane.solve.pools.view import PoolsView
 
 
 class StepRegression:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from controlplane.solve.placement import PlacementPlan, Topology, plan_of
+from controlplane.solve.placement.solver import PlacementPlan, Topology, plan_of
 
 
 def balanced_packing(weight: np.ndarray, num_packs: int) -> tuple[np.ndarray, np.ndarray]:
@@ -110,7 +110,7 @@ def rebalance_experts(weight: np.ndarray, num_physical: int, num_groups: int, nu
 
 @dataclass(frozen=True)
 class Eplb:
-    """EPLB as a `PlacementAlgorithm` (controlplane/solve/algorithm.py). Stateless: it solves from scratch
+    """EPLB as a `PlacementAlgorithm` (controlplane/solve/placement/algorithm.py). Stateless: it solves from scratch
     whatever `current` is and ignores `max_moved_slots` (the plan still counts the slots it moves against
     `current`); traffic splits evenly over replicas; hierarchical (group-local) when asked and the groups
     split evenly over nodes, as the published code decides."""

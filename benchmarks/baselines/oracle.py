@@ -17,8 +17,9 @@ from dataclasses import dataclass, replace
 from benchmarks.baselines.static import StaticPools
 from benchmarks.pdsim.simulator import SimConfig
 from benchmarks.pdsim.trace import Trace
-from controlplane.solve.pool_decision import DecisionKind, PoolDecision, PoolPlan
-from controlplane.solve.pool_view import ROLES, PoolsView
+from controlplane.observed.serving import ROLES
+from controlplane.solve.pools.decision import DecisionKind, PoolDecision, PoolPlan
+from controlplane.solve.pools.view import PoolsView
 
 
 @dataclass(frozen=True)

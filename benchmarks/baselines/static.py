@@ -16,8 +16,9 @@ import numpy as np
 from benchmarks.pdsim.outcome import meets_targets
 from benchmarks.pdsim.simulator import SimConfig, simulate
 from benchmarks.pdsim.trace import Trace
-from controlplane.solve.pool_decision import DecisionKind, PoolDecision, PoolPlan
-from controlplane.solve.pool_view import ROLES, PoolsView
+from controlplane.observed.serving import ROLES
+from controlplane.solve.pools.decision import DecisionKind, PoolDecision, PoolPlan
+from controlplane.solve.pools.view import PoolsView
 
 PEAK_SECONDS = 300  # the span the peak rate is averaged over
 PROBE_SECONDS = 300  # length of each steady-load probe

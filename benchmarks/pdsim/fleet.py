@@ -16,7 +16,8 @@ from benchmarks.pdsim.decode_replica import DecodeReplica
 from benchmarks.pdsim.events import PREFILL_END, READY_EVENT, EventQueue
 from benchmarks.pdsim.replicas import DRAINING, READY, REMOVED, STARTING, PrefillReplica, Replica
 from benchmarks.pdsim.requests import ABORTED, Requests
-from controlplane.solve.pool_view import ROLES, PoolSize
+from controlplane.observed.serving import ROLES
+from controlplane.solve.pools.view import PoolSize
 
 
 class Fleet:

@@ -14,7 +14,7 @@ from agents.protocol import NUM_PROMPT_BUCKETS, PROMPT_BUCKET_TOKENS, LatencySum
 from benchmarks.pdsim.decode_replica import DecodeReplica
 from benchmarks.pdsim.replicas import PrefillReplica, Replica
 from benchmarks.pdsim.requests import Requests
-from controlplane.solve.pool_view import PoolWindow, ReplicaWindow
+from controlplane.observed.serving import PoolWindow, ReplicaWindow
 
 MIN_SAMPLES = 5
 

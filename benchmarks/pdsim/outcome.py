@@ -16,8 +16,8 @@ import numpy as np
 from benchmarks.pdsim.replicas import REMOVED
 from benchmarks.pdsim.requests import ABORTED, DONE
 from benchmarks.pdsim.simulator import SimResult
-from controlplane.solve.pool_decision import PoolDecision
-from controlplane.solve.pool_view import SloTarget
+from controlplane.solve.pools.decision import PoolDecision
+from controlplane.solve.pools.view import SloTarget
 
 
 def bounds(targets: tuple[SloTarget, ...]) -> tuple[float, float]:

@@ -22,8 +22,9 @@ from benchmarks.pdsim.replicas import Replica
 from benchmarks.pdsim.requests import Requests
 from benchmarks.pdsim.router import SimRouter
 from benchmarks.pdsim.trace import Trace
-from controlplane.solve.pool_decision import PoolDecision, PoolPlanner, ThresholdDecision
-from controlplane.solve.pool_view import ROLES, PoolsView, PoolWindow, SloTarget
+from controlplane.observed.serving import ROLES, PoolWindow
+from controlplane.solve.pools.decision import PoolDecision, PoolPlanner, ThresholdDecision
+from controlplane.solve.pools.view import PoolsView, SloTarget
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,6 @@ class Knob(Protocol[V]):
 
     def prune(self, session: Session, pool: Pool, *, before: float, keep: set[int], limit: int) -> int:
         """Deletes versions made before `before` but the newest of them and those in `keep` (at most
-        `limit`); returns how many went (controlplane/prune.py)."""
+        `limit`); returns how many went (controlplane/loop/prune.py)."""
         ...
 

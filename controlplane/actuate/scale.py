@@ -111,7 +111,7 @@ def _stand_down(session: Session, deployment: Deployment, pool: Pool, scaler: Po
 def last_applied(session: Session, pool: Pool) -> tuple[Action | None, int | None]:
     """The newest pool-size action that applied replicas or resumed moectl, and the replicas it applied: None
     when none did, or when a person resumed moectl since (then nothing is held against the replicas found).
-    The pruning job keeps that action (controlplane/prune.py)."""
+    The pruning job keeps that action (controlplane/loop/prune.py)."""
     recent = session.scalars(select(Action).where(Action.pool_id == pool.id, Action.kind == POOL_SIZE.kind,
                                                   Action.status != actions.CONFLICT)
                              .order_by(Action.updated_at.desc(), Action.id.desc()).limit(100))

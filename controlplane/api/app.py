@@ -34,9 +34,9 @@ from controlplane.api.routes import (
     whoami,
 )
 from controlplane.config import Settings
-from controlplane.liveness import LoopLiveness
+from controlplane.loop.liveness import LoopLiveness
+from controlplane.loop.telemetry import ControllerMetrics
 from controlplane.store.db import is_unavailable, make_probe_engine
-from controlplane.telemetry import ControllerMetrics
 
 
 def create_app(settings: Settings, sessions: sessionmaker[Session], *, clock: Callable[[], float] = time.time,

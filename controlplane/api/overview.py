@@ -20,13 +20,13 @@ from controlplane.api.schemas import (
     RoutingReachOut,
     WindowPoint,
 )
-from controlplane.collect.aggregate import merge_counters
 from controlplane.config import Settings
 from controlplane.desired import Policy
-from controlplane.diagnose import diagnose_mtp
-from controlplane.observed import PoolState, Window, acceptance_by_position
-from controlplane.routing_reach import check_routing_limit, window_reach
-from controlplane.solve.packing import imbalance_floor
+from controlplane.observed.pool import PoolState, Window, acceptance_by_position
+from controlplane.observed.report import merge_counters
+from controlplane.plan.diagnose import diagnose_mtp
+from controlplane.plan.routing_reach import check_routing_limit, window_reach
+from controlplane.solve.placement.packing import imbalance_floor
 from controlplane.store import actions, deployments, policies, pools
 from controlplane.store.tables import Action, Deployment, Pool
 from controlplane.store.timestamps import seconds

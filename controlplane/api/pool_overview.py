@@ -8,7 +8,7 @@ from controlplane.api.schemas import PoolPlanOut, PoolPoint, PoolSizing
 from controlplane.config import Settings
 from controlplane.store import pool_plans, pool_sizes, serving
 from controlplane.store.tables import Deployment, Pool
-from controlplane.window_reads import first_unread_index
+from controlplane.store.window_reads import first_unread_index
 
 
 def plan_out(session: Session, deployment: Deployment, pools: list[Pool]) -> PoolPlanOut | None:

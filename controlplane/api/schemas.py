@@ -61,7 +61,7 @@ class DiagnosisOut(BaseModel):
 
 
 class RoutingReachOut(BaseModel):
-    """Whether the group limit in force is honoured, judged as the loop judges it (controlplane/routing_reach.py)."""
+    """Whether the group limit in force is honoured, judged as the loop judges it (plan/routing_reach.py)."""
 
     topk_group: int | None = Field(description="groups per token in force: issued, else the model's own; null: none")
     groups_per_token_mean: float | None = Field(default=None, description="last measured window; null: none")
@@ -152,7 +152,7 @@ class ThresholdOut(BaseModel):
 
 
 class PoolPlanOut(BaseModel):
-    """The pool planner's latest plan (controlplane/reconcile_pools.py), each pass."""
+    """The pool planner's latest plan (controlplane/loop/reconcile_pools.py), each pass."""
 
     at: float
     slo: dict[str, float] = Field(description="target name (ttft_p90, itl_p99, ...) -> seconds")

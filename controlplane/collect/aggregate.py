@@ -5,49 +5,16 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-
-import numpy as np
 
 from agents.protocol import Snapshot
 from agents.protocol.grid import window_index
 from agents.protocol.group import GroupSnapshot, RankRow
-from controlplane.observed import ACCEPTED_AT, GROUPS_AT, NODES_AT
+from controlplane.observed.pool import ACCEPTED_AT, GROUPS_AT, NODES_AT
+from controlplane.observed.report import COUNTERS, Report
 
-# summed over all reports of a window; ratios are formed at read time (sum/sum, never mean of ratios)
-COUNTERS = (
-    "num_steps", "forward_seconds", "dispatch_seconds", "combine_seconds",
-    "prefix_query_tokens", "prefix_hit_tokens", "spec_drafts", "spec_draft_tokens", "spec_accepted_tokens",
-    "requests_running", "requests_waiting", "ttft_count", "ttft_sum", "itl_count", "itl_sum",
-    "routing_recall_sum", "routing_recall_count",
-)
-# worst over reports: a percentile cannot be summed, the max is an honest upper bound
-MAXIMA = ("ttft_p99", "itl_p99")
-# ACCEPTED_AT, GROUPS_AT, NODES_AT (controlplane/observed.py) + n: accepted tokens at draft position n, tokens
+# ACCEPTED_AT, GROUPS_AT, NODES_AT (controlplane/observed/pool.py) + n: accepted tokens at draft position n, tokens
 # whose top-k reached n groups / nodes: summed like COUNTERS
 _FIELDS = tuple(name for name in COUNTERS if name in RankRow.model_fields)  # the counters sent as they are
-
-
-@dataclass(frozen=True)
-class Report:
-    """expert_tokens: [num_layers, num_experts], summed over the post's ranks; slot_tokens: [num_layers,
-    num_ranks * slots_per_rank] landing at slot columns `slot_offset..` of the pool's table; rank_versions: the
-    placement version each of its ranks ran, in rank order from rank `slot_offset // slots_per_rank`."""
-
-    window_index: int
-    expert_tokens: np.ndarray
-    slot_tokens: np.ndarray
-    slot_offset: int
-    counters: dict[str, float]
-    rank_versions: tuple[int, ...] = (0,)
-
-    @property
-    def slots_per_rank(self) -> int:
-        return self.slot_tokens.shape[1] // len(self.rank_versions)
-
-    @property
-    def first_rank(self) -> int:
-        return self.slot_offset // self.slots_per_rank
 
 
 def rank_counters(s: Snapshot | RankRow) -> dict[str, float]:
@@ -94,13 +61,3 @@ def to_group_report(group: GroupSnapshot, grid_seconds: float) -> Report:
                   tuple(r.placement_version for r in rows))
 
 
-def merge_counters(total: dict[str, float], part: dict[str, float]) -> dict[str, float]:
-    return add_counters(dict(total), part)
-
-
-def add_counters(total: dict[str, float], *parts: dict[str, float]) -> dict[str, float]:
-    """Adds `parts` into `total` (summed, or the worst for MAXIMA) and returns it."""
-    for part in parts:
-        for name, value in part.items():
-            total[name] = max(total.get(name, 0.0), value) if name in MAXIMA else total.get(name, 0.0) + value
-    return total

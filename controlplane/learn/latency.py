@@ -19,7 +19,7 @@ which says nothing about the steady state at this window's load (kept, the windo
 backlog read as a TTFT floor over a second, and prefill was sized for it for a quarter of an hour). A
 replica's first `cold_start_windows` windows are left out (cold caches and kernels run slow and
 would read as lost capacity); with fewer than `min_samples` warm windows a fit is None and the
-caller falls back (controlplane/plan_pools.py: reactive steps only, no consolidation).
+caller falls back (controlplane/plan/pools.py: reactive steps only, no consolidation).
 Arrays are [n] over replica windows; seconds, tokens, tokens/s.
 """
 
@@ -32,7 +32,7 @@ import sklearn
 from sklearn.linear_model import LinearRegression
 
 from controlplane.learn.prefill_queue import ttft_percentile
-from controlplane.observed import COLD_START_WINDOWS
+from controlplane.observed.pool import COLD_START_WINDOWS
 
 MIN_SAMPLES = 12
 MIN_REQUESTS = 20  # a replica window's TTFT percentiles over fewer requests are too noisy to learn from
@@ -155,7 +155,7 @@ def fit_decode(age, window_seconds: float, batch, kv_tokens, local_prompt_tokens
 
 @dataclass(frozen=True)
 class PoolLatency:
-    """Both pools' fits behind one object (the LatencyModel shape of controlplane/solve/pool_capacity.py);
+    """Both pools' fits behind one object (the LatencyModel shape of controlplane/solve/pools/capacity.py);
     a pool without a fit answers None. kv_capacity_tokens, max_batch: one decode replica's limits;
     max_prefill_utilisation: past it, a prefill replica's TTFT is planned as unbounded where only the mean prompt
     is known; prefill_tail_percentile: where the length mix is known, the percentile of TTFT its tail is read at."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from controlplane.effect import Effect
+from controlplane.desired import Effect
 
 # tighten only with this much recall to spare: one group less costs recall, and a step that lands
 # under the floor would be undone by the next pass, then retried: a flap

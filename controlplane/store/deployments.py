@@ -48,7 +48,7 @@ def lock_pool(session: Session, pool: Pool) -> None:
 
 def is_lock_exclusive(session: Session) -> bool:
     """Whether `lock_pool` holds the whole database's write lock (SQLite): every writer waits while it is held,
-    agents' posts too, so the loop plans before it takes it (controlplane/plan_ahead.py)."""
+    agents' posts too, so the loop plans before it takes it (controlplane/loop/plan_ahead.py)."""
     return session.get_bind().dialect.name == "sqlite"
 
 

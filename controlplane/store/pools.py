@@ -6,13 +6,12 @@ from sqlalchemy import distinct, func, select
 from sqlalchemy.orm import Session
 
 from controlplane.config import Settings
-from controlplane.effect import Effect
-from controlplane.observed import KnobChange, PoolState
-from controlplane.parking import model_key
+from controlplane.desired import Effect
+from controlplane.observed.pool import KnobChange, PoolState, model_key
 from controlplane.store import actions, deployments, parks, placements, policies, pool_sizes, routing_limits, windows
 from controlplane.store.tables import Action, Agent, Deployment, Pool
 from controlplane.store.timestamps import seconds
-from controlplane.window_reads import first_unread_index
+from controlplane.store.window_reads import first_unread_index
 
 HOUR = 3600.0
 CHANGED = (actions.APPLIED, actions.VERIFIED, actions.ROLLED_BACK, actions.FAILED)

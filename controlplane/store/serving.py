@@ -6,8 +6,7 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from controlplane.collect.serving import merge, pool_window, replica_window
-from controlplane.solve.pool_view import PoolWindow
+from controlplane.observed.serving import PoolWindow, merge, pool_window, replica_window
 from controlplane.store.batches import delete_some
 from controlplane.store.tables import Deployment, Pool, ReplicaWindow, RouterWindow
 
@@ -76,7 +75,7 @@ def reported_threshold(session: Session, deployment: Deployment) -> int | None:
 def prune_replicas(session: Session, pool: Pool, *, history_windows: int, limit: int) -> int:
     """Deletes (at most `limit` of) the pool's replica windows older than the newest `history_windows` complete
     ones the pool planner reads and the two still filling, as `windows.prune` does for load windows
-    (controlplane/prune.py). Returns how many went."""
+    (controlplane/loop/prune.py). Returns how many went."""
     newest = session.scalar(select(func.max(ReplicaWindow.window_index)).where(ReplicaWindow.pool_id == pool.id))
     if newest is None:
         return 0

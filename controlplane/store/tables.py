@@ -116,7 +116,7 @@ class RoutingLimit(Base):
 
 class KnobPark(Base):
     """A knob parked for a pool after a reverted change, with the inputs it was parked at; it stands until they
-    change materially (controlplane/parking.py), then `released_at` and why are recorded."""
+    change materially (controlplane/plan/parking.py), then `released_at` and why are recorded."""
 
     __tablename__ = "knob_parks"
     id: Mapped[int] = mapped_column(primary_key=True)

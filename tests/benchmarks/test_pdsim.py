@@ -15,8 +15,8 @@ from benchmarks.pdsim.replicas import REMOVED
 from benchmarks.pdsim.requests import ABORTED, DONE
 from benchmarks.pdsim.simulator import SimConfig, simulate
 from benchmarks.pdsim.trace import bursty, diurnal, step
-from controlplane.plan_pools import fit_latency
-from controlplane.solve.pool_decision import DecisionKind, PoolDecision
+from controlplane.plan.pools import fit_latency
+from controlplane.solve.pools.decision import DecisionKind, PoolDecision
 
 CONFIG = SimConfig(targets=TARGETS, initial={"prefill": 3, "decode": 4}, tail_seconds=300.0)
 

@@ -18,8 +18,8 @@ import httpx
 import pytest
 from support.servers import free_port, require_binary, until, wait_http
 
+from controlplane.cmd.serve import Controller
 from controlplane.config import Settings
-from controlplane.serve import Controller
 
 RULES = Path(__file__).resolve().parents[2] / "dashboards" / "prometheus" / "moectl-rules.yml"
 API, AGENT, ALERTS = "e2e-admin", "e2e-agent", "e2e-alerts"

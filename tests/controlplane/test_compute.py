@@ -1,4 +1,4 @@
-"""Planning in a worker process (controlplane/compute.py): the same answer as in the calling thread, from
+"""Planning in a worker process (controlplane/loop/compute.py): the same answer as in the calling thread, from
 another process; a worker that dies fails its call and the next call gets a new one; `start` has the worker
 up before the first plan; a controller killed outright leaves no worker behind."""
 
@@ -14,7 +14,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 import pytest
 
-from controlplane.compute import WorkerProcess, in_process
+from controlplane.loop.compute import WorkerProcess, in_process
 
 
 def test_a_worker_answers_as_the_calling_thread_does_from_another_process():
@@ -53,7 +53,7 @@ def test_start_has_the_worker_running_before_the_first_call():
 def test_a_controller_killed_outright_leaves_no_worker_behind(tmp_path):
     """SIGKILL gives the controller no chance to stop its worker; the worker must notice on its own."""
     script = ("import os, signal\n"
-              "from controlplane.compute import WorkerProcess\n"
+              "from controlplane.loop.compute import WorkerProcess\n"
               "compute = WorkerProcess()\n"
               "print(compute(os.getpid), flush=True)\n"
               "os.kill(os.getpid(), signal.SIGKILL)\n")

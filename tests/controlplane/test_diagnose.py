@@ -1,4 +1,4 @@
-"""MTP acceptance under its floor, diagnosed (controlplane/diagnose.py): scripted pools, one per cause, each
+"""MTP acceptance under its floor, diagnosed (controlplane/plan/diagnose.py): scripted pools, one per cause, each
 named right; only skew leads to a rebalance, a routing cause to a looser limit, a regression to a rollback."""
 
 from __future__ import annotations
@@ -7,11 +7,10 @@ import numpy as np
 import pytest
 
 from agents.protocol import PlacementTable, default_slot_to_expert
-from controlplane.desired import Decision, Mode, Policy
-from controlplane.diagnose import Cause, diagnose_mtp
-from controlplane.effect import Effect
-from controlplane.observed import ACCEPTED_AT, RANK_REPORTS, KnobChange, PoolState, Window
-from controlplane.plan import plan_pool, plan_routing
+from controlplane.desired import Decision, Effect, Mode, Policy
+from controlplane.observed.pool import ACCEPTED_AT, RANK_REPORTS, KnobChange, PoolState, Window
+from controlplane.plan.diagnose import Cause, diagnose_mtp
+from controlplane.plan.placement import plan_pool, plan_routing
 
 EP, SPR, LAYERS, EXPERTS = 2, 5, 2, 8
 TABLE = default_slot_to_expert(LAYERS, EXPERTS, EP * SPR)  # experts 0 and 1 have a replica on GPU 1

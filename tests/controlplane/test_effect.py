@@ -1,11 +1,12 @@
-"""The verdict on a change (controlplane/effect.py): verified means the signal moved as predicted (at least
+"""The verdict on a change (controlplane/plan/effect.py): verified means the signal moved as predicted (at least
 half of it, give or take the noise) and no floor broke."""
 
 from __future__ import annotations
 
 import pytest
 
-from controlplane.effect import Effect, judge
+from controlplane.desired import Effect
+from controlplane.plan.effect import judge
 
 TIGHTEN = Effect("all2all_share", -1, before=0.40, predicted=0.30, tolerance=0.01, floors={"routing_recall": 0.9})
 

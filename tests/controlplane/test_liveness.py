@@ -7,9 +7,9 @@ import threading
 
 from support.fleet import run_windows, start_fleet
 
-import controlplane.reconcile as reconcile
-from controlplane.liveness import LoopLiveness
-from controlplane.reconcile import PassResult, run_forever
+import controlplane.loop.reconcile as reconcile
+from controlplane.loop.liveness import LoopLiveness
+from controlplane.loop.reconcile import PassResult, run_forever
 
 
 class Ticks:

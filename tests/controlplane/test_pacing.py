@@ -9,8 +9,8 @@ import pytest
 
 from agents.protocol import default_slot_to_expert
 from controlplane.desired import Mode, Policy
-from controlplane.observed import RANK_REPORTS, KnobChange, PoolState, Window
-from controlplane.pacing import FREE_SHARE, HOUR, PLACEMENT, placement_allowance
+from controlplane.observed.pool import RANK_REPORTS, KnobChange, PoolState, Window
+from controlplane.plan.pacing import FREE_SHARE, HOUR, PLACEMENT, placement_allowance
 
 NUM_LAYERS, NUM_SLOTS = 2, 20
 POLICY = Policy(mode=Mode.auto, cooldown_seconds=30, max_actions_per_hour=60, max_moved_slots_fraction=0.5,

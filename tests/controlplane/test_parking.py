@@ -1,11 +1,12 @@
-"""What lifts a park (controlplane/parking.py): one definition of a material change for every knob."""
+"""What lifts a park (controlplane/plan/parking.py): one definition of a material change for every knob."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from controlplane.parking import LOAD_SHIFT, KnobInputs, load_shift, material_change, model_key
+from controlplane.observed.pool import KnobInputs, model_key
+from controlplane.plan.parking import LOAD_SHIFT, load_shift, material_change
 
 SHARE = np.array([[0.5, 0.3, 0.2], [0.4, 0.4, 0.2]])
 PARKED = KnobInputs(model="m1", policy_version=3, tokens_per_second=1000.0, expert_share=SHARE)

@@ -10,10 +10,10 @@ import pytest
 from agents.protocol import PlacementTable, default_slot_to_expert
 from controlplane.desired import Decision, Mode, Policy
 from controlplane.learn.forecast import MAX_LEVEL_WINDOWS, forecast_load
-from controlplane.observed import RANK_REPORTS, KnobChange, PoolState, Window
-from controlplane.pacing import PLACEMENT
-from controlplane.plan import plan_pool
-from controlplane.solve.algorithm import MigrationAware
+from controlplane.observed.pool import RANK_REPORTS, KnobChange, PoolState, Window
+from controlplane.plan.pacing import PLACEMENT
+from controlplane.plan.placement import plan_pool
+from controlplane.solve.placement.algorithm import MigrationAware
 
 NUM_LAYERS, NUM_EXPERTS, EP, SPR = 2, 16, 4, 5
 EVERY_RANK = {f"{RANK_REPORTS}{rank}": 1 for rank in range(EP)}  # each rank's slot load is in

@@ -10,10 +10,10 @@ from support.auth import AGENT_TOKEN, API_TOKEN
 from support.fleet import run_windows, start_fleet
 
 from agents.sim.fleet import FleetClient
-from controlplane.compute import in_process
-from controlplane.plan import plan_pool
-from controlplane.plan_ahead import PlannedAhead, is_same
-from controlplane.reconcile import reconcile_once
+from controlplane.loop.compute import in_process
+from controlplane.loop.plan_ahead import PlannedAhead, is_same
+from controlplane.loop.reconcile import reconcile_once
+from controlplane.plan.placement import plan_pool
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,11 +9,9 @@ import numpy as np
 import pytest
 
 from agents.protocol import PlacementTable, default_slot_to_expert
-from controlplane.desired import Decision, Mode, Policy
-from controlplane.effect import Effect
-from controlplane.observed import RANK_REPORTS, KnobChange, PoolState, Window
-from controlplane.parking import KnobInputs, Parked
-from controlplane.plan import plan_pool, plan_routing
+from controlplane.desired import Decision, Effect, Mode, Policy
+from controlplane.observed.pool import RANK_REPORTS, KnobChange, KnobInputs, Parked, PoolState, Window
+from controlplane.plan.placement import plan_pool, plan_routing
 
 EP, SPR, LAYERS, EXPERTS = 4, 5, 2, 16
 TABLE = default_slot_to_expert(LAYERS, EXPERTS, EP * SPR)

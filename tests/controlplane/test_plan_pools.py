@@ -1,4 +1,4 @@
-"""The controller's pool planner (controlplane/plan_pools.py): policy to targets and rules, learning from
+"""The controller's pool planner (controlplane/plan/pools.py): policy to targets and rules, learning from
 the windows, and a plan from a view."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from support.pools import view, window
 
 from controlplane.desired import LatencySlo, Policy
 from controlplane.learn.latency import COLD_START_WINDOWS
-from controlplane.plan_pools import (
+from controlplane.plan.pools import (
     MoectlPoolPlanner,
     _queued_before,
     fit_latency,
@@ -20,10 +20,10 @@ from controlplane.plan_pools import (
     rules_of,
     targets_of,
 )
-from controlplane.solve.pool_decision import DecisionKind, PoolPlanner
-from controlplane.solve.pool_load import burst_peak_rate, load_series, measured_load, sure_rate
-from controlplane.solve.pool_rules import PoolRules
-from controlplane.solve.pool_view import SloTarget
+from controlplane.solve.pools.decision import DecisionKind, PoolPlanner
+from controlplane.solve.pools.load import burst_peak_rate, load_series, measured_load, sure_rate
+from controlplane.solve.pools.rules import PoolRules
+from controlplane.solve.pools.view import SloTarget
 
 
 def test_policy_slo_becomes_targets_and_rules():

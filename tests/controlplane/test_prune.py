@@ -16,8 +16,8 @@ from controlplane.actuate.pool_size import POOL_SIZE
 from controlplane.actuate.scale import APPLIED
 from controlplane.collect.aggregate import to_report
 from controlplane.desired import Mode, Policy, VerifyOutcome
-from controlplane.parking import KnobInputs
-from controlplane.prune import Pruning, prune_all
+from controlplane.loop.prune import Pruning, prune_all
+from controlplane.observed.pool import KnobInputs
 from controlplane.store import actions, alerts, audit, deployments, parks, placements, requests, serving, windows
 from controlplane.store.tables import (
     Action,

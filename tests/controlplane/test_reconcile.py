@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 from support.fleet import run_windows, start_fleet
 from support.placements import BAD_PLAN, fleet_on_a_bad_placement
 
-from controlplane.reconcile import reconcile_once
+from controlplane.loop.reconcile import reconcile_once
 from controlplane.store.tables import Action, Placement
 
 
@@ -50,7 +50,7 @@ def test_a_broken_pool_is_isolated(client, sessions, settings, clock, monkeypatc
     from agents.sim.fleet import FleetClient
     FleetClient(client, api_token="test-operator-token", agent_token="test-agent-token").register(fleets[1])
     run_windows(client, sessions, settings, clock, fleets[0] + fleets[1], 3, reconcile=False)
-    import controlplane.reconcile as reconcile
+    import controlplane.loop.reconcile as reconcile
 
     real = reconcile.plan_pool
 

@@ -12,10 +12,10 @@ from support.auth import agent, operator
 from support.serving_windows import WINDOW, post_window, prompt_buckets, router_window_body
 from support.store import MODEL
 
-from controlplane import reconcile_pools
-from controlplane.reconcile import reconcile_once
-from controlplane.solve.pools import is_predictive_tick
-from controlplane.status import render_pools
+from controlplane.cmd.status import render_pools
+from controlplane.loop import reconcile_pools
+from controlplane.loop.reconcile import reconcile_once
+from controlplane.solve.pools.planner import is_predictive_tick
 from controlplane.store import deployments, pool_sizes, prefill_thresholds
 from controlplane.store.tables import Action
 
@@ -65,7 +65,7 @@ def test_a_sustained_itl_breach_adds_a_decode_replica_once(client, clock, sessio
     assert action.predicted["replicas_before"] == 1 and action.predicted["replicas_after"] == 2
     assert action.inputs["kind"] == "reactive" and action.inputs["measured"]["itl_p90"] == pytest.approx(0.09)
     # the load it was sized for comes back with the planner's history (a consolidation it undoes is not repeated
-    # at that load: controlplane/solve/pool_undone.py)
+    # at that load: controlplane/solve/pools/undone.py)
     assert action.inputs["request_rate"] == pytest.approx(5.0)
     with sessions() as session:
         pools = {role: deployments.get_pool(session, deployments.get(session, "tiny"), role)

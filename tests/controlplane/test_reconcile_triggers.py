@@ -9,7 +9,7 @@ from support.alerts import alert, payload
 from support.auth import operator
 from support.fleet import run_windows, start_fleet
 
-from controlplane.reconcile import reconcile_once
+from controlplane.loop.reconcile import reconcile_once
 from controlplane.store.tables import Request
 
 ORDERS = [("loop", "alert", "manual"), ("alert", "manual", "loop"), ("manual", "loop", "alert")]

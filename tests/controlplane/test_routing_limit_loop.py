@@ -7,9 +7,9 @@ from prometheus_client import CollectorRegistry
 from support.fleet import run_windows, start_fleet
 
 from agents.sim.fleet import DEFAULT_MODEL
-from controlplane.findings import ROUTING_LIMIT_VIOLATION
-from controlplane.reconcile import reconcile_once
-from controlplane.telemetry import ControllerMetrics
+from controlplane.loop.findings import ROUTING_LIMIT_VIOLATION
+from controlplane.loop.reconcile import reconcile_once
+from controlplane.loop.telemetry import ControllerMetrics
 
 MODEL = DEFAULT_MODEL.model_copy(update={"topk_group": 3})  # 8 groups, top-6: at most 3 groups per token
 POLICY = {"mode": "auto", "imbalance_threshold": 100, "all2all_share_target": None}  # nothing else moves

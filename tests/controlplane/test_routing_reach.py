@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from controlplane.desired import Mode, Policy
-from controlplane.observed import GROUPS_AT, NODES_AT, PoolState, Window
-from controlplane.routing_reach import MAX_OVER_LIMIT_SHARE, check_routing_limit, window_reach
+from controlplane.observed.pool import GROUPS_AT, NODES_AT, PoolState, Window
+from controlplane.plan.routing_reach import MAX_OVER_LIMIT_SHARE, check_routing_limit, window_reach
 
 HONOURED = [0, 300, 700, 0, 0]  # tokens by groups reached (0..top_k=4), under topk_group=2
 BYPASSED = [0, 100, 500, 300, 100]  # the same router, limit ignored: 40% of tokens reach 3 or 4 groups

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from support.fleet import CPU, run_windows, start_fleet
 
-from controlplane.slots_cli import SlotsError, slots_report
-from controlplane.solve.shape import shape_options
+from controlplane.cmd.slots import SlotsError, slots_report
+from controlplane.solve.placement.shape import shape_options
 
 
 def test_more_slots_per_gpu_lift_the_floor_and_one_slot_reaches_it_exactly():

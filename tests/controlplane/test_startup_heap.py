@@ -8,7 +8,7 @@ import sys
 
 SCRIPT = """
 import gc, weakref
-from controlplane.startup_heap import freeze_startup_heap
+from controlplane.cmd.startup_heap import freeze_startup_heap
 
 class Node:
     pass

@@ -6,8 +6,8 @@ from prometheus_client import CollectorRegistry
 from support.fleet import CPU, run_windows, start_fleet
 
 from controlplane.desired import Decision, Plan
-from controlplane.reconcile import reconcile_once
-from controlplane.telemetry import ControllerMetrics
+from controlplane.loop.reconcile import reconcile_once
+from controlplane.loop.telemetry import ControllerMetrics
 
 POLICY = {"mode": "auto", "imbalance_threshold": 100, "cooldown_seconds": 30, "all2all_share_target": 0.3}
 

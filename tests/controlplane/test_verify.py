@@ -13,11 +13,10 @@ from controlplane.actuate import change
 from controlplane.actuate.placement import PLACEMENT
 from controlplane.actuate.routing import ROUTING
 from controlplane.config import Settings
-from controlplane.desired import Mode, Policy
-from controlplane.effect import Effect
-from controlplane.observed import RANK_REPORTS, Window
+from controlplane.desired import Effect, Mode, Policy
+from controlplane.loop.verify import verify_pool
+from controlplane.observed.pool import RANK_REPORTS, Window
 from controlplane.store import parks, pools
-from controlplane.verify import verify_pool
 
 NOW = 1_800_000_000.0
 AUTO = Policy(mode=Mode.auto, verify_windows=2, rollback_tolerance=0.05)

@@ -1,7 +1,7 @@
 import pytest
 
 from agents.protocol.grid import post_at
-from controlplane.window_reads import first_unread_index, next_pass_delay
+from controlplane.store.window_reads import first_unread_index, next_pass_delay
 
 WINDOW = 5.0
 

@@ -287,8 +287,8 @@ def _params(**kwargs):
 def prometheus(tmp_path_factory):
     binary = require_binary("prometheus", "prometheus")
     pytest.importorskip("torch", reason="the simulated engine's stats carry torch tensors (the runtime extra)")
+    from controlplane.cmd.serve import Controller
     from controlplane.config import Settings
-    from controlplane.serve import Controller
 
     tmp = tmp_path_factory.mktemp("grafana")
     controller = Controller(Settings(database_url=f"sqlite:///{tmp / 'c.db'}", port=free_port(), api_token=ADMIN,

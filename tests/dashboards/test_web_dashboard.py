@@ -23,8 +23,8 @@ from support.servers import free_port, require_binary
 from agents.protocol import Role
 from agents.sim.fleet import DEFAULT_MODEL, FleetClient, SimInstance, make_fleet
 from agents.sim.load import LoadModel
+from controlplane.cmd.serve import Controller
 from controlplane.config import Settings
-from controlplane.serve import Controller
 
 pytestmark = pytest.mark.slow
 
@@ -185,7 +185,7 @@ def test_a_parked_knob_and_each_effect_beside_its_prediction(page):
     """sim-cpu: all-to-all over 80% of step time whatever the limit; the loop tightens once, sees no effect,
     reverts and parks routing; the page says so in the tiles and in the action's row."""
     page.open("#deployment=sim-cpu&pool=decode")
-    # the loop tries routing once a minute of windows shows the load (controlplane/parking.py)
+    # the loop tries routing once a minute of windows shows the load (controlplane/plan/parking.py)
     page.page.wait_for_selector("#tiles [data-field=parked]:text('decode routing')", timeout=150_000)
     row = page.page.locator("#timeline tbody tr[data-status='rolled_back']").first
     cells = row.locator("td")

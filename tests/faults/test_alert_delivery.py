@@ -12,7 +12,7 @@ from support.alerts import alert, payload
 from support.auth import operator
 from support.fleet import run_windows, start_fleet
 
-import controlplane.reconcile as reconcile
+import controlplane.loop.reconcile as reconcile
 
 
 def bad(fingerprint: str, **labels) -> dict:

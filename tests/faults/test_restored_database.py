@@ -33,12 +33,12 @@ from support.servers import free_port
 from agents.sim.fleet import FleetClient, SimInstance, make_fleet
 from agents.sim.load import LoadModel
 from controlplane.api.app import create_app
-from controlplane.reconcile import reconcile_once
-from controlplane.serve import Controller
+from controlplane.cmd.serve import Controller
+from controlplane.loop.reconcile import reconcile_once
+from controlplane.loop.telemetry import ControllerMetrics
 from controlplane.store import placements
 from controlplane.store.db import make_engine, make_sessions, upgrade
 from controlplane.store.tables import LoadWindow, Pool
-from controlplane.telemetry import ControllerMetrics
 
 REPO = Path(__file__).resolve().parents[2]
 POLICY = {"mode": "auto", "cooldown_seconds": 0}

@@ -17,7 +17,7 @@ from support.fleet import run_windows
 
 from agents.sim.fleet import FleetClient, make_fleet
 from agents.sim.load import LoadModel
-from controlplane.prune import Pruning
+from controlplane.loop.prune import Pruning
 from controlplane.store.tables import (
     Action,
     Agent,

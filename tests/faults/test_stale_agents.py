@@ -9,7 +9,7 @@ from support.auth import AGENT_TOKEN, API_TOKEN, agent, operator
 from support.fleet import run_windows
 
 from agents.sim.fleet import FleetClient, make_fleet
-from controlplane.reconcile import reconcile_once
+from controlplane.loop.reconcile import reconcile_once
 
 POLICY = {"mode": "auto", "cooldown_seconds": 0, "imbalance_threshold": 1.01}
 AGENTS = "/v1/deployments/sim-0/pools/decode/agents"

@@ -274,7 +274,7 @@ def test_notes_give_an_alertmanager_receiver_that_alertmanager_accepts(kube_clus
 
 
 def test_the_readmes_install_values_render_what_it_says(kube_cluster, tmp_path):
-    readme = (CHART.parents[1] / "README.md").read_text()
+    readme = (CHART.parents[1] / "docs" / "reference" / "kubernetes.md").read_text()
     block = readme.split("**Values** (`moectl-values.yaml`):", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
     (tmp_path / "moectl-values.yaml").write_text(textwrap.dedent(block))
     objects = render(kube_cluster, "-f", str(tmp_path / "moectl-values.yaml"), namespace="moectl")

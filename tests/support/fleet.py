@@ -5,7 +5,7 @@ from __future__ import annotations
 from agents.protocol import ModelShape
 from agents.sim.cost import CPU_GLOO, GPU_NODES
 from agents.sim.fleet import FleetClient, make_fleet
-from controlplane.reconcile import reconcile_once
+from controlplane.loop.reconcile import reconcile_once
 from support.auth import AGENT_TOKEN, API_TOKEN
 
 # DeepSeek-V3's routing shape scaled down: 8 groups of 8 experts, top-8 within the model's own 4 groups, one

@@ -14,8 +14,8 @@ from typing import TypeVar
 import httpx
 
 from agents.sim.fleet import FleetClient, SimInstance, make_fleet
+from controlplane.cmd.serve import Controller
 from controlplane.config import Settings
-from controlplane.serve import Controller
 from support.auth import AGENT_TOKEN, API_TOKEN
 from support.servers import free_port
 

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 from agents.protocol import LatencySummary
 from controlplane.learn.latency import DecodeLatency, PoolLatency, PrefillLatency
-from controlplane.solve.pool_decision import DecisionKind, PoolDecision, PoolPlan
-from controlplane.solve.pool_view import ROLES, PoolSize, PoolsView, PoolWindow, ReplicaWindow, SloTarget
+from controlplane.observed.serving import ROLES, PoolWindow, ReplicaWindow
+from controlplane.solve.pools.decision import DecisionKind, PoolDecision, PoolPlan
+from controlplane.solve.pools.view import PoolSize, PoolsView, SloTarget
 
 TARGETS = (SloTarget("ttft", 90, 1.0), SloTarget("ttft", 99, 2.0), SloTarget("itl", 90, 0.05),
            SloTarget("itl", 99, 0.08))

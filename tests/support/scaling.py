@@ -14,7 +14,7 @@ from controlplane.actuate.scale import resume
 from controlplane.actuate.scaler import PoolScaler
 from controlplane.config import Settings
 from controlplane.desired import Policy
-from controlplane.reconcile import reconcile_pool
+from controlplane.loop.reconcile import reconcile_pool
 from controlplane.store import deployments, requests
 from controlplane.store.db import make_engine, make_sessions, upgrade
 from controlplane.store.tables import Action, Request

@@ -22,7 +22,6 @@ from controlplane.api.deps import (
 from controlplane.api.routes.deployments import get_or_404
 from controlplane.api.schemas import ActionOut, RebalanceIn, RebalanceOut
 from controlplane.desired import Decision, Mode
-from controlplane.reconcile import reconcile_pool
 from controlplane.store import actions, deployments, policies, requests
 from controlplane.store.tables import Action, Pool
 
@@ -56,7 +55,7 @@ def rebalance(name: DeploymentName, body: RebalanceIn, session: SessionDep, sett
         role_of = {p.id: p.role for p in targets}
         for pool in targets:
             if body.dry_run:  # records no request: it plans as one would
-                result = reconcile_pool(session, deployment, pool, settings, now=now, dry_run=True, is_forced=True)
+                result = actuation.preview(session, deployment, pool, settings, now=now)
             else:
                 requests.record(session, pool=pool, knob=PLACEMENT.kind, trigger="manual", created_by=caller.name,
                                 now=now)

@@ -36,9 +36,11 @@ from controlplane.actuate import change
 from controlplane.actuate.agents import desired_state
 from controlplane.actuate.placement import PLACEMENT
 from controlplane.api.deps import AgentDep, Caller, NowDep, SessionDep, SettingsDep
-from controlplane.collect.aggregate import Report, to_group_report, to_report
-from controlplane.collect.serving import merge, replica_counters, router_counters
+from controlplane.collect.aggregate import to_group_report, to_report
+from controlplane.collect.serving import replica_counters, router_counters
 from controlplane.collect.validate import PoolShape, SnapshotRejected, check_group, check_snapshot, check_window_time
+from controlplane.observed.report import Report
+from controlplane.observed.serving import merge
 from controlplane.store import (
     deployments,
     in_force,

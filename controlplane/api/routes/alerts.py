@@ -2,7 +2,7 @@
 
 Delivery is at-least-once and alerts come in storms, so: each (fingerprint, startsAt, status) is
 handled once; each alert that asks for a rebalance records a request on its pools, and each pool is
-then reconciled once (`controlplane.reconcile`, on the replica that leads; elsewhere the leader's next
+then reconciled once (`controlplane.loop.reconcile`, on the replica that leads; elsewhere the leader's next
 pass does): its alerts join one action, or the one in flight. The policy's mode and cooldowns apply as
 for the loop.
 

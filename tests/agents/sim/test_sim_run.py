@@ -14,7 +14,7 @@ from support.auth import AGENT_TOKEN, API_TOKEN, operator
 from support.servers import free_port
 
 from agents.sim.run import main
-from controlplane.serve import Controller
+from controlplane.cmd.serve import Controller
 
 
 def test_without_tokens_it_says_which_it_needs(monkeypatch, capsys):

@@ -18,7 +18,7 @@ from support.servers import free_port, until
 
 from agents.protocol.grid import POST_SPREAD_WINDOWS, post_at
 from agents.telemetry.poster import SnapshotPoster
-from controlplane.serve import Controller
+from controlplane.cmd.serve import Controller
 
 
 @pytest.fixture

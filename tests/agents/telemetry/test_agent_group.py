@@ -15,7 +15,7 @@ import pytest
 from support.auth import operator
 from support.servers import free_port
 
-from controlplane.serve import Controller
+from controlplane.cmd.serve import Controller
 from controlplane.store import deployments, windows
 from controlplane.store.db import make_engine, make_sessions
 

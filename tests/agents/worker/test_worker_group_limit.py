@@ -20,7 +20,7 @@ import pytest
 from support.auth import AGENT_TOKEN, API_TOKEN
 from support.servers import free_port, wait_http
 
-from controlplane.serve import Controller
+from controlplane.cmd.serve import Controller
 
 BYPASSED_WORKER = Path(__file__).resolve().parents[2] / "support" / "bypassed_worker.py"
 PROMPTS = ["def read_config(path):\n    with open(path) as f:\n", "The interpreter acts as a simple calculator: ",

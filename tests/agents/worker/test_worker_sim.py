@@ -17,7 +17,7 @@ from support.auth import AGENT_TOKEN, API_TOKEN
 from support.processes import descendants, is_running
 from support.servers import free_port, wait_http
 
-from controlplane.serve import Controller
+from controlplane.cmd.serve import Controller
 
 
 @pytest.mark.slow

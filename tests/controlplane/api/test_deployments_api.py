@@ -76,7 +76,7 @@ def test_the_overview_and_status_say_when_a_pools_shape_is_the_limit(client, ses
                                                                      is_limited):
     from support.fleet import CPU, run_windows, start_fleet
 
-    from controlplane.status import render
+    from controlplane.cmd.status import render
 
     # 40 slots for 32 skewed experts: one per GPU, as in DeepSeek's decode pool, or five per GPU
     ep_size, slots_per_rank = slots
@@ -103,7 +103,7 @@ def test_concurrent_registration_is_idempotent(settings, sessions):
     import httpx
     from support.servers import free_port
 
-    from controlplane.serve import Controller
+    from controlplane.cmd.serve import Controller
 
     controller = Controller(settings.model_copy(update={"port": free_port()}), run_loop=False)
     controller.start()

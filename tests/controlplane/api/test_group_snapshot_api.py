@@ -17,10 +17,10 @@ from support.auth import agent, operator
 from agents.protocol import GroupSnapshot, LatencySummary, ServingCounters, Snapshot
 from agents.sim.fleet import DEFAULT_MODEL, make_fleet
 from controlplane.api.app import create_app
-from controlplane.observed import GROUPS_AT, NODES_AT
+from controlplane.loop.telemetry import ControllerMetrics
+from controlplane.observed.pool import GROUPS_AT, NODES_AT
 from controlplane.store import deployments, placements, windows
 from controlplane.store.tables import Agent, Deployment, LoadWindow, Pool, ReplicaWindow
-from controlplane.telemetry import ControllerMetrics
 
 EP_SIZE, SLOTS = 8, 10
 

@@ -6,8 +6,8 @@ from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 
 from controlplane.api.app import create_app
-from controlplane.liveness import LoopLiveness
-from controlplane.telemetry import ControllerMetrics
+from controlplane.loop.liveness import LoopLiveness
+from controlplane.loop.telemetry import ControllerMetrics
 
 
 def app_client(settings, sessions, clock, **kwargs) -> TestClient:

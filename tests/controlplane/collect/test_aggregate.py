@@ -6,8 +6,9 @@ import numpy as np
 from support.store import SLOTS_PER_RANK, snapshot
 
 from agents.protocol import LatencySummary
-from controlplane.collect.aggregate import merge_counters, to_report
-from controlplane.observed import ACCEPTED_AT, GROUPS_AT, NODES_AT
+from controlplane.collect.aggregate import to_report
+from controlplane.observed.pool import ACCEPTED_AT, GROUPS_AT, NODES_AT
+from controlplane.observed.report import merge_counters
 
 
 def test_a_report_carries_sums_and_lands_at_its_ranks_slots():

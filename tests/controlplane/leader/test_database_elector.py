@@ -19,7 +19,7 @@ from controlplane.config import Settings
 from controlplane.desired import Policy
 from controlplane.leader.database import DatabaseRecords
 from controlplane.leader.elector import Elector, LeaderRecord
-from controlplane.reconcile import reconcile_once
+from controlplane.loop.reconcile import reconcile_once
 from controlplane.store import actions, requests
 from controlplane.store.db import make_engine, make_sessions, upgrade
 from controlplane.store.tables import Action, Request

@@ -1,12 +1,12 @@
-"""The local-prefill threshold's bounded step rule (controlplane/solve/local_prefill.py)."""
+"""The local-prefill threshold's bounded step rule (controlplane/solve/pools/local_prefill.py)."""
 
 from __future__ import annotations
 
 import pytest
 from support.pools import TARGETS, latency, window
 
-from controlplane.solve.local_prefill import ThresholdRules, step_threshold
-from controlplane.solve.pool_decision import ThresholdDecision
+from controlplane.solve.pools.decision import ThresholdDecision
+from controlplane.solve.pools.local_prefill import ThresholdRules, step_threshold
 
 
 def recent(**kwargs) -> tuple:

@@ -1,6 +1,6 @@
 import numpy as np
 
-from controlplane.solve.moves import _lightest
+from controlplane.solve.placement.moves import _lightest
 
 
 def test_lightest_gpus_match_a_stable_sort_with_ties():

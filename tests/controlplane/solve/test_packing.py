@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 from agents.protocol.placement import layer_imbalance
-from controlplane.solve.packing import ratio_bound
-from controlplane.solve.placement import Topology, solve_placement
+from controlplane.solve.placement.packing import ratio_bound
+from controlplane.solve.placement.solver import Topology, solve_placement
 
 
 def zipf_load(num_layers, num_experts, exponent, seed=0):

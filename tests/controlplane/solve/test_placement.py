@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from agents.protocol.placement import PlacementTable, replica_counts
-from controlplane.solve.placement import PlacementPlan, Topology, solve_placement
+from controlplane.solve.placement.solver import PlacementPlan, Topology, solve_placement
 
 
 def zipf_load(num_layers, num_experts, exponent, seed=0):

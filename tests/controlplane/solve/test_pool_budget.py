@@ -1,9 +1,9 @@
-"""The joint GPU budget (controlplane/solve/pool_budget.py)."""
+"""The joint GPU budget (controlplane/solve/pools/budget.py)."""
 
 from __future__ import annotations
 
-from controlplane.solve.pool_budget import split_budget
-from controlplane.solve.pool_view import PoolSize
+from controlplane.solve.pools.budget import split_budget
+from controlplane.solve.pools.view import PoolSize
 
 POOLS = {"prefill": PoolSize(2, gpus_per_replica=1), "decode": PoolSize(3, gpus_per_replica=2)}
 

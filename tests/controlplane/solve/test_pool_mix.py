@@ -1,4 +1,4 @@
-"""The prefill pool sized from the routers' prompt-length mix (controlplane/solve/pool_load.py remote_mix,
+"""The prefill pool sized from the routers' prompt-length mix (controlplane/solve/pools/load.py remote_mix,
 pool_capacity.py predict_prefill): the same mean prompt, a different mix, a different pool."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import pytest
 from support.pools import model, view, window
 from support.serving_windows import prompt_buckets
 
-from controlplane.solve.pool_capacity import LoadForecast, PromptMix
-from controlplane.solve.pool_load import measured_load, remote_mix
-from controlplane.solve.pool_rules import PoolRules
-from controlplane.solve.pools import plan_pools
+from controlplane.solve.pools.capacity import LoadForecast, PromptMix
+from controlplane.solve.pools.load import measured_load, remote_mix
+from controlplane.solve.pools.planner import plan_pools
+from controlplane.solve.pools.rules import PoolRules
 
 SHORT = PromptMix((1200.0,), (1.0,))  # every prompt 1200 tokens
 LONG = PromptMix((600.0, 7800.0), (11 / 12, 1 / 12))  # the same mean, one in twelve prompts 7800 tokens

@@ -1,4 +1,4 @@
-"""The pool planner's rules (controlplane/solve/pools.py), on a latency model with known coefficients.
+"""The pool planner's rules (controlplane/solve/pools/planner.py), on a latency model with known coefficients.
 
 Numbers: the model (tests/support/pools.py) prefills 8000 tokens/s per replica; at 10 req/s (960 prompt
 tokens/s per req/s on the prefill pool) two prefill replicas keep TTFT p90 at 0.5 s; 30 req/s needs 5
@@ -12,11 +12,12 @@ from dataclasses import replace
 import pytest
 from support.pools import latency, model, view, window
 
-from controlplane.solve.pool_capacity import LoadForecast, replicas_needed
-from controlplane.solve.pool_decision import DecisionKind, PoolDecision
-from controlplane.solve.pool_rules import PoolRules
-from controlplane.solve.pool_view import PoolWindow, SloTarget
-from controlplane.solve.pools import is_predictive_tick, plan_pools
+from controlplane.observed.serving import PoolWindow
+from controlplane.solve.pools.capacity import LoadForecast, replicas_needed
+from controlplane.solve.pools.decision import DecisionKind, PoolDecision
+from controlplane.solve.pools.planner import is_predictive_tick, plan_pools
+from controlplane.solve.pools.rules import PoolRules
+from controlplane.solve.pools.view import SloTarget
 
 TTFT = (SloTarget("ttft", 90, 1.0), SloTarget("ttft", 99, 2.0))
 

@@ -1,7 +1,7 @@
 import numpy as np
 
-from controlplane.solve.placement import Topology, solve_placement
-from controlplane.solve.relabel import relabel
+from controlplane.solve.placement.relabel import relabel
+from controlplane.solve.placement.solver import Topology, solve_placement
 
 
 def permuted(table, topology, gpu_order):

@@ -1,0 +1,1 @@
+"""Entry points: each `moectl` command, and the controller process (`serve`, `up`) that runs the stages."""

@@ -1,0 +1,92 @@
+"""Verify: the step of a reconcile that judges applied changes against their intended effect.
+
+Each change carries its effect (controlplane/plan/effect.py): the signal, the direction and the predicted
+value. Once `verify_windows` windows ran under the change, the signals are measured over them and judged:
+verified means the effect happened. A change that did not move its signal as intended, or that broke a
+floor, is rolled back by `actuate` (the version before re-issued, or `failed` when a later change already
+replaced it) and its knob is parked for the pool with the evidence (controlplane/plan/parking.py).
+
+Placement windows carry the placement they ran, so a placement is judged on exactly its windows;
+routing windows are taken from the limit's issue on (the loop never moves the limit again before the
+verdict, controlplane/plan/placement.py).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+
+from controlplane.actuate import change
+from controlplane.actuate.knob import Knob
+from controlplane.actuate.knobs import KNOBS
+from controlplane.actuate.placement import PLACEMENT
+from controlplane.actuate.pool_size import POOL_SIZE
+from controlplane.desired import Effect, Policy, VerifyOutcome
+from controlplane.observed.pool import PoolState, Window
+from controlplane.plan.effect import judge
+from controlplane.store import actions, parks
+from controlplane.store.tables import Action, Pool
+
+
+def verify_pool(session: Session, pool: Pool, state: PoolState, policy: Policy, now: float) -> None:
+    """Settles applied changes once measured; one whose effect did not happen is rolled back and parked."""
+    for action in actions.awaiting_verification(session, pool):
+        if action.kind == POOL_SIZE.kind:
+            continue  # verified once the platform runs it (actuate/scale.py)
+        knob = KNOBS[action.kind]
+        windows = _windows_under(action, state)
+        if windows is None:  # a later change replaced it before it could be measured
+            actions.settle(action, status=actions.SUPERSEDED, measured={"verdict": "replaced before it was measured"},
+                           now=now)
+            continue
+        if len(windows) < policy.verify_windows:
+            continue
+        windows = windows[: policy.verify_windows]
+        effect = Effect.from_json(action.predicted.get("effect")) or _effect_of_unplanned(action, policy)
+        signals = state.signals(windows)
+        if effect is None:  # a bound enforced: nothing was predicted, what came of it is recorded
+            change.settle(session, knob, pool=pool, action=action, outcome=VerifyOutcome.verified, now=now,
+                          measured={k: round(v, 4) for k, v in signals.items() if v is not None}
+                          | {"verdict": "a bound enforced: not judged"})
+            continue
+        verdict = judge(effect, signals)
+        measured = verdict.measured | {f"{effect.signal}_before": round(effect.before, 4),
+                                       f"{effect.signal}_after": verdict.measured.get(effect.signal),
+                                       "verdict": verdict.reason}
+        if verdict.is_intended:
+            change.settle(session, knob, pool=pool, action=action, outcome=VerifyOutcome.verified, measured=measured,
+                          now=now)
+        else:
+            roll_back(session, knob, pool=pool, action=action, state=state, reason=verdict.reason, measured=measured,
+                      now=now)
+
+
+def roll_back(session: Session, knob: Knob, *, pool: Pool, action: Action, state: PoolState, reason: str,
+              measured: dict, now: float) -> None:
+    """Reverts the action's change and parks its knob with the evidence, at the inputs measured now.
+    A change already replaced by a later one cannot be reverted (`failed`); its knob is not parked."""
+    is_revertible = action.version == knob.latest_version(session, pool)
+    change.settle(session, knob, pool=pool, action=action, outcome=VerifyOutcome.rolled_back, now=now,
+                  measured=measured | ({"parked": True} if is_revertible else {}))
+    if not is_revertible:
+        return
+    parks.park(session, pool=pool, knob=knob.kind, action_id=action.id, reason=reason, now=now,
+               inputs=state.knob_inputs(with_expert_share=knob.kind == PLACEMENT.kind))
+
+
+def _windows_under(action: Action, state: PoolState) -> list[Window] | None:
+    """The complete windows that ran the action's version, oldest first; None when another replaced it."""
+    if action.kind == PLACEMENT.kind:
+        return [w for w in state.windows if w.placement_version == action.version
+                and w.num_slot_reports == w.num_reports]
+    if action.version != state.routing_version:
+        return None
+    return [w for w in state.windows if w.start >= (state.routing_changed_at or 0.0)]
+
+
+def _effect_of_unplanned(action: Action, policy: Policy) -> Effect | None:
+    """A placement a person or a test applied with no prediction: it must at least not be worse than the
+    imbalance measured before it (by more than the tolerance)."""
+    prior = (action.inputs.get("measured_imbalance") or [None])[-1]
+    if action.kind != PLACEMENT.kind or prior is None:
+        return None
+    return Effect("imbalance", -1, prior, prior, policy.rollback_tolerance)
