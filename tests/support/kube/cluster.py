@@ -43,9 +43,12 @@ START_TIMEOUT_S = 180.0  # a cold apiserver on 2 busy cores takes tens of second
 
 
 def _spawn(stack: ExitStack, argv: list[str], log: Path) -> subprocess.Popen:
+    # a session of its own: a signal meant for the test run's process group (a terminal's Ctrl-C, a runner
+    # stopping a step) must not take the cluster from under the tests; the fixture stops it, in order, and
+    # PR_SET_PDEATHSIG if the run itself is killed
     with open(log, "wb") as out:
         process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   preexec_fn=die_with_parent)
+                                   preexec_fn=die_with_parent, start_new_session=True)
     stack.callback(stop, process)
     return process
 
