@@ -9,7 +9,7 @@ comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 PYTEST_ARGS ?=
 
-.PHONY: run test lint sysdeps kube clean
+.PHONY: run test lint sysdeps kube engines clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python >= 3.11 or run 'make PYTHON=python3 ...'"; exit 1; }
@@ -33,11 +33,17 @@ sysdeps:
 kube: $(STAMP)
 	$(BIN)/python tests/support/kube/build.py
 
+# The engines' own code for tests/adapters: SGLang's and vLLM's released wheels (pip download --no-deps) and a venv
+# where SGLang's expert-location and recorder modules run on our torch, into ~/.cache/moectl/engines
+# (MOECTL_ENGINE_CACHE); cached builds are skipped.
+engines: $(STAMP)
+	$(BIN)/python tests/support/engines/build.py
+
 lint: $(STAMP)
 	$(BIN)/ruff check controlplane agents tests migrations benchmarks helm
 	$(BIN)/lint-imports
 
-test: $(STAMP) sysdeps lint kube
+test: $(STAMP) sysdeps lint kube engines
 	OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 clean:

@@ -18,6 +18,16 @@ from agents.protocol import Array, GroupSnapshot, ModelShape, PlacementTable, Ra
 
 
 @dataclass(frozen=True)
+class Where:
+    """Who an adapter reports as, from its flags: the deployment, its EP group (instance) and the group's pool."""
+
+    deployment: str
+    instance: str
+    role: Role
+    gpus_per_node: int = 8
+
+
+@dataclass(frozen=True)
 class GroupPlace:
     """Who reports: the deployment, the group (instance) and its pool, and its layout."""
 

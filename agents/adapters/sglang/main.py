@@ -12,12 +12,13 @@ import signal
 import threading
 from pathlib import Path
 
+from agents.adapters.group_window import Where
 from agents.adapters.sglang.model import deepseek_model
 from agents.adapters.sglang.placement_store import DirectoryStore
 from agents.adapters.sglang.restart import CommandRestart, KubeConfigMapStore, KubeEvictRestart
 from agents.adapters.sglang.server import SGLangServer
 from agents.adapters.sglang.server_check import ServerRefused
-from agents.adapters.sglang.sidecar import Sidecar, Where
+from agents.adapters.sglang.sidecar import Sidecar
 from agents.protocol import Role
 from agents.telemetry.poster import SnapshotPoster
 

@@ -18,14 +18,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import numpy as np
 
 from agents.adapters.errors import EngineFormatError, PlacementRefused
-from agents.adapters.group_window import GroupPlace, group_snapshot
+from agents.adapters.group_window import GroupPlace, Where, group_snapshot
 from agents.adapters.prom_text import Scrape, parse_metrics
 from agents.adapters.serving import serving_fields
 from agents.adapters.sglang.dump import window_load
@@ -37,17 +36,9 @@ from agents.adapters.sglang.placement_store import PlacementStore, StoredPlaceme
 from agents.adapters.sglang.restart import Restarter
 from agents.adapters.sglang.server import SGLangServer
 from agents.adapters.sglang.server_check import ServerLayout, check_server
-from agents.protocol import Array, DesiredState, GroupSnapshot, PlacementTable, Role, RunningPlacement
+from agents.protocol import Array, DesiredState, GroupSnapshot, PlacementTable, RunningPlacement
 
 log = logging.getLogger("moectl.adapter.sglang")
-
-
-@dataclass(frozen=True)
-class Where:
-    deployment: str
-    instance: str
-    role: Role
-    gpus_per_node: int = 8
 
 
 class Sidecar:
