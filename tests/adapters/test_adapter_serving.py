@@ -5,6 +5,7 @@ start, and a page without a series every window needs refused with the series an
 from __future__ import annotations
 
 import pytest
+from support.engines.pages import sglang_page
 
 from agents.adapters.errors import EngineFormatError
 from agents.adapters.histogram import quantile
@@ -12,35 +13,6 @@ from agents.adapters.prom_text import parse_metrics
 from agents.adapters.serving import serving_fields
 from agents.adapters.sglang.names import SERVING as SGLANG
 from agents.adapters.vllm.names import SERVING as VLLM
-
-LABELS = 'model_name="ds",engine_type="unified",tp_rank="0",pp_rank="0",moe_ep_rank="0"'
-
-
-def sglang_page(*, prompt: int, cached: int, ttft: tuple[int, int, int], running: int = 3, queue: int = 2) -> str:
-    """SGLang's page as prometheus_client writes it (names from the pinned source, tests/adapters/...contract)."""
-    le_01, le_1, inf = ttft
-    return f"""# HELP sglang:num_running_reqs The number of running requests.
-# TYPE sglang:num_running_reqs gauge
-sglang:num_running_reqs{{{LABELS}}} {running}
-# TYPE sglang:num_queue_reqs gauge
-sglang:num_queue_reqs{{{LABELS}}} {queue}
-# TYPE sglang:token_usage gauge
-sglang:token_usage{{{LABELS}}} 0.25
-# TYPE sglang:max_total_num_tokens gauge
-sglang:max_total_num_tokens{{{LABELS}}} 8000
-# TYPE sglang:prompt_tokens counter
-sglang:prompt_tokens_total{{{LABELS}}} {prompt}
-# TYPE sglang:cached_tokens counter
-sglang:cached_tokens_total{{{LABELS},cache_source="device"}} {cached}
-# TYPE sglang:forward_execution_seconds counter
-sglang:forward_execution_seconds_total{{{LABELS}}} {prompt / 1000}
-# TYPE sglang:time_to_first_token_seconds histogram
-sglang:time_to_first_token_seconds_bucket{{{LABELS},le="0.1"}} {le_01}
-sglang:time_to_first_token_seconds_bucket{{{LABELS},le="1.0"}} {le_1}
-sglang:time_to_first_token_seconds_bucket{{{LABELS},le="+Inf"}} {inf}
-sglang:time_to_first_token_seconds_count{{{LABELS}}} {inf}
-sglang:time_to_first_token_seconds_sum{{{LABELS}}} {inf * 0.3}
-"""
 
 
 def _read(text: str, at: float):
