@@ -39,6 +39,7 @@ from controlplane.compute import Compute, in_process
 from controlplane.config import Settings
 from controlplane.desired import Decision, Plan
 from controlplane.diagnose import Cause, MtpDiagnosis, diagnose_mtp
+from controlplane.engines import engine_policy
 from controlplane.liveness import LoopLiveness
 from controlplane.plan import plan_pool
 from controlplane.plan_ahead import PlannedAhead
@@ -172,7 +173,7 @@ def reconcile_pool(session: Session, deployment: Deployment, pool: Pool, setting
     with tracer.start_as_current_span("reconcile.pool", attributes=attributes) as span:
         if not dry_run:  # one writer of the pool at a time: the loop, an alert, a person (before any read)
             deployments.lock_pool(session, pool)
-        _, policy = policies.active(session, deployment)
+        policy = engine_policy(policies.active(session, deployment)[1], deployment.engine)
         pending = requests.pending(session, pool, knob=PLACEMENT.kind)
         with tracer.start_as_current_span("collect"):
             state = pools.read_state(session, deployment, pool, now=now, settings=settings)
