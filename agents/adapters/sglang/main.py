@@ -68,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     server = SGLangServer(args.engine, api_key=args.engine_api_key)
     sidecar: Sidecar | None = None
     poster = SnapshotPoster(args.controller, args.agent_token, on_answer=lambda a: sidecar.on_answer(a),
-                            on_failure=lambda reason: None, api_token=args.api_token, model=model.shape,
+                            on_failure=lambda reason: None, api_token=args.api_token, engine="sglang",
+                            model=model.shape,
                             running_placement=lambda v: sidecar.running_placement(v))
     sidecar = Sidecar(server, model, Where(args.deployment, args.instance, Role(args.role), args.gpus_per_node),
                       args.dump_dir, store, restarter, poster.submit, window_seconds=args.window_seconds,

@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     client = httpx.Client(base_url=args.engine, headers=headers, timeout=30)
     sidecar: VllmSidecar | None = None
     poster = SnapshotPoster(args.controller, args.agent_token, on_answer=lambda a: sidecar.on_answer(a),
-                            on_failure=lambda reason: None, api_token=args.api_token, model=model)
+                            on_failure=lambda reason: None, api_token=args.api_token, engine="vllm", model=model)
     sidecar = VllmSidecar(client, model, Where(args.deployment, args.instance, Role(args.role), args.gpus_per_node),
                           poster.submit, window_seconds=args.window_seconds)
     stopping = threading.Event()
