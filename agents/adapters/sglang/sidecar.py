@@ -62,7 +62,7 @@ class Sidecar:
         self.started_at = float(info.get("startup_time") or 0.0)
         self.running = self._running(self.started_at)
         self.server.start_record()
-        asked = self.clock()
+        asked = time.time()  # SGLang stamps its dumps with its own time.time(), not our clock
         self.server.dump_record()  # the rows before now belong to no window of ours
         take_new_dump(self.dump_dir, after=asked - 1.0)
         self.before = self._scrape()
@@ -89,7 +89,7 @@ class Sidecar:
             log.info("SGLang restarted: starting its recorder again; this window is not posted")
             self.begin()
             return None
-        asked = self.clock()
+        asked = time.time()
         self.server.dump_record()
         dump = take_new_dump(self.dump_dir, after=asked - 1.0)
         if dump is None:
