@@ -23,7 +23,7 @@ ENGINES: tuple[EngineName, ...] = ("bundled", "sglang", "vllm")
 
 MIN_RESTART_SECONDS = 600.0
 MAX_RESTARTS_PER_HOUR = 4
-VLLM_MIN_CHANGE_SECONDS = 120.0  # vLLM's default rearrange interval (3000 steps) at ~25 steps/s, twice: armed ahead
+VLLM_MIN_CHANGE_SECONDS = 120.0  # one vLLM rearrange interval: its default 3000 steps at ~25 steps/s
 
 
 @dataclass(frozen=True)
