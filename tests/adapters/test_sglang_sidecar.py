@@ -12,6 +12,7 @@ import torch
 from support.engines.pages import sglang_page
 from support.engines.recorded_sglang import RecordedSGLang
 
+from agents.adapters import state_dir
 from agents.adapters.group_window import Where
 from agents.adapters.sglang.location_file import location_file
 from agents.adapters.sglang.model import deepseek_model
@@ -125,3 +126,44 @@ def test_builtin_eplb_is_refused_before_anything_is_recorded(tmp_path):
     with pytest.raises(ServerRefused, match="--enable-eplb"):
         sidecar.begin()
     assert server.num_started == 0
+
+
+def _record(call: int, weight: np.ndarray) -> dict:
+    """What the live plugin writes at a rebalance (agents/adapters/sglang/live_plugin.py)."""
+    return {"call": call, "at": 1.0, "weight": weight.tolist(), "current": None, "num_replicas": 20, "num_ranks": None,
+            "sglang": "0.5.23"}
+
+
+def test_live_needs_sglangs_eplb(tmp_path):
+    sidecar, _, _, _, _ = _sidecar(tmp_path, [], live_dir=tmp_path / "live")
+    with pytest.raises(ServerRefused, match="--live applies placements at SGLang's EPLB rebalance"):
+        sidecar.begin()
+
+
+def test_live_posts_the_rebalances_records_and_arms_placements_without_a_restart(tmp_path):
+    live = tmp_path / "live"
+    sidecar, server, posted, restarts, _ = _sidecar(tmp_path, [], info=INFO | {"enable_eplb": True}, live_dir=live)
+    state_dir.write_load(live, _record(0, np.zeros((5, 16), dtype=np.int64)))
+    sidecar.begin()
+    assert server.num_started == 0  # SGLang's EPLB drives the recorder
+    weight = np.zeros((5, 16), dtype=np.int64)
+    weight[1:, 7] = 11
+    state_dir.write_load(live, _record(1, weight))
+    state_dir.write_load(live, _record(2, weight))
+    snapshot = sidecar.close_window(1_800_000_000.0)
+    assert snapshot.expert_tokens.to_numpy()[:, 7].tolist() == [22] * 4
+    table = _good(5)
+    sidecar.on_answer(_answer(3, table))
+    assert sidecar.apply_answers().version == 3 and restarts.num_calls == 0
+    (armed,) = state_dir.read_armed(live)
+    assert armed.from_call == 4 and armed.table.shape == (5, 20) and np.array_equal(armed.table[1:], table)
+    sidecar.on_answer(_answer(3, table))
+    assert sidecar.apply_answers() is None and len(state_dir.read_armed(live)) == 1  # not re-armed later
+    bad = _good(6)
+    bad[0, bad[0] == 4] = 5
+    sidecar.on_answer(_answer(4, bad))
+    assert sidecar.apply_answers() is None and len(state_dir.read_armed(live)) == 1
+    for call in (3, 4):
+        state_dir.write_load(live, _record(call, weight))
+    sidecar.close_window(1_800_000_010.0)
+    assert sidecar.running.version == 3 and np.array_equal(sidecar.running.slot_to_expert, table)

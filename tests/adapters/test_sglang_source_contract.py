@@ -11,7 +11,7 @@ import re
 import pytest
 from support.engines.wheels import source
 
-from agents.adapters.sglang import names
+from agents.adapters.sglang import live_plugin, names
 
 SRT = "sglang/srt"
 
@@ -65,5 +65,10 @@ def test_the_metric_names_we_read():
     assert missing == []
 
 
-def test_the_plugin_entry_point_group():
+def test_the_plugin_entry_point_group_and_the_method_the_live_plugin_wraps():
     assert 'GENERAL_PLUGINS_GROUP = "sglang.srt.plugins"' in source("sglang", f"{SRT}/plugins/__init__.py")
+    manager = source("sglang", f"{SRT}/eplb/eplb_manager.py")
+    module, cls, method = live_plugin.TARGET.rsplit(".", 2)
+    assert module == "sglang.srt.eplb.eplb_manager" and f"class {cls}" in manager
+    assert _function_args(manager, method) == ["self", "logical_count"]  # then keyword-only broadcast_over_world
+    assert f"self.{method}(" in manager and "update_expert_location_with_recovery(" in manager

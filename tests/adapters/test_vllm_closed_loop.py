@@ -110,6 +110,6 @@ def test_skewed_load_in_the_controllers_placement_returned_by_every_rank(tmp_pat
 
 def ranks_calls(tmp_path) -> int:
     """The next rearrange's call number (rank 0's records count them)."""
-    from agents.adapters.vllm import state
+    from agents.adapters import state_dir as state
 
     return state.read_loads(tmp_path / "state")[-1]["call"] + 1

@@ -8,7 +8,7 @@ import numpy as np
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from agents.adapters.vllm import state
+from agents.adapters import state_dir as state
 from agents.adapters.vllm.endpoint import MoectlEndpointPlugin
 
 TOKEN = {"Authorization": "Bearer s3cret"}

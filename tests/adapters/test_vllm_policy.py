@@ -9,8 +9,8 @@ import pytest
 import torch
 from support.engines.wheels import vllm_policy_module
 
-from agents.adapters.vllm import state
-from agents.adapters.vllm.arming import ArmedPlacement, arm_call
+from agents.adapters import state_dir as state
+from agents.adapters.arming import ArmedPlacement, arm_call
 from agents.adapters.vllm.policy import wrap_policy
 
 NUM_LAYERS, NUM_EXPERTS, NUM_SLOTS, NUM_RANKS = 3, 16, 20, 4

@@ -44,6 +44,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--evict-selector", help="on Kubernetes: label selector of the group's pods, evicted (the "
                                             "PodDisruptionBudget is respected) to restart the group")
     p.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "default"))
+    p.add_argument("--live", type=Path, metavar="DIR",
+                   help="apply placements live through moectl's sglang.srt.plugins plugin (SGLang started with "
+                        "--enable-eplb and MOECTL_SGLANG_STATE_DIR=DIR): no restarts")
     p.add_argument("--window-seconds", type=float, default=10.0)
     p.add_argument("--min-restart-seconds", type=float, default=600.0)
     p.add_argument("--gpus-per-node", type=int, default=8)
@@ -73,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                             running_placement=lambda v: sidecar.running_placement(v))
     sidecar = Sidecar(server, model, Where(args.deployment, args.instance, Role(args.role), args.gpus_per_node),
                       args.dump_dir, store, restarter, poster.submit, window_seconds=args.window_seconds,
-                      min_restart_seconds=args.min_restart_seconds)
+                      min_restart_seconds=args.min_restart_seconds, live_dir=args.live)
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     poster.start()

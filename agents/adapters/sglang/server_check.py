@@ -35,9 +35,10 @@ class ServerLayout:
         return self.num_slots // self.ep_size
 
 
-def check_server(info: dict, model: EngineModel) -> ServerLayout:
-    """info: `/server_info`'s JSON. Raises ServerRefused (a flag to change) or EngineFormatError (a field
-    missing or of another type: another SGLang version)."""
+def check_server(info: dict, model: EngineModel, *, is_live: bool = False) -> ServerLayout:
+    """info: `/server_info`'s JSON; is_live: the sidecar applies placements through the live plugin
+    (live_plugin.py), which needs SGLang's EPLB on, where dumping does not. Raises ServerRefused (a flag to
+    change) or EngineFormatError (a field missing or of another type: another SGLang version)."""
     version = str(info.get("version", "unknown"))
 
     def field(name: str, kind: type | tuple[type, ...]):
@@ -48,7 +49,11 @@ def check_server(info: dict, model: EngineModel) -> ServerLayout:
             raise EngineFormatError("sglang", version, f"/server_info {name}", f"is {value!r}")
         return value
 
-    if field(names.ARG_ENABLE_EPLB, bool):
+    is_eplb = field(names.ARG_ENABLE_EPLB, bool)
+    if is_live and not is_eplb:
+        raise ServerRefused("--live applies placements at SGLang's EPLB rebalance (the moectl plugin in "
+                            "sglang.srt.plugins): start SGLang with --enable-eplb, or run the sidecar without --live")
+    if is_eplb and not is_live:
         raise ServerRefused("SGLang runs with --enable-eplb: its EPLB dumps the expert-distribution recorder "
                             "too, and a dump resets the buffer, so neither would see a whole window (and two "
                             "planners would move experts). Restart SGLang without --enable-eplb: moectl places "

@@ -23,13 +23,15 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from agents.adapters import state_dir
+from agents.adapters.arming import ArmedPlacement, arm_call, in_force
 from agents.adapters.errors import EngineFormatError, PlacementRefused
 from agents.adapters.group_window import GroupPlace, Where, group_snapshot
 from agents.adapters.prom_text import Scrape, parse_metrics
 from agents.adapters.serving import serving_fields
 from agents.adapters.sglang.dump import window_load
 from agents.adapters.sglang.dump_files import take_new_dump
-from agents.adapters.sglang.location_file import location_file, table_of
+from agents.adapters.sglang.location_file import location_file, location_map, table_of
 from agents.adapters.sglang.model import EngineModel
 from agents.adapters.sglang.names import SERVING
 from agents.adapters.sglang.placement_store import PlacementStore, StoredPlacement
@@ -44,7 +46,10 @@ log = logging.getLogger("moectl.adapter.sglang")
 class Sidecar:
     def __init__(self, server: SGLangServer, model: EngineModel, where: Where, dump_dir: Path, store: PlacementStore,
                  restarter: Restarter, submit: Callable[[GroupSnapshot], None], *, window_seconds: float = 10.0,
-                 min_restart_seconds: float = 600.0, clock: Callable[[], float] = time.time):
+                 min_restart_seconds: float = 600.0, clock: Callable[[], float] = time.time,
+                 live_dir: Path | None = None):
+        """live_dir: the live plugin's directory (live_plugin.py): load from its records and placements armed
+        there, applied by SGLang's own EPLB without a restart; None: dumps, files and restarts."""
         self.server, self.model, self.where, self.dump_dir = server, model, where, Path(dump_dir)
         self.store, self.restarter, self.submit, self.clock = store, restarter, submit, clock
         self.window_seconds, self.min_restart_seconds = window_seconds, min_restart_seconds
@@ -53,13 +58,20 @@ class Sidecar:
         self.last_restart = -float("inf")
         self.num_refused = 0
         self.layout: ServerLayout | None = None
+        self.live_dir = None if live_dir is None else Path(live_dir)
 
     # -- the server ---------------------------------------------------------------------------------------
     def begin(self) -> None:
         """Checks the server, learns what it runs, starts its recorder and opens a clean window."""
         info = self.server.server_info()
-        self.layout = check_server(info, self.model)
+        self.layout = check_server(info, self.model, is_live=self.live_dir is not None)
         self.started_at = float(info.get("startup_time") or 0.0)
+        if self.live_dir is not None:  # SGLang's EPLB drives the recorder; the plugin records each rebalance
+            records = state_dir.read_loads(self.live_dir)
+            self.last_call = records[-1]["call"] if records else -1
+            self.running = self._live_running()
+            self.before = self._scrape()
+            return
         self.running = self._running(self.started_at)
         self.server.start_record()
         asked = time.time()  # SGLang stamps its dumps with its own time.time(), not our clock
@@ -89,9 +101,12 @@ class Sidecar:
             log.info("SGLang restarted: starting its recorder again; this window is not posted")
             self.begin()
             return None
-        asked = time.time()
-        self.server.dump_record()
-        dump = take_new_dump(self.dump_dir, after=asked - 1.0)
+        if self.live_dir is not None:
+            dump = self._live_dump()
+        else:
+            asked = time.time()
+            self.server.dump_record()
+            dump = take_new_dump(self.dump_dir, after=asked - 1.0)
         if dump is None:
             log.error("no dump appeared in %s: is it SGLang's $SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR?", self.dump_dir)
             return None
@@ -137,6 +152,8 @@ class Sidecar:
             self.window_seconds = answer.window_seconds
         if answer.slot_to_expert is None or answer.placement_version == self.running.version:
             return None
+        if self.live_dir is not None:
+            return self._arm(answer)
         now = self.clock()
         if now - self.last_restart < self.min_restart_seconds:
             log.info("placement v%d waits: the group restarted %.0f s ago (at most one restart per %.0f s)",
@@ -154,6 +171,41 @@ class Sidecar:
             self.last_restart = now
             log.info("placement v%d written; the group restarts to load it", answer.placement_version)
         return stored
+
+    # -- live: through the plugin ------------------------------------------------------------------------
+    def _live_dump(self) -> dict:
+        """The rebalances recorded since the last window, as one stat dump of their summed rows (dump.py reads it)."""
+        records = state_dir.read_loads(self.live_dir, self.last_call)
+        shape = (self.model.num_hidden_layers, self.model.shape.num_experts)
+        rows = [np.asarray(r["weight"]) for r in records] or [np.zeros(shape, dtype=np.int64)]
+        if records:
+            self.last_call = records[-1]["call"]
+        self.running = self._live_running()
+        return {"rank": 0, "logical_count": np.stack(rows), "average_utilization_rate_over_window": None}
+
+    def _live_running(self) -> PlacementTable:
+        armed = in_force(state_dir.read_armed(self.live_dir), self.last_call)
+        if armed is None:
+            return getattr(self, "running", None) or PlacementTable.default(
+                self.model.shape.num_layers, self.model.shape.num_experts, self.layout.num_slots)
+        return PlacementTable(armed.table[list(self.model.moe_layer_ids)], version=armed.version)
+
+    def _arm(self, answer: DesiredState) -> StoredPlacement | None:
+        """The answer's placement armed for the rebalance after next (agents/adapters/arming.py)."""
+        try:
+            full = location_map(np.asarray(answer.slot_to_expert.to_numpy()), self.model, self.layout.num_slots)
+        except PlacementRefused as exc:
+            self.num_refused += 1
+            log.error("placement v%d refused: %s", answer.placement_version, exc)
+            return None
+        armed = state_dir.read_armed(self.live_dir)
+        if any(a.version == answer.placement_version for a in armed):
+            return None  # armed already: its rebalance has not come yet
+        entry = ArmedPlacement(answer.placement_version, arm_call(self.last_call), full)
+        state_dir.write_armed(self.live_dir, [*armed, entry])
+        log.info("placement v%d armed for SGLang's rebalance %d", entry.version, entry.from_call)
+        return StoredPlacement(entry.version, self.running.version, self.clock(), {"physical_to_logical_map":
+                                                                                   full.tolist()})
 
     def run(self, stopping: threading.Event) -> None:
         """Until `stopping` is set: close each window of the grid at its end, then apply the answers."""

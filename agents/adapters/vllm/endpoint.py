@@ -17,10 +17,11 @@ import numpy as np
 from fastapi import APIRouter, FastAPI, Header, HTTPException
 from pydantic import BaseModel, Field
 
+from agents.adapters import state_dir as state
+from agents.adapters.arming import ArmedPlacement, arm_call
 from agents.adapters.coverage import check_covers_every_expert
 from agents.adapters.errors import PlacementRefused
-from agents.adapters.vllm import names, state
-from agents.adapters.vllm.arming import ArmedPlacement, arm_call
+from agents.adapters.vllm import names
 
 
 class PlacementBody(BaseModel):

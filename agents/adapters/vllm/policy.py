@@ -18,10 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
+from agents.adapters import state_dir as state
+from agents.adapters.arming import in_force
 from agents.adapters.coverage import check_covers_every_expert
 from agents.adapters.errors import PlacementRefused
-from agents.adapters.vllm import names, state
-from agents.adapters.vllm.arming import in_force
+from agents.adapters.vllm import names
 
 log = logging.getLogger("moectl.adapter.vllm")
 

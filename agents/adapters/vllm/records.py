@@ -13,7 +13,7 @@ import numpy as np
 from agents.adapters.errors import EngineFormatError
 from agents.protocol import MAX_COUNT, ModelShape
 
-RECORD_KEYS = frozenset({"call", "at", "weight", "current", "num_replicas", "num_ranks", "vllm"})
+RECORD_KEYS = frozenset({"call", "at", "weight", "current", "num_replicas", "num_ranks", "vllm"})  # state_dir.py
 
 
 def window_load(records: list[dict], model: ModelShape, *, version: str) -> np.ndarray:

@@ -5,6 +5,8 @@ by the project. One JSON answer on stdout per call.
                                                DeepSeek-V3 model config (no weights) with --init-expert-location FILE
   dump DIR --passes FILE.json --buffer-size B  SGLang's stat recorder fed each pass's physical top-k ids
                                                ([passes][layers][tokens][k]), dumped to DIR after every pass group
+  live SPEC.json                               moectl's live plugin hooked into SGLang's EPLBManager, called per
+                                               rebalance with placements armed between calls
   server-info --ep-size N --redundant R        the fields SGLang's /server_info shows (ServerArgs.resolved_dict)
 """
 
@@ -89,6 +91,45 @@ def dump(args: argparse.Namespace) -> dict:
     return {"files": sorted(os.listdir(args.dir))}
 
 
+def live(args: argparse.Namespace) -> dict:
+    """moectl's live plugin (agents/adapters/sglang/live_plugin.py) registered in SGLang's HookRegistry and applied
+    to SGLang's EPLBManager, whose _compute_expert_location_metadata then runs once per given logical_count, as
+    each rebalance calls it; placements are armed between calls as the sidecar arms them. Answers each call's map."""
+    from pathlib import Path
+
+    from sglang.srt.eplb.eplb_manager import EPLBManager
+    from sglang.srt.eplb.expert_location import ExpertLocationMetadata, set_global_expert_location_metadata
+    from sglang.srt.plugins.hook_registry import HookRegistry
+    from sglang.srt.runtime_context import get_context
+
+    from agents.adapters import state_dir
+    from agents.adapters.arming import ArmedPlacement, arm_call
+    from agents.adapters.sglang import live_plugin
+
+    spec = json.loads(open(args.spec).read())
+    directory = Path(spec["state_dir"])
+    os.environ[live_plugin.STATE_DIR_ENV] = str(directory)
+    live_plugin.register()  # as SGLang's loader calls the entry point (pyproject.toml)
+    HookRegistry.apply_hooks()
+    maps = []
+    with get_context().override_server_args(ep_size=8, tp_size=8, ep_num_redundant_experts=32, device="cpu",
+                                            enable_eplb=True):
+        model_config = _model_config(DEEPSEEK_V3)
+        set_global_expert_location_metadata(ExpertLocationMetadata.init_trivial(model_config, moe_ep_rank=0))
+        manager = EPLBManager.__new__(EPLBManager)  # what rebalance reads of itself here: the model config
+        manager._model_config = model_config
+        for call, logical_count in enumerate(spec["logical_counts"]):
+            for armed in spec["arm_before"].get(str(call), []):
+                newest = state_dir.read_loads(directory)[-1]["call"]
+                entries = state_dir.read_armed(directory)
+                state_dir.write_armed(directory, [*entries, ArmedPlacement(armed["version"], arm_call(newest),
+                                                                           torch.tensor(armed["table"]).numpy())])
+            metadata = manager._compute_expert_location_metadata(torch.tensor(logical_count),
+                                                                 broadcast_over_world=False)
+            maps.append(metadata.physical_to_logical_map_cpu.tolist())
+    return {"maps": maps}
+
+
 def server_info(args: argparse.Namespace) -> dict:
     from sglang.srt.runtime_context import get_context
 
@@ -114,11 +155,13 @@ def main() -> int:
     q.add_argument("dir")
     q.add_argument("--passes", required=True)
     q.add_argument("--buffer-size", type=int, default=1000)
+    q = sub.add_parser("live")
+    q.add_argument("spec")
     q = sub.add_parser("server-info")
     q.add_argument("--ep-size", type=int, default=8)
     q.add_argument("--redundant", type=int, default=0)
     args = p.parse_args()
-    answer = {"validate": validate, "dump": dump, "server-info": server_info}[args.command](args)
+    answer = {"validate": validate, "dump": dump, "live": live, "server-info": server_info}[args.command](args)
     sys.stdout.write("\n" + json.dumps(answer) + "\n")
     return 0
 

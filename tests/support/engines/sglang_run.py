@@ -13,6 +13,7 @@ import pytest
 from support.engines.build import SGLANG_VERSION, sglang_python
 
 DRIVER = Path(__file__).with_name("sglang_driver.py")
+REPO = Path(__file__).resolve().parents[3]
 
 
 def require_sglang() -> Path:
@@ -30,7 +31,9 @@ def run_sglang(*args: str, timeout: float = 300) -> dict:
     """The driver's JSON answer; fails the test with SGLang's own stderr when it raised."""
     python = require_sglang()
     done = subprocess.run([str(python), str(DRIVER), *args], capture_output=True, text=True, timeout=timeout,
-                          env=os.environ | {"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"})
+                          env=os.environ | {"OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",
+                                            # this checkout's moectl (the live plugin), not the venv's install
+                                            "PYTHONPATH": str(REPO)})
     if done.returncode != 0:
         pytest.fail(f"SGLang's code refused it:\n{done.stderr[-4000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])

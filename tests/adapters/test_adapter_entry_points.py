@@ -1,5 +1,6 @@
-"""The entry points vLLM loads moectl's plugin by (pyproject.toml) name the groups vLLM reads and objects that
-exist: the policy's `register` and an EndpointPlugin factory with the protocol's members."""
+"""The entry points vLLM and SGLang load moectl's plugins by (pyproject.toml) name the groups they read and objects
+that exist: vLLM's policy `register` and EndpointPlugin factory, SGLang's live plugin `register` (no-op unless
+asked)."""
 
 from __future__ import annotations
 
@@ -23,3 +24,9 @@ def test_both_groups_point_at_what_vllm_calls():
     plugin = _resolve(entry_points[names.ENDPOINT_PLUGINS]["moectl"])()
     assert plugin.name == "moectl" and plugin.required_tasks is None
     assert callable(plugin.attach_router) and callable(plugin.init_state)
+
+
+def test_the_sglang_plugin_entry_point_does_nothing_unless_asked(monkeypatch):
+    monkeypatch.delenv("MOECTL_SGLANG_STATE_DIR", raising=False)
+    register = _resolve(tomllib.loads(PYPROJECT.read_text())["project"]["entry-points"]["sglang.srt.plugins"]["moectl"])
+    assert register() is None  # returns before importing SGLang (not installed here)
