@@ -16,6 +16,8 @@ from agents.adapters.coverage import check_covers_every_expert
 from agents.adapters.errors import PlacementRefused
 from agents.adapters.sglang.model import EngineModel
 from agents.adapters.sglang.names import LOCATION_KEY
+from agents.adapters.sglang.placement_store import StoredPlacement
+from agents.protocol import PlacementTable
 
 
 def location_map(slot_to_expert: np.ndarray, model: EngineModel, num_slots: int) -> np.ndarray:
@@ -40,3 +42,13 @@ def table_of(document: dict, model: EngineModel) -> np.ndarray:
     server runs, for a controller that lost it)."""
     full = np.asarray(document[LOCATION_KEY], dtype=np.int64)
     return full[list(model.moe_layer_ids)]
+
+
+def running_table(stored: StoredPlacement | None, started_at: float, model: EngineModel,
+                  num_slots: int) -> PlacementTable:
+    """The placement a server started at `started_at` (unix seconds) runs: the stored file's when it was written
+    before the server started (SGLang reads it at start only), else the default table (SGLang's trivial layout:
+    a server started before the newest file runs the one before it, whose table is not kept)."""
+    if stored is not None and started_at >= stored.written_at:
+        return PlacementTable(table_of(stored.document, model), version=stored.version)
+    return PlacementTable.default(model.shape.num_layers, model.shape.num_experts, num_slots)

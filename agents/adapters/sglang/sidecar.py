@@ -24,14 +24,14 @@ import httpx
 import numpy as np
 
 from agents.adapters import state_dir
-from agents.adapters.arming import ArmedPlacement, arm_call, in_force
 from agents.adapters.errors import EngineFormatError, PlacementRefused
 from agents.adapters.group_window import GroupPlace, Where, group_snapshot
 from agents.adapters.prom_text import Scrape, parse_metrics
 from agents.adapters.serving import serving_fields
+from agents.adapters.sglang import live_window
 from agents.adapters.sglang.dump import window_load
 from agents.adapters.sglang.dump_files import take_new_dump
-from agents.adapters.sglang.location_file import location_file, location_map, table_of
+from agents.adapters.sglang.location_file import location_file, running_table
 from agents.adapters.sglang.model import EngineModel
 from agents.adapters.sglang.names import SERVING
 from agents.adapters.sglang.placement_store import PlacementStore, StoredPlacement
@@ -72,22 +72,12 @@ class Sidecar:
             self.running = self._live_running()
             self.before = self._scrape()
             return
-        self.running = self._running(self.started_at)
+        self.running = running_table(self.store.read(), self.started_at, self.model, self.layout.num_slots)
         self.server.start_record()
         asked = time.time()  # SGLang stamps its dumps with its own time.time(), not our clock
         self.server.dump_record()  # the rows before now belong to no window of ours
         take_new_dump(self.dump_dir, after=asked - 1.0)
         self.before = self._scrape()
-
-    def _running(self, started_at: float) -> PlacementTable:
-        shape, num_slots = self.model.shape, self.layout.num_slots
-        stored = self.store.read()
-        if stored is not None and started_at >= stored.written_at:
-            return PlacementTable(table_of(stored.document, self.model), version=stored.version)
-        if stored is not None and stored.previous != 0:
-            log.warning("the server started before placement v%d was written and runs v%d, whose table is gone: "
-                        "reporting the default table until it restarts", stored.version, stored.previous)
-        return PlacementTable.default(shape.num_layers, shape.num_experts, num_slots)
 
     def _scrape(self) -> Scrape:
         return parse_metrics(self.server.metrics(), engine="sglang", version=self.layout.version, at=self.clock())
@@ -172,40 +162,31 @@ class Sidecar:
             log.info("placement v%d written; the group restarts to load it", answer.placement_version)
         return stored
 
-    # -- live: through the plugin ------------------------------------------------------------------------
+    # -- live: through the plugin (live_window.py) ----------------------------------------------------------
     def _live_dump(self) -> dict:
-        """The rebalances recorded since the last window, as one stat dump of their summed rows (dump.py reads it)."""
-        records = state_dir.read_loads(self.live_dir, self.last_call)
-        shape = (self.model.num_hidden_layers, self.model.shape.num_experts)
-        rows = [np.asarray(r["weight"]) for r in records] or [np.zeros(shape, dtype=np.int64)]
-        if records:
-            self.last_call = records[-1]["call"]
+        dump, self.last_call = live_window.records_as_dump(self.live_dir, self.model, self.last_call)
         self.running = self._live_running()
-        return {"rank": 0, "logical_count": np.stack(rows), "average_utilization_rate_over_window": None}
+        return dump
 
     def _live_running(self) -> PlacementTable:
-        armed = in_force(state_dir.read_armed(self.live_dir), self.last_call)
-        if armed is None:
-            return getattr(self, "running", None) or PlacementTable.default(
-                self.model.shape.num_layers, self.model.shape.num_experts, self.layout.num_slots)
-        return PlacementTable(armed.table[list(self.model.moe_layer_ids)], version=armed.version)
+        shape = self.model.shape
+        otherwise = getattr(self, "running", None) or PlacementTable.default(shape.num_layers, shape.num_experts,
+                                                                             self.layout.num_slots)
+        return live_window.running(self.live_dir, self.model, self.last_call, otherwise)
 
     def _arm(self, answer: DesiredState) -> StoredPlacement | None:
-        """The answer's placement armed for the rebalance after next (agents/adapters/arming.py)."""
         try:
-            full = location_map(np.asarray(answer.slot_to_expert.to_numpy()), self.model, self.layout.num_slots)
+            entry = live_window.arm(self.live_dir, self.model, np.asarray(answer.slot_to_expert.to_numpy()),
+                                    answer.placement_version, self.layout.num_slots, self.last_call)
         except PlacementRefused as exc:
             self.num_refused += 1
             log.error("placement v%d refused: %s", answer.placement_version, exc)
             return None
-        armed = state_dir.read_armed(self.live_dir)
-        if any(a.version == answer.placement_version for a in armed):
-            return None  # armed already: its rebalance has not come yet
-        entry = ArmedPlacement(answer.placement_version, arm_call(self.last_call), full)
-        state_dir.write_armed(self.live_dir, [*armed, entry])
+        if entry is None:
+            return None
         log.info("placement v%d armed for SGLang's rebalance %d", entry.version, entry.from_call)
-        return StoredPlacement(entry.version, self.running.version, self.clock(), {"physical_to_logical_map":
-                                                                                   full.tolist()})
+        return StoredPlacement(entry.version, self.running.version, self.clock(),
+                               {"physical_to_logical_map": entry.table.tolist()})
 
     def run(self, stopping: threading.Event) -> None:
         """Until `stopping` is set: close each window of the grid at its end, then apply the answers."""
