@@ -37,12 +37,16 @@ LABELS = 'model_name="ds",engine="0"'
 PAGE = f"vllm:num_requests_running{{{LABELS}}} 4\nvllm:num_requests_waiting{{{LABELS}}} 1\n"
 
 
+# per MoE layer: expert of each popularity rank (the 72 hottest on the first two GPUs), inverted to rank of each expert
+ORDERS = [np.argsort(np.r_[np.random.default_rng(layer).permutation(72), 72 + np.random.default_rng(99 + layer)
+                           .permutation(184)]) for layer in range(58)]
+
+
 def skewed_weight(rng: np.random.Generator) -> torch.Tensor:
-    """[58, 256] tokens per logical expert over vLLM's load window: Zipf-skewed, hot experts among the first 72."""
+    """[58, 256] tokens per logical expert over vLLM's load window: Zipf-skewed, each MoE layer's hot experts
+    among the first 72 (the first two GPUs) and the same at every rearrange (hot experts stay hot)."""
     weights = 1.0 / np.arange(1, 257) ** 1.1
-    rows = [rng.multinomial(20_000, weights / weights.sum())[np.argsort(np.r_[rng.permutation(72),
-                                                                              72 + rng.permutation(184)])]
-            for _ in range(58)]
+    rows = [rng.multinomial(20_000, weights / weights.sum())[order] for order in ORDERS]
     return torch.from_numpy(np.stack(rows).astype(np.int64))
 
 

@@ -26,15 +26,15 @@ def skewed_dumps(directory: Path, *, num_windows: int, num_passes: int = 2, num_
     rng = np.random.default_rng(seed)
     weights = 1.0 / np.arange(1, 257) ** 1.1
     weights /= weights.sum()
+    # per MoE layer its own hot experts, among the first 72 (the first two GPUs), the same in every window: hot
+    # experts stay hot (DESIGN.md)
+    orders = [np.r_[rng.permutation(72), 72 + rng.permutation(184)] for _ in range(58)]
     windows = []
     for _ in range(num_windows):
         passes = []
         for _ in range(num_passes):
-            # per MoE layer, a different permutation of the hot order, hot experts among the first 72
             topk = [[] for _ in range(3)]
-            for _ in range(3, 61):
-                order = np.r_[rng.permutation(72), 72 + rng.permutation(184)]
-                topk.append(order[rng.choice(256, size=(num_tokens, 8), p=weights)].tolist())
+            topk += [order[rng.choice(256, size=(num_tokens, 8), p=weights)].tolist() for order in orders]
             passes.append(topk)
         windows.append(passes)
     p2l = np.tile(np.arange(288) % 256, (61, 1))
