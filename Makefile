@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 # Kubernetes test cluster run on one worker (xdist group `kube`)
 PYTEST_WORKERS ?= 2
 
-.PHONY: run test lint sysdeps kube chart-files clean
+.PHONY: run test lint sysdeps kube engines chart-files clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python >= 3.11 or run 'make PYTHON=python3 ...'"; exit 1; }
@@ -35,6 +35,12 @@ sysdeps:
 kube: $(STAMP)
 	@.ci/timed "kube: test cluster binaries" $(BIN)/python tests/support/kube/build.py
 
+# The engines' own code for tests/adapters: SGLang's and vLLM's released wheels (pip download --no-deps) and a venv
+# where SGLang's expert-location and recorder modules run on our torch, into ~/.cache/moectl/engines
+# (MOECTL_ENGINE_CACHE); cached builds are skipped.
+engines: $(STAMP)
+	@.ci/timed "engines: SGLang and vLLM wheels" $(BIN)/python tests/support/engines/build.py
+
 lint: $(STAMP)
 	@.ci/timed lint sh -c '$(BIN)/ruff check controlplane agents tests migrations benchmarks helm && $(BIN)/lint-imports'
 
@@ -45,7 +51,7 @@ chart-files:
 	cp dashboards/prometheus/moectl-rules.yml helm/moectl/files/prometheus/
 	cp dashboards/grafana/*.json helm/moectl/files/grafana/
 
-test: $(STAMP) sysdeps lint kube
+test: $(STAMP) sysdeps lint kube engines
 	@.ci/timed pytest env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
 	  $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 

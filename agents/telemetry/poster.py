@@ -48,13 +48,14 @@ class SnapshotPoster:
                  policy: dict | None = None, max_queue: int = 8, timeout: float = 5.0, min_backoff: float = 0.5,
                  max_backoff: float = 30.0, transport: httpx.BaseTransport | None = None,
                  running_placement: Callable[[int], RunningPlacement | None] | None = None,
-                 clock: Callable[[], float] = time.time, rng: random.Random | None = None):
+                 clock: Callable[[], float] = time.time, rng: random.Random | None = None, engine: str | None = None):
         """running_placement(version): the table the rank runs if it runs `version`, else None. clock: the
-        agent's (unix seconds), against which its windows end; rng draws the post's moment and the backoff."""
+        agent's (unix seconds), against which its windows end; rng draws the post's moment and the backoff.
+        engine: registered with the deployment (sglang, vllm: an adapter's poster); None: the controller's default."""
         self.clock, self.rng = clock, rng or random.Random()
         self.on_answer, self.on_failure = on_answer, on_failure
         self.running_placement = running_placement
-        self.api_token, self.model, self.policy = api_token, model, policy
+        self.api_token, self.model, self.policy, self.engine = api_token, model, policy, engine
         self.min_backoff, self.max_backoff = min_backoff, max_backoff
         self.queue: queue.Queue[Snapshot | GroupSnapshot] = queue.Queue(maxsize=max_queue)
         self.client = httpx.Client(base_url=url, timeout=timeout, transport=transport,
@@ -151,7 +152,8 @@ class SnapshotPoster:
         return None
 
     def _register(self, deployment: str) -> None:
-        body = {"model": self.model.model_dump()} | ({"policy": self.policy} if self.policy else {})
+        body = {"model": self.model.model_dump()} | ({"policy": self.policy} if self.policy else {}) | \
+            ({"engine": self.engine} if self.engine else {})
         try:
             response = self.client.put(f"/v1/deployments/{deployment}", json=body,
                                        headers={"Authorization": f"Bearer {self.api_token}"})

@@ -25,6 +25,7 @@ from controlplane.desired import Policy
 from controlplane.observed.pool import PoolState, Window, acceptance_by_position
 from controlplane.observed.report import merge_counters
 from controlplane.plan.diagnose import diagnose_mtp
+from controlplane.plan.engines import RAILS
 from controlplane.plan.routing_reach import check_routing_limit, window_reach
 from controlplane.solve.placement.packing import imbalance_floor
 from controlplane.store import actions, deployments, policies, pools
@@ -111,6 +112,7 @@ def build(session: Session, deployment: Deployment, settings: Settings, now: flo
     imbalances = [p.imbalance for p in pool_views if p.imbalance is not None]
     return Overview(
         deployment=deployment.name, model=deployments.model_of(deployment), mode=policy.mode.value,
+        engine=deployment.engine, engine_applies=RAILS.get(deployment.engine, RAILS["bundled"]).applies,
         policy_version=policy_version, imbalance=max(imbalances) if imbalances else None,
         all2all_share=(total.get("dispatch_seconds", 0) + total.get("combine_seconds", 0)) / total["forward_seconds"]
         if total.get("forward_seconds", 0) > 0 else None,

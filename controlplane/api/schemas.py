@@ -6,11 +6,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agents.protocol import ModelShape
 from controlplane.desired import Policy
+from controlplane.plan.engines import EngineName
 
 
 class DeploymentIn(BaseModel):
     model: ModelShape
     policy: Policy = Field(default_factory=Policy)
+    engine: EngineName = Field(default="bundled", description="the engine it runs: bundled (moectl's runtime), "
+                                                              "sglang or vllm (agents/adapters/); added 2026-12")
 
 
 class AgentsHealth(BaseModel):
@@ -178,6 +181,8 @@ class PoolPoint(BaseModel):
 class Overview(BaseModel):
     deployment: str
     model: ModelShape
+    engine: str = Field(default="bundled", description="bundled, sglang or vllm; added 2026-12")
+    engine_applies: str = Field(default="", description="how the engine applies a placement change; added 2026-12")
     mode: str
     policy_version: int
     imbalance: float | None = Field(description="max/mean GPU load, mean over MoE layers, worst pool, last window")

@@ -15,7 +15,7 @@ from controlplane.config import DEFAULT_DATABASE_URL
 
 # agent-side commands run as their own processes: the controller never imports agent code
 AGENT_COMMANDS = {"train": "agents.runtime.train", "worker": "agents.worker", "router": "agents.router",
-                  "loadgen": "agents.loadgen", "sim": "agents.sim"}
+                  "loadgen": "agents.loadgen", "sim": "agents.sim", "adapter": "agents.adapters"}
 
 
 def _settings(args: argparse.Namespace, generated: dict[str, str] | None = None):

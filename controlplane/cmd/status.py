@@ -64,6 +64,8 @@ def render(overviews: list[dict]) -> str:
                      f"{_fmt(o['mtp_acceptance'], '.0%'):>6} "
                      f"{o['queue']['running']:>4}/{o['queue']['waiting']:<4} {versions:>10} "
                      f"{o['agents']['fresh']:>3}/{o['agents']['total']:<3} fresh  {last}")
+        if o.get("engine", "bundled") != "bundled":  # an engine moectl steers from outside (agents/adapters/)
+            lines.append(f"  engine: {o['engine']} ({o.get('engine_applies', '')})")
         lines += render_pools(o)
     return "\n".join(lines)
 

@@ -44,6 +44,7 @@ from controlplane.loop.prune import Pruning
 from controlplane.loop.reconcile_pools import PoolsOutcome
 from controlplane.loop.verify import verify_pool
 from controlplane.plan.diagnose import Cause, MtpDiagnosis, diagnose_mtp
+from controlplane.plan.engines import engine_policy
 from controlplane.plan.placement import plan_pool, plan_routing
 from controlplane.plan.routing_reach import RoutingReach
 from controlplane.store import (
@@ -172,7 +173,7 @@ def reconcile_pool(session: Session, deployment: Deployment, pool: Pool, setting
     with tracer.start_as_current_span("reconcile.pool", attributes=attributes) as span:
         if not dry_run:  # one writer of the pool at a time: the loop, an alert, a person (before any read)
             deployments.lock_pool(session, pool)
-        _, policy = policies.active(session, deployment)
+        policy = engine_policy(policies.active(session, deployment)[1], deployment.engine)
         pending = requests.pending(session, pool, knob=PLACEMENT.kind)
         with tracer.start_as_current_span("collect"):
             state = pools.read_state(session, deployment, pool, now=now, settings=settings)

@@ -25,8 +25,8 @@ def list_all(session: Session) -> list[Deployment]:
 
 
 def create(session: Session, *, name: str, model: ModelShape, policy: Policy, created_by: str,
-           now: float) -> Deployment:
-    deployment = Deployment(name=name, model=model.model_dump(), created_at=utc(now))
+           now: float, engine: str = "bundled") -> Deployment:
+    deployment = Deployment(name=name, model=model.model_dump(), created_at=utc(now), engine=engine)
     session.add(deployment)
     session.flush()
     policies.put(session, deployment=deployment, policy=policy, created_by=created_by, now=now)

@@ -34,6 +34,8 @@ class Deployment(Base):
     name: Mapped[str] = mapped_column(String(63), unique=True)
     model: Mapped[dict] = mapped_column(JSON)  # agents.protocol.ModelShape
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # the engine it runs (controlplane/plan/engines.py): what a placement change costs there
+    engine: Mapped[str] = mapped_column(String(16), default="bundled", server_default="bundled")
 
 
 class Pool(Base):

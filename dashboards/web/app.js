@@ -167,7 +167,9 @@ function renderOverview() {
   const o = state.overview;
   if (!o) return;
   renderTiles($("tiles"), o, state.policy);
-  $("overview-sub").textContent = `${o.deployment} · ${o.model.name}: ${o.model.num_layers} MoE layers × ${o.model.num_experts} experts, top-${o.model.top_k}`;
+  // engine: bundled, or SGLang / vLLM steered from outside by moectl's adapters (and how a change applies there)
+  const engine = o.engine && o.engine !== "bundled" ? ` · engine ${o.engine} (${o.engine_applies})` : "";
+  $("overview-sub").textContent = `${o.deployment} · ${o.model.name}: ${o.model.num_layers} MoE layers × ${o.model.num_experts} experts, top-${o.model.top_k}${engine}`;
   charts.update(o, state.role, state.actions, state.policy);
   pools.update(o, state.actions);
   const starts = o.pools.flatMap((p) => p.history.map((h) => h.start));

@@ -42,7 +42,7 @@ def put_deployment(name: DeploymentName, body: DeploymentIn, session: SessionDep
             if _is_registered(session, name, body):
                 return {"name": name, "created": False}
             deployments.create(session, name=name, model=body.model, policy=body.policy, created_by=caller.name,
-                               now=now)
+                               now=now, engine=body.engine)
     except IntegrityError:  # registered concurrently (every rank of a new instance may try): same answer
         with session.begin():
             if _is_registered(session, name, body):

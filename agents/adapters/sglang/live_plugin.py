@@ -1,0 +1,92 @@
+"""The `sglang.srt.plugins` entry point: placements applied live, through SGLang's own EPLB rebalance.
+
+With `--enable-eplb`, every rank's `EPLBManager.rebalance` dumps the recorder, computes the new layout in
+`_compute_expert_location_metadata(logical_count, ...)` and moves the weights with SGLang's own
+`update_expert_location_with_recovery`, chunk by chunk. This plugin wraps that one method (an AROUND hook in
+SGLang's HookRegistry): it records the `logical_count` it is passed (rank 0, into the shared directory,
+agents/adapters/state_dir.py) for the sidecar, and when a placement is armed for this rebalance (armed ahead, as
+for vLLM: agents/adapters/arming.py, so every rank returns the same) returns SGLang's own
+`ExpertLocationMetadata.init_by_mapping` of it, after checking that every expert keeps a slot; otherwise SGLang's
+own EPLB layout. The sidecar (`moectl adapter sglang --live`) reads the records and arms the placements: no restart.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from agents.adapters import state_dir
+from agents.adapters.arming import in_force
+from agents.adapters.coverage import check_covers_every_expert
+from agents.adapters.errors import PlacementRefused
+
+log = logging.getLogger("moectl.adapter.sglang.live")
+
+TARGET = "sglang.srt.eplb.eplb_manager.EPLBManager._compute_expert_location_metadata"
+STATE_DIR_ENV = "MOECTL_SGLANG_STATE_DIR"
+
+
+def make_hook(directory: Path, *, version: str = "", is_recording_rank=None):
+    """The AROUND hook: hook(original, manager, logical_count, **kwargs) -> ExpertLocationMetadata."""
+    lock, calls = threading.Lock(), {"next": 0}
+
+    def recording_rank() -> bool:
+        if is_recording_rank is not None:
+            return is_recording_rank()
+        import torch.distributed as dist
+
+        return not dist.is_initialized() or dist.get_rank() == 0
+
+    def hook(original, manager, logical_count, *args, **kwargs):  # noqa: ANN001 (SGLang's types)
+        with lock:
+            call, calls["next"] = calls["next"], calls["next"] + 1
+        counts = np.asarray(logical_count.detach().cpu().numpy() if hasattr(logical_count, "detach")
+                            else logical_count, dtype=np.int64)
+        load = counts.sum(axis=0) if counts.ndim == 3 else counts  # [buffer rows, layers, experts] -> [layers, ...]
+        current = manager_current_map()
+        if recording_rank():
+            state_dir.write_load(directory, {"call": call, "at": time.time(), "weight": load.tolist(),
+                                             "current": None if current is None else current.tolist(),
+                                             "num_replicas": None if current is None else int(current.shape[1]),
+                                             "num_ranks": None, "sglang": version})
+        armed = in_force(state_dir.read_armed(directory), call)
+        if armed is not None:
+            try:
+                num_slots = armed.table.shape[1] if current is None else int(current.shape[1])
+                table = check_covers_every_expert(armed.table, load.shape[1], num_slots)
+                if table.shape[0] != load.shape[0]:
+                    raise PlacementRefused(f"placement has {table.shape[0]} layers, SGLang {load.shape[0]}")
+                from sglang.srt.eplb.expert_location import ExpertLocationMetadata
+
+                log.info("rebalance %d: placement v%d", call, armed.version)
+                return ExpertLocationMetadata.init_by_mapping(manager._model_config, physical_to_logical_map=table)
+            except PlacementRefused as exc:
+                log.error("placement v%d not used at rebalance %d: %s", armed.version, call, exc)
+        return original(manager, logical_count, *args, **kwargs)
+
+    return hook
+
+
+def manager_current_map() -> np.ndarray | None:
+    """[layers, num_physical] the layout SGLang runs now; None before it has one."""
+    from sglang.srt.eplb.expert_location import get_global_expert_location_metadata
+
+    metadata = get_global_expert_location_metadata()
+    return None if metadata is None else metadata.physical_to_logical_map_cpu.numpy()
+
+
+def register() -> None:
+    """The entry point SGLang's plugin loader calls in each of its processes, before it applies the hooks. Without
+    $MOECTL_SGLANG_STATE_DIR it does nothing: moectl installed beside SGLang changes nothing until asked."""
+    if not os.environ.get(STATE_DIR_ENV):
+        return
+    import sglang
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+
+    directory = Path(os.environ[STATE_DIR_ENV])
+    HookRegistry.register(TARGET, make_hook(directory, version=sglang.__version__), HookType.AROUND)

@@ -1,0 +1,206 @@
+"""The sidecar's loop beside one SGLang server: a window of load and serving counters in, placements out.
+
+On the window grid (agents/protocol/grid.py): at start it checks the server (server_check.py), starts the `stat`
+recorder once and dumps to begin a clean window; at each window's end it dumps, reads the dump (dump.py),
+reads `/metrics` (agents/adapters/serving.py) and hands one group snapshot to the agent's poster
+(agents/telemetry/poster.py), which posts it and hands back the controller's answer. A dump or page of an
+unexpected shape is logged with its field and SGLang's version, and that window is not posted.
+
+The answer is applied between windows, on this thread: a new placement is checked (every expert keeps a slot),
+written where SGLang starts from (placement_store.py) and the group restarted (restart.py), at most once per
+`min_restart_seconds`; the server runs the new version once it has restarted after the file was written. A
+server that restarted (for any reason) gets its recorder started again, and that window is skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from agents.adapters import state_dir
+from agents.adapters.errors import EngineFormatError, PlacementRefused
+from agents.adapters.group_window import GroupPlace, Where, group_snapshot
+from agents.adapters.prom_text import Scrape, parse_metrics
+from agents.adapters.serving import serving_fields
+from agents.adapters.sglang import live_window
+from agents.adapters.sglang.dump import window_load
+from agents.adapters.sglang.dump_files import take_new_dump
+from agents.adapters.sglang.location_file import location_file, running_table
+from agents.adapters.sglang.model import EngineModel
+from agents.adapters.sglang.names import SERVING
+from agents.adapters.sglang.placement_store import PlacementStore, StoredPlacement
+from agents.adapters.sglang.restart import Restarter
+from agents.adapters.sglang.server import SGLangServer
+from agents.adapters.sglang.server_check import ServerLayout, check_server
+from agents.protocol import Array, DesiredState, GroupSnapshot, PlacementTable, RunningPlacement
+
+log = logging.getLogger("moectl.adapter.sglang")
+
+
+class Sidecar:
+    def __init__(self, server: SGLangServer, model: EngineModel, where: Where, dump_dir: Path, store: PlacementStore,
+                 restarter: Restarter, submit: Callable[[GroupSnapshot], None], *, window_seconds: float = 10.0,
+                 min_restart_seconds: float = 600.0, clock: Callable[[], float] = time.time,
+                 live_dir: Path | None = None):
+        """live_dir: the live plugin's directory (live_plugin.py): load from its records and placements armed
+        there, applied by SGLang's own EPLB without a restart; None: dumps, files and restarts."""
+        self.server, self.model, self.where, self.dump_dir = server, model, where, Path(dump_dir)
+        self.store, self.restarter, self.submit, self.clock = store, restarter, submit, clock
+        self.window_seconds, self.min_restart_seconds = window_seconds, min_restart_seconds
+        self.answers: list[DesiredState] = []
+        self.lock = threading.Lock()
+        self.last_restart = -float("inf")
+        self.num_refused = 0
+        self.layout: ServerLayout | None = None
+        self.live_dir = None if live_dir is None else Path(live_dir)
+
+    # -- the server ---------------------------------------------------------------------------------------
+    def begin(self) -> None:
+        """Checks the server, learns what it runs, starts its recorder and opens a clean window."""
+        info = self.server.server_info()
+        self.layout = check_server(info, self.model, is_live=self.live_dir is not None)
+        self.started_at = float(info.get("startup_time") or 0.0)
+        if self.live_dir is not None:  # SGLang's EPLB drives the recorder; the plugin records each rebalance
+            records = state_dir.read_loads(self.live_dir)
+            self.last_call = records[-1]["call"] if records else -1
+            self.running = self._live_running()
+            self.before = self._scrape()
+            return
+        self.running = running_table(self.store.read(), self.started_at, self.model, self.layout.num_slots)
+        self.server.start_record()
+        asked = time.time()  # SGLang stamps its dumps with its own time.time(), not our clock
+        self.server.dump_record()  # the rows before now belong to no window of ours
+        take_new_dump(self.dump_dir, after=asked - 1.0)
+        self.before = self._scrape()
+
+    def _scrape(self) -> Scrape:
+        return parse_metrics(self.server.metrics(), engine="sglang", version=self.layout.version, at=self.clock())
+
+    # -- a window -----------------------------------------------------------------------------------------
+    def close_window(self, window_start: float) -> GroupSnapshot | None:
+        """At the end of the window that began at `window_start`: its snapshot, handed to `submit`; None when
+        nothing was posted (the server restarted, or handed us something we do not read)."""
+        info = self.server.server_info()
+        if float(info.get("startup_time") or 0.0) != self.started_at:
+            log.info("SGLang restarted: starting its recorder again; this window is not posted")
+            self.begin()
+            return None
+        if self.live_dir is not None:
+            dump = self._live_dump()
+        else:
+            asked = time.time()
+            self.server.dump_record()
+            dump = take_new_dump(self.dump_dir, after=asked - 1.0)
+        if dump is None:
+            log.error("no dump appeared in %s: is it SGLang's $SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR?", self.dump_dir)
+            return None
+        try:
+            load = window_load(dump, self.model, version=self.layout.version)
+            after = self._scrape()
+            fields = serving_fields(SERVING, self.layout.version, self.before, after)
+        except EngineFormatError as exc:
+            self.num_refused += 1
+            log.error("not posted: %s", exc)
+            return None
+        self.before = after
+        if load.is_truncated:
+            log.warning("the recorder's %d rows all filled within the window: the oldest passes were overwritten "
+                        "(raise --expert-distribution-recorder-buffer-size)", self.layout.buffer_size)
+        layout = self.layout
+        place = GroupPlace(self.where.deployment, self.where.instance, self.where.role, layout.ep_size,
+                           layout.slots_per_rank, self.where.gpus_per_node)
+        snapshot = group_snapshot(place, self.model.shape, window_start, self.window_seconds, load.expert_tokens,
+                                  self.running, fields)
+        self.submit(snapshot)
+        return snapshot
+
+    # -- the controller's answer --------------------------------------------------------------------------
+    def on_answer(self, answer: DesiredState) -> None:
+        """The poster's callback (its thread): kept for `apply_answers`."""
+        with self.lock:
+            self.answers.append(answer)
+
+    def running_placement(self, version: int) -> RunningPlacement | None:
+        if version != self.running.version:
+            return None
+        return RunningPlacement(slot_to_expert=Array.from_numpy(self.running.slot_to_expert))
+
+    def apply_answers(self) -> StoredPlacement | None:
+        """The newest answer, applied: the placement written and a restart asked when it is new; returns what was
+        written, else None."""
+        with self.lock:
+            answer, self.answers = (self.answers[-1] if self.answers else None), []
+        if answer is None:
+            return None
+        if answer.window_seconds:
+            self.window_seconds = answer.window_seconds
+        if answer.slot_to_expert is None or answer.placement_version == self.running.version:
+            return None
+        if self.live_dir is not None:
+            return self._arm(answer)
+        now = self.clock()
+        if now - self.last_restart < self.min_restart_seconds:
+            log.info("placement v%d waits: the group restarted %.0f s ago (at most one restart per %.0f s)",
+                     answer.placement_version, now - self.last_restart, self.min_restart_seconds)
+            return None
+        try:
+            document = location_file(np.asarray(answer.slot_to_expert.to_numpy()), self.model, self.layout.num_slots)
+        except PlacementRefused as exc:
+            self.num_refused += 1
+            log.error("placement v%d refused: %s", answer.placement_version, exc)
+            return None
+        stored = StoredPlacement(answer.placement_version, self.running.version, now, document)
+        self.store.write(stored)
+        if self.restarter.restart():
+            self.last_restart = now
+            log.info("placement v%d written; the group restarts to load it", answer.placement_version)
+        return stored
+
+    # -- live: through the plugin (live_window.py) ----------------------------------------------------------
+    def _live_dump(self) -> dict:
+        dump, self.last_call = live_window.records_as_dump(self.live_dir, self.model, self.last_call)
+        self.running = self._live_running()
+        return dump
+
+    def _live_running(self) -> PlacementTable:
+        shape = self.model.shape
+        otherwise = getattr(self, "running", None) or PlacementTable.default(shape.num_layers, shape.num_experts,
+                                                                             self.layout.num_slots)
+        return live_window.running(self.live_dir, self.model, self.last_call, otherwise)
+
+    def _arm(self, answer: DesiredState) -> StoredPlacement | None:
+        try:
+            entry = live_window.arm(self.live_dir, self.model, np.asarray(answer.slot_to_expert.to_numpy()),
+                                    answer.placement_version, self.layout.num_slots, self.last_call)
+        except PlacementRefused as exc:
+            self.num_refused += 1
+            log.error("placement v%d refused: %s", answer.placement_version, exc)
+            return None
+        if entry is None:
+            return None
+        log.info("placement v%d armed for SGLang's rebalance %d", entry.version, entry.from_call)
+        return StoredPlacement(entry.version, self.running.version, self.clock(),
+                               {"physical_to_logical_map": entry.table.tolist()})
+
+    def run(self, stopping: threading.Event) -> None:
+        """Until `stopping` is set: close each window of the grid at its end, then apply the answers."""
+        from agents.protocol.grid import window_index, window_start
+
+        self.begin()
+        while not stopping.is_set():
+            seconds = self.window_seconds
+            index = window_index(self.clock(), seconds)
+            end = window_start(index + 1, seconds)
+            if stopping.wait(max(0.0, end - self.clock())):
+                return
+            try:
+                self.close_window(window_start(index, seconds))
+            except (OSError, httpx.HTTPError) as exc:  # the server is down (restarting) or unreachable
+                log.warning("window not read: %s", exc)
+            self.apply_answers()

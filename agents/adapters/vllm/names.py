@@ -1,0 +1,31 @@
+"""vLLM's names, as its pinned release spells them (checked against the wheel's source by
+tests/adapters/test_vllm_source_contract.py): plugin groups, the policy registry, metrics."""
+
+from __future__ import annotations
+
+from agents.adapters.serving import ServingNames
+
+PINNED_VERSION = "0.34.0"
+
+GENERAL_PLUGINS = "vllm.general_plugins"
+ENDPOINT_PLUGINS = "vllm.endpoint_plugins"
+POLICY_MODULE = "vllm.distributed.eplb.policy"  # EPLB_POLICIES = {"default": DefaultEplbPolicy}
+POLICY_REGISTRY = "EPLB_POLICIES"
+POLICY_NAME = "default"  # EPLBConfig.policy is Literal["default"]: the entry the plugin wraps
+POLICY_ARGS = ("weight", "num_replicas", "num_groups", "num_nodes", "num_ranks", "old_global_expert_indices")
+
+SERVING = ServingNames(
+    engine="vllm", running="vllm:num_requests_running", waiting="vllm:num_requests_waiting",
+    kv_usage="vllm:kv_cache_usage_perc", kv_capacity="",  # capacity rides in cache_config_info's labels only
+    prompt_tokens="vllm:prompt_tokens_total", prefix_queries="vllm:prefix_cache_queries_total",
+    prefix_hits="vllm:prefix_cache_hits_total", busy="",  # no forward-time counter
+    ttft="vllm:time_to_first_token_seconds", itl="vllm:inter_token_latency_seconds",
+    spec_drafts="vllm:spec_decode_num_drafts_total", spec_draft_tokens="vllm:spec_decode_num_draft_tokens_total",
+    spec_accepted="vllm:spec_decode_num_accepted_tokens_total",
+    spec_accepted_by_position="vllm:spec_decode_num_accepted_tokens_per_pos_total",
+)
+
+LOAD_PATH = "/moectl/v1/load"
+PLACEMENT_PATH = "/moectl/v1/placement"
+STATE_DIR_ENV = "MOECTL_VLLM_STATE_DIR"  # shared by vLLM's processes (a volume shared by every node's, multi-node)
+TOKEN_ENV = "MOECTL_VLLM_TOKEN"  # the bearer token the endpoint asks of whoever posts a placement

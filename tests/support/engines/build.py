@@ -1,0 +1,86 @@
+"""The engines' own code for the adapter tests, once per machine, into ~/.cache/moectl/engines (MOECTL_ENGINE_CACHE).
+
+- SGLang: its released wheel (pip download --no-deps) installed into a venv of its own that sees this project's
+  venv (our torch 2.13 CPU build, NumPy) through a .pth file, plus the few pure packages its expert-location,
+  recorder and model-registry modules import, each pinned and installed without dependencies: nothing pulls
+  another torch or a CUDA stack. SGLang's own pins (torch 2.14.1, sglang-kernel, flashinfer) are not installed:
+  the modules the tests run import without them (tests/adapters/README.md says which checks run SGLang's code).
+- vLLM: its released wheel only (pip download --no-deps), read as a zip by the source-contract tests: its package
+  imports its CUDA extension, built for another torch.
+
+`make test` runs this (make engines); cached builds are skipped. Usage: python tests/support/engines/build.py
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+SGLANG_VERSION = "0.5.23"
+VLLM_VERSION = "0.34.0"
+# what sglang.srt.eplb.*, sglang.srt.configs.model_config and the model registry import, pinned (installed
+# --no-deps; tried on this machine with torch 2.13.0)
+SGLANG_PURE = ["apache-tvm-ffi==0.1.11", "compressed-tensors==0.20.1", "dill==0.4.1", "einops==0.8.2", "gguf==0.19.0",
+               "hf-xet==1.8.0", "huggingface_hub==2.4.0", "ipython==9.18.1", "ipython_pygments_lexers==1.1.1",
+               "jedi==0.20.1", "parso==0.8.7", "asttokens==3.0.2", "executing==2.3.0", "pure_eval==0.2.4",
+               "stack-data==0.6.3", "traitlets==5.16.1", "matplotlib-inline==0.2.2", "prompt_toolkit==3.0.53",
+               "wcwidth==0.9.4", "pexpect==4.9.0", "ptyprocess==0.7.0", "loguru==0.7.3", "msgspec==0.23.0",
+               "orjson==3.13.0", "partial-json-parser==0.2.1.1.post7", "pillow==13.0.0", "psutil==7.2.2",
+               "pybase64==1.5.1", "pyzmq==27.3.0", "regex==2026.11.19", "sentencepiece==0.2.3", "tokenizers==0.23.3",
+               "torchvision==0.28.0", "tqdm==4.70.1", "transformers==5.24.0", "typer==0.29.2", "shellingham==1.5.4"]
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("MOECTL_ENGINE_CACHE", Path.home() / ".cache" / "moectl" / "engines"))
+
+
+def wheel(name: str, version: str) -> Path | None:
+    found = sorted(cache_dir().glob(f"{name}-{version}-*.whl"))
+    return found[-1] if found else None
+
+
+def sglang_python() -> Path:
+    return cache_dir() / f"sglang-{SGLANG_VERSION}" / "venv" / "bin" / "python"
+
+
+def _download(name: str, version: str) -> Path:
+    found = wheel(name, version)
+    if found is None:
+        print(f"==> downloading {name}=={version} (wheel only, no dependencies)", flush=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--progress-bar", "off", "-q",
+                        f"{name}=={version}", "-d", str(cache_dir())], check=True)
+        found = wheel(name, version)
+    assert found is not None
+    return found
+
+
+def build_sglang() -> Path:
+    python = sglang_python()
+    stamp = python.parent.parent / ".built"
+    if stamp.exists():
+        return python
+    whl = _download("sglang", SGLANG_VERSION)
+    venv = python.parent.parent
+    print(f"==> sglang {SGLANG_VERSION} venv at {venv} (our torch, its pure dependencies)", flush=True)
+    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+    site = Path(subprocess.check_output([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                                        text=True).strip())
+    (site / "moectl-project-venv.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--progress-bar", "off", "--no-deps", str(whl),
+                    *SGLANG_PURE], check=True)
+    stamp.touch()
+    return python
+
+
+def main() -> int:
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    _download("vllm", VLLM_VERSION)
+    print(f"sglang: {build_sglang()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
