@@ -17,13 +17,14 @@ from controlplane.config import Settings
 from controlplane.loop.telemetry import ControllerMetrics
 from controlplane.store.db import make_engine, make_sessions, upgrade
 
-pytest_plugins = ["support.kube.fixture", "support.reports", "pytester"]
+pytest_plugins = ["support.kube.fixture", "support.reports", "support.exclusive", "pytester"]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that start real processes first: under xdist (make test) a worker that takes a long test last
-    holds the whole run up after the others have finished."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """Exclusive tests first (support/exclusive.py: they run alone, best before the others start), then those that
+    start real processes: under xdist (make test) a worker that takes a long test last holds the whole run up
+    after the others have finished."""
+    items.sort(key=lambda item: (item.get_closest_marker("exclusive") is None, item.get_closest_marker("slow") is None))
 
 
 class Clock:

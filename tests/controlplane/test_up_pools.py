@@ -86,6 +86,7 @@ def run_loadgen(router: str, rate: float, seconds: float, env: dict, on_wait, ma
 
 
 @pytest.mark.slow
+@pytest.mark.exclusive  # the step is sized from the warm-up's ITL: another test beside it changes the machine's speed
 @pytest.mark.timeout(1200)
 def test_a_step_in_traffic_adds_a_decode_instance_and_the_fall_drains_one(tmp_path):
     env = os.environ | {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
