@@ -9,8 +9,8 @@ comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 PYTEST_ARGS ?=
 # pytest workers (pytest-xdist): much of the suite waits on real servers and processes; more than two workers
-# run three multi-process tests at once on two cores, which then miss their timings. Tests that share the
-# Kubernetes test cluster run on one worker (xdist group `kube`)
+# run three multi-process tests at once on two cores, which then miss their timings. `loadgroup` hands each
+# worker one test at a time, in the order collected (tests/conftest.py puts the long ones first)
 PYTEST_WORKERS ?= 2
 
 .PHONY: run test lint sysdeps kube engines chart-files clean

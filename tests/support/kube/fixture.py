@@ -3,9 +3,9 @@
 The cluster starts on first use and is checked before every test that uses it: when a process of it died
 (or the apiserver stopped answering), the test gets a fresh cluster, and a `KubeClusterDied` warning in
 the run's output names the death (support/kube/health.py). Any test that uses `kube_cluster` (directly or
-through `kube_namespace`) is marked `kube` and `slow`, so `-m 'not slow'` and `-m 'not kube'` leave it out,
-and joins xdist group `kube`, so one worker runs them all on one cluster. Binaries not built: skip saying
-how to build them, or fail under CI=true, where `make test` builds them first.
+through `kube_namespace`) is marked `kube` and `slow`, so `-m 'not slow'` and `-m 'not kube'` leave it out.
+Under xdist each worker that runs one has its own cluster (`make test`: two at most). Binaries not built:
+skip saying how to build them, or fail under CI=true, where `make test` builds them first.
 """
 
 from __future__ import annotations
@@ -51,7 +51,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if "kube_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.kube)
             item.add_marker(pytest.mark.slow)
-            item.add_marker(pytest.mark.xdist_group("kube"))
 
 
 class ClusterKeeper:
