@@ -1,9 +1,9 @@
 """The engines' own code for the adapter tests, once per machine, into ~/.cache/moectl/engines (MOECTL_ENGINE_CACHE).
 
-- SGLang: its released wheel (pip download --no-deps) installed into a venv of its own that sees this project's
-  venv (our torch 2.13 CPU build, NumPy) through a .pth file, plus the few pure packages its expert-location,
-  recorder and model-registry modules import, each pinned and installed without dependencies: nothing pulls
-  another torch or a CUDA stack. SGLang's own pins (torch 2.14.1, sglang-kernel, flashinfer) are not installed:
+- SGLang: its released wheel (pip download --no-deps) installed into a venv of its own, which sees the test
+  run's venv (our torch 2.13 CPU build, NumPy) on its path (support/engines/sglang_run.py), plus the few pure
+  packages its expert-location, recorder and model-registry modules import, each pinned and installed without
+  dependencies: nothing pulls another torch or a CUDA stack. SGLang's own pins (torch 2.14.1, sglang-kernel, flashinfer) are not installed:
   the modules the tests run import without them (tests/adapters/README.md says which checks run SGLang's code).
 - vLLM: its released wheel only (pip download --no-deps), read as a zip by the source-contract tests: its package
   imports its CUDA extension, built for another torch.
@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 SGLANG_VERSION = "0.5.23"
@@ -57,18 +56,20 @@ def _download(name: str, version: str) -> Path:
     return found
 
 
+# the stamp of a finished venv; "-2": venvs before it pointed at the project venv that built them, which a clone
+# elsewhere (CI's) does not have. Our torch now comes from the venv of the test run (sglang_run.py)
+BUILT = ".built-2"
+
+
 def build_sglang() -> Path:
     python = sglang_python()
-    stamp = python.parent.parent / ".built"
+    stamp = python.parent.parent / BUILT
     if stamp.exists():
         return python
     whl = _download("sglang", SGLANG_VERSION)
     venv = python.parent.parent
     print(f"==> sglang {SGLANG_VERSION} venv at {venv} (our torch, its pure dependencies)", flush=True)
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-    site = Path(subprocess.check_output([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                                        text=True).strip())
-    (site / "moectl-project-venv.pth").write_text(sysconfig.get_path("purelib") + "\n")
     subprocess.run([str(python), "-m", "pip", "install", "-q", "--progress-bar", "off", "--no-deps", str(whl),
                     *SGLANG_PURE], check=True)
     stamp.touch()

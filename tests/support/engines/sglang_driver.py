@@ -18,7 +18,10 @@ import os
 import sys
 import tempfile
 
-import torch
+# after the venv's own packages (SGLang's pins win), the test run's venv for our torch 2.13 CPU build and NumPy
+sys.path.append(os.environ["MOECTL_PROJECT_SITE"])
+
+import torch  # noqa: E402
 
 # a GPU's recorder empties its allocator cache on the first dump; the CPU has none to empty
 torch.cpu.empty_cache = getattr(torch.cpu, "empty_cache", lambda: None)
