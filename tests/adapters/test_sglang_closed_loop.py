@@ -15,6 +15,7 @@ from support.auth import AGENT_TOKEN, API_TOKEN, operator
 from support.engines.pages import sglang_page
 from support.engines.recorded_sglang import RecordedSGLang, skewed_dumps
 from support.engines.sglang_run import run_sglang
+from support.engines.sidecar_loop import Restarts, close_next_window
 from support.live import running_controller
 
 from agents.adapters.group_window import Where
@@ -22,7 +23,6 @@ from agents.adapters.sglang.model import deepseek_model
 from agents.adapters.sglang.placement_store import PLACEMENT_FILE, DirectoryStore
 from agents.adapters.sglang.sidecar import Sidecar
 from agents.protocol import PlacementTable, Role
-from agents.protocol.grid import window_index, window_start
 from agents.telemetry.poster import SnapshotPoster
 from controlplane.config import Settings
 
@@ -31,15 +31,6 @@ CONFIG = {"n_routed_experts": 256, "num_hidden_layers": 61, "first_k_dense_repla
 POLICY = {"mode": "auto", "imbalance_threshold": 1.1, "sustained_windows": 1, "cooldown_seconds": 0,
           "max_moved_slots_fraction": 1.0, "max_moved_slots_per_hour_fraction": 100.0}
 WINDOW = 2.0
-
-
-class Restarts:
-    def __init__(self):
-        self.num_calls = 0
-
-    def restart(self) -> bool:
-        self.num_calls += 1
-        return True
 
 
 @pytest.mark.slow
@@ -68,13 +59,8 @@ def test_skewed_load_in_a_placement_sglang_loads_out(tmp_path):
             measured, written = [], None
             deadline = time.time() + 60
             while written is None and server.dumps and time.time() < deadline:
-                index = window_index(time.time(), WINDOW)
-                time.sleep(max(0.0, window_start(index + 1, WINDOW) - time.time()))
-                snapshot = sidecar.close_window(window_start(index, WINDOW))
+                snapshot = close_next_window(sidecar, poster, WINDOW, deadline)
                 measured.append(snapshot.expert_tokens.to_numpy())
-                posted = poster.num_posted
-                while poster.num_posted == posted and time.time() < deadline:
-                    time.sleep(0.05)
                 written = sidecar.apply_answers()
         finally:
             poster.stop()

@@ -11,6 +11,7 @@ import pytest
 import torch
 from support.engines.pages import sglang_page
 from support.engines.recorded_sglang import RecordedSGLang
+from support.engines.sidecar_loop import Restarts
 
 from agents.adapters import state_dir
 from agents.adapters.group_window import Where
@@ -34,15 +35,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-class Restarts:
-    def __init__(self):
-        self.num_calls = 0
-
-    def restart(self) -> bool:
-        self.num_calls += 1
-        return True
 
 
 def _dumps(tmp_path, buffers: list[np.ndarray]) -> list:

@@ -15,6 +15,7 @@ from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse
 from fastapi.testclient import TestClient
 from support.auth import AGENT_TOKEN, API_TOKEN, operator
+from support.engines.sidecar_loop import close_next_window
 from support.engines.wheels import vllm_policy_module
 from support.live import running_controller
 
@@ -24,7 +25,6 @@ from agents.adapters.vllm.endpoint import MoectlEndpointPlugin
 from agents.adapters.vllm.policy import wrap_policy
 from agents.adapters.vllm.sidecar import VllmSidecar
 from agents.protocol import PlacementTable, Role, replica_counts
-from agents.protocol.grid import window_index, window_start
 from agents.telemetry.poster import SnapshotPoster
 from controlplane.config import Settings
 
@@ -89,12 +89,7 @@ def test_skewed_load_in_the_controllers_placement_returned_by_every_rank(tmp_pat
             while from_call is None and time.time() < deadline:
                 load = skewed_weight(rng)
                 rearrange(load)  # one rearrange a window
-                index = window_index(time.time(), WINDOW)
-                time.sleep(max(0.0, window_start(index + 1, WINDOW) - time.time()))
-                sidecar.close_window(window_start(index, WINDOW))
-                posted = poster.num_posted
-                while poster.num_posted == posted and time.time() < deadline:
-                    time.sleep(0.05)
+                close_next_window(sidecar, poster, WINDOW, deadline)
                 from_call = sidecar.apply_answers()
         finally:
             poster.stop()
