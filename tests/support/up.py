@@ -20,6 +20,9 @@ import httpx
 from support.processes import descendants, die_with_parent, is_running
 from support.servers import free_port
 
+START_SECONDS = 240.0  # `moectl up` to say it is up (a cold machine imports torch in each worker)
+STOP_SECONDS = 90.0  # Ctrl-C to exit: its own stop is bounded at about 70 s (controlplane/cmd/up.py)
+
 
 @dataclass(frozen=True)
 class Up:
@@ -32,8 +35,9 @@ class Up:
 
 @contextmanager
 def moectl_up(tmp_path: Path, *args: str) -> Iterator[Up]:
-    """args: `moectl up` options besides port and database."""
-    port = free_port()
+    """args: `moectl up` options besides port and database. At most START_SECONDS + STOP_SECONDS besides the
+    body: a test's timeout leaves that much, so what fails is an assertion that shows what `up` printed."""
+    port, began = free_port(), time.monotonic()
     process = subprocess.Popen(
         [sys.executable, "-m", "controlplane", "up", "--port", str(port), *args,
          "--database-url", f"sqlite:///{tmp_path / 'up.db'}"],
@@ -43,17 +47,29 @@ def moectl_up(tmp_path: Path, *args: str) -> Iterator[Up]:
     reader = threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True)
     reader.start()
     try:
-        deadline = time.monotonic() + 300
+        deadline = began + START_SECONDS
         while not any(line.startswith("up in ") for line in lines):
-            assert process.poll() is None and time.monotonic() < deadline, "moectl up did not start:\n" + "".join(lines)
+            assert process.poll() is None and time.monotonic() < deadline, \
+                f"moectl up did not start in {time.monotonic() - began:.0f}s:\n" + "".join(lines)
             time.sleep(0.1)
+        started_in = time.monotonic() - began
         yield Up(f"http://127.0.0.1:{port}", lines)
     finally:
-        family, stopping_at = descendants(process.pid), len(lines)
+        family, stopping_at, stopped = descendants(process.pid), len(lines), time.monotonic()
         os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: up, and any child still in its process group
-        process.wait(timeout=90)
-        reader.join(timeout=10)
+        try:
+            process.wait(timeout=STOP_SECONDS)
+        except subprocess.TimeoutExpired as exc:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            raise AssertionError(f"moectl up did not exit {STOP_SECONDS:.0f}s after Ctrl-C (killed); what it printed "
+                                 f"while stopping:\n{''.join(lines[stopping_at:])}") from exc
+        finally:
+            reader.join(timeout=10)
     stopping = "".join(lines[stopping_at:])
+    # shown with a failure after this: where a slow run spent its time
+    print(f"moectl up: up in {started_in:.0f}s, ran {stopped - began - started_in:.0f}s, "
+          f"stopped in {time.monotonic() - stopped:.0f}s")
     assert process.returncode == 0, stopping
     assert "Traceback" not in stopping, stopping
     deadline = time.monotonic() + 10  # a process killed with its parent (PR_SET_PDEATHSIG) needs a moment

@@ -11,7 +11,7 @@ from support.up import actions_of, moectl_up
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)  # up to 270 s here besides moectl_up's start and stop (support/up.py)
 def test_real_workers_rebalance_and_their_imbalance_falls(tmp_path):
     with moectl_up(tmp_path, "--ep-size", "4", "--window-seconds", "1", "--rate", "8") as up:
         url = up.url

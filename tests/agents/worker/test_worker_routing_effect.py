@@ -21,7 +21,7 @@ def direction(action: dict) -> int:
 
 @pytest.mark.slow
 @pytest.mark.exclusive  # the effect judged is the all-to-all's share of step time: a test beside it moves it
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(600)  # up to 230 s here besides moectl_up's start and stop (support/up.py)
 def test_real_workers_routing_limit_is_tried_once_reverted_and_parked(tmp_path):
     with moectl_up(tmp_path, "--ep-size", "2", "--window-seconds", "1", "--rate", "6") as up:
         url = up.url
