@@ -19,6 +19,13 @@ the next window on:
   passed in), fed the windows the controller would store, under each policy of MOECTL_POLICIES (threshold, cooldown,
   moves budget).
 
+Each window also samples NUM_STEP_SAMPLES of its steps (the workload's per-step dispersion, agents/sim/load.py
+route_steps): the step-level max/mean of the placement in force with the window's fixed shares, with the
+dispatch-time split (agents/protocol/replica_split.py) and at the per-step bound, and the modelled tokens/s of
+those steps under each. "moectl loop + split" is the same planner for a pool whose ranks route by the split: its
+windows say so (the agents' StepLoad counters), so it places for the per-step optimum (solve/placement/step_split.py).
+Workloads: agents/sim/workloads.py (calibrated to public DeepSeek-V3/R1 serving figures, and the stress cases).
+
 Reported per strategy: time-weighted max/mean GPU load (mean over windows of the mean over layers), modelled
 throughput (tokens / modelled seconds), weights moved per hour (expert residencies (layer, slot) that changed,
 as a share of all), and decisions (placement changes). Beside them the oracle, no strategy: a from-scratch solve
@@ -43,16 +50,17 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
+from agents.protocol import replica_split
 from agents.protocol.placement import PlacementTable, gpu_load, imbalance
 from agents.runtime.placement import Placement
 from agents.sim.cost import GPU_NODES, Traffic, step_times
 from agents.sim.fleet import MAX_REACH_RANKS, MAX_REACH_TOKENS
 from agents.sim.load import LoadModel
 from agents.sim.reach import Routing, sample_reach
+from agents.sim.workloads import WORKLOADS, Workload
 from benchmarks.baselines.eplb import Eplb
-from controlplane.desired import Decision, Policy
+from controlplane.desired import Decision, KnobKind, Policy
 from controlplane.observed.pool import RANK_REPORTS, KnobChange, PoolState, Window
-from controlplane.plan.pacing import PLACEMENT
 from controlplane.plan.placement import plan_pool
 from controlplane.solve.placement.solver import Topology, solve_placement
 
@@ -61,6 +69,7 @@ STEPS_PER_WINDOW = int(WINDOW_SECONDS * 20)  # as the simulated fleet's windows
 HOUR = 3600.0
 # what the planner reads: sustained windows and its forecast's history (controlplane/plan/placement.py)
 MAX_WINDOWS_KEPT = 48
+NUM_STEP_SAMPLES = 4  # steps of each window whose per-step imbalance (shares, split, bound) is measured
 
 
 @dataclass(frozen=True)
@@ -97,21 +106,6 @@ DECODE_3 = replace(DECODE, name="decode EP320, 3 slots per GPU", slots_per_gpu=3
 SHAPES = {"prefill": PREFILL, "decode": DECODE, "decode-3": DECODE_3}
 
 
-@dataclass(frozen=True)
-class Workload:
-    """How the load drifts: the walk's step per window, and the period of the swing between two kinds of text
-    (None: one kind)."""
-
-    name: str
-    drift_sigma: float
-    swing_period_seconds: float | None
-
-
-WORKLOADS = [
-    Workload("slow drift", drift_sigma=0.02, swing_period_seconds=None),
-    Workload("swing code/prose, 1 h period", drift_sigma=0.01, swing_period_seconds=HOUR),
-    Workload("fast drift + 20 min swing", drift_sigma=0.04, swing_period_seconds=HOUR / 3),
-]
 # the loop's policies: the defaults a new deployment gets (threshold 1.15 for 2 windows, cooldown 30 s, min gain
 # 0.05, at most 25% of the residencies per change and 200% per hour), and one whose moves budget can follow a
 # swing of the workload (threshold 1.10, 50% per change, 800% per hour): a swing between two kinds of text moves
@@ -158,6 +152,14 @@ class Outcome:
     moved: int = 0  # expert residencies (layer, slot) changed
     decisions: int = 0
     plan_seconds: float = 0.0  # wall time the strategy spent deciding
+    # the sampled steps (NUM_STEP_SAMPLES a window): step-level max/mean per window with the window's fixed shares,
+    # with the dispatch-time split and at its bound; modelled seconds of those steps under shares and under split
+    step_shares: list[float] = field(default_factory=list)
+    step_split: list[float] = field(default_factory=list)
+    step_bound: list[float] = field(default_factory=list)
+    step_tokens: float = 0.0
+    step_seconds_shares: float = 0.0
+    step_seconds_split: float = 0.0
 
     @property
     def imbalance(self) -> float:
@@ -178,6 +180,14 @@ class Outcome:
                 f"{self.throughput / 1e3:.0f}k", f"{self.throughput / static.throughput:.2f}x",
                 "-" if is_oracle else f"{100 * self.moved_per_hour(shape, hours):.1f}%",
                 "-" if is_oracle else str(self.decisions), f"{self.plan_seconds:.1f}"]
+
+    def step_row(self, static: Outcome) -> list[str]:
+        """Per-step: max/mean with the window's shares, with the split, at the bound (time-weighted over windows),
+        and the modelled tokens/s of the sampled steps with shares and with the split (vs static with shares)."""
+        base = static.step_tokens / static.step_seconds_shares
+        shares, split = self.step_tokens / self.step_seconds_shares, self.step_tokens / self.step_seconds_split
+        return [self.strategy, f"{np.mean(self.step_shares):.3f}", f"{np.mean(self.step_split):.3f}",
+                f"{np.mean(self.step_bound):.3f}", f"{shares / base:.3f}x", f"{split / base:.3f}x"]
 
 
 class Oracle:
@@ -226,8 +236,9 @@ class Moectl:
     """The controller's planner on the windows it would have stored, with the bookkeeping the store keeps
     (version, last change, moves, actions and their times in the last hour: what controlplane/plan/pacing.py reads)."""
 
-    def __init__(self, shape: Shape, policy: Policy, name: str = "moectl loop"):
-        self.shape, self.policy, self.name = shape, policy, name
+    def __init__(self, shape: Shape, policy: Policy, name: str = "moectl loop", is_split: bool = False):
+        """is_split: the pool's ranks route by the dispatch-time split, and its windows say so."""
+        self.shape, self.policy, self.name, self.is_split = shape, policy, name, is_split
         self.windows: list[Window] = []
         self.version, self.last_change_at = 0, None
         self.changes: list[tuple[float, int]] = []  # (when, residencies moved)
@@ -244,7 +255,7 @@ class Moectl:
             windows=tuple(self.windows), last_change_at=self.last_change_at,
             moved_slots_last_hour=sum(n for _, n in recent), num_actions_last_hour=len(recent), top_k=s.top_k,
             model_topk_group=s.topk_group,
-            changes=tuple(KnobChange(i, PLACEMENT, t, "verified", 0) for i, (t, _) in enumerate(recent)))
+            changes=tuple(KnobChange(i, KnobKind.placement, t, "verified", 0) for i, (t, _) in enumerate(recent)))
         plan = plan_pool(self.policy, state, now)
         if plan.decision != Decision.rebalance:
             return None
@@ -276,12 +287,51 @@ def sampled_traffic(shape: Shape, table: PlacementTable, popularity: np.ndarray,
     return sum(samples[1:], samples[0]).traffic(shape.top_k)
 
 
+_REPLICA_TABLES: dict[int, tuple] = {}  # id(table) -> (table, replica tables): a table is kept for many windows
+
+
+def replica_tables(shape: Shape, table: PlacementTable) -> tuple[np.ndarray, np.ndarray]:
+    """replica_split.replica_gpus of `table`, computed once per table (a Python loop over its slots)."""
+    cached = _REPLICA_TABLES.get(id(table))
+    if cached is None or cached[0] is not table:
+        if len(_REPLICA_TABLES) > 64:
+            _REPLICA_TABLES.clear()
+        cached = _REPLICA_TABLES[id(table)] = (table, replica_split.replica_gpus(
+            table.slot_to_expert, table.slot_share, shape.num_experts, shape.topology.num_gpus))
+    return cached[1]
+
+
+def sample_steps(shape: Shape, table: PlacementTable, steps: np.ndarray, traffic: Traffic, outcome: Outcome) -> dict:
+    """The sampled steps [N, L, E] under `table`: adds their per-step imbalance and modelled seconds (fixed shares,
+    split) to `outcome`; returns the StepLoad counters a pool routing by the split would post for them."""
+    num_gpus = shape.topology.num_gpus
+    shares = np.stack([table.gpu_load(step, num_gpus) for step in steps])  # [N, L, G]
+    gpus, gpu_share = replica_tables(shape, table)
+    split = replica_split.gpu_load_of(replica_split.balance_split(steps, gpus, gpu_share, num_gpus), gpus, num_gpus)
+    bound = replica_split.split_bound(steps, gpus, split)  # [N, L]
+    mean = split.sum() / num_gpus
+    outcome.step_shares.append(float(shares.max(-1).sum() / mean))
+    outcome.step_split.append(float(split.max(-1).sum() / mean))
+    outcome.step_bound.append(float(bound.sum() / mean))
+    tokens_per_step = shape.tokens_per_window / STEPS_PER_WINDOW
+    outcome.step_tokens += tokens_per_step * len(steps)
+    for rows, attr in ((shares, "step_seconds_shares"), (split, "step_seconds_split")):
+        seconds = sum(step_times(r, tokens_per_step / num_gpus, traffic, GPU_NODES).forward_seconds for r in rows)
+        setattr(outcome, attr, getattr(outcome, attr) + seconds)
+    scale = STEPS_PER_WINDOW / len(steps)  # the window's steps, estimated from the sampled ones
+    return {"num_steps": float(STEPS_PER_WINDOW * num_gpus), "step_mean_tokens": mean * scale,
+            "step_split_max_tokens": float(split.max(-1).sum()) * scale,
+            "step_shares_max_tokens": float(shares.max(-1).sum()) * scale,
+            "step_bound_max_tokens": float(bound.sum()) * scale, "step_split_routed_mean_tokens": mean * scale}
+
+
 def simulate(shape: Shape, workload: Workload, strategy, hours: float, seed: int = 0) -> Outcome:  # noqa: ANN001
-    """Runs one strategy on one workload; every strategy sees the same windows of the same seed."""
+    """Runs one strategy on one workload; every strategy sees the same windows (and sampled steps) of the same
+    seed."""
     topology = shape.topology
-    load = LoadModel(shape.num_layers, shape.num_experts, shape.top_k, seed=seed, drift_sigma=workload.drift_sigma,
-                     swing_period_seconds=workload.swing_period_seconds)
+    load = LoadModel(shape.num_layers, shape.num_experts, shape.top_k, seed=seed, **workload.load_kwargs())
     rng = np.random.default_rng([seed, 1])
+    step_rng = np.random.default_rng([seed, 3])  # apart from the windows', so they stay what they were
     table = initial_table(shape, load)
     traffic = sampled_traffic(shape, table, load.popularity(0.0), np.random.default_rng([seed, 2]))
     outcome = Outcome(strategy.name)
@@ -297,9 +347,13 @@ def simulate(shape: Shape, workload: Workload, strategy, hours: float, seed: int
         outcome.imbalances.append(imbalance(rows))
         outcome.tokens += shape.tokens_per_window
         outcome.seconds += times.forward_seconds
+        steps = load.route_steps(load.popularity(start), NUM_STEP_SAMPLES, shape.tokens_per_window / STEPS_PER_WINDOW,
+                                 step_rng)
+        step_load = sample_steps(shape, table, steps, traffic, outcome)
+        counters = complete | step_load if getattr(strategy, "is_split", False) else complete
         window = Window(index=index, start=start, seconds=WINDOW_SECONDS, placement_version=0,
                         num_reports=topology.num_gpus, num_slot_reports=topology.num_gpus,
-                        expert_tokens=expert_tokens, slot_tokens=slots, counters=complete)
+                        expert_tokens=expert_tokens, slot_tokens=slots, counters=counters)
         if isinstance(strategy, Oracle):
             load.drift()
             continue
@@ -353,7 +407,8 @@ def table(head: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def run(shapes: list[Shape], hours: float, eplb_minutes: list[float], policies: dict[str, Policy],
-        workloads: list[Workload] = WORKLOADS) -> str:
+        workloads: list[Workload] = WORKLOADS, split_policies: tuple[str, ...] = ()) -> str:
+    """split_policies: the policies also run for a pool that routes by the dispatch-time split."""
     head = ["strategy", "time-weighted max/mean", "p95", "modelled tokens/s", "vs static", "weights moved / h",
             "decisions", "planning s"]
     sections = []
@@ -361,6 +416,8 @@ def run(shapes: list[Shape], hours: float, eplb_minutes: list[float], policies: 
         for workload in workloads:
             eplbs = [PeriodicEplb(shape, 60 * m) for m in eplb_minutes]
             loops = [Moectl(shape, policy, name) for name, policy in policies.items()]
+            loops += [Moectl(shape, policy, f"{name} + split", is_split=True) for name, policy in policies.items()
+                      if name in split_policies]
             static, oracle, *rest = [simulate(shape, workload, s, hours)
                                      for s in (Static(), Oracle(shape), *eplbs, *loops)]
             outcomes = [static, oracle, *rest]
@@ -369,7 +426,12 @@ def run(shapes: list[Shape], hours: float, eplb_minutes: list[float], policies: 
                      *table(["moectl policy", f"max/mean <= {MAX_BALANCED} where static >= {MIN_STATIC_SKEW:g}",
                              f"throughput >= {MIN_SPEEDUP}x static",
                              f"moved <= {MAX_MOVES_SHARE:.0%} of EPLB's at equal or better imbalance"],
-                            target_rows(shape, hours, static, oracle, rest[:len(eplbs)], rest[len(eplbs):]))]
+                            target_rows(shape, hours, static, oracle, rest[:len(eplbs)], rest[len(eplbs):])), "",
+                     f"Per step ({NUM_STEP_SAMPLES} sampled steps a window, the same for every strategy): busiest GPU "
+                     "over mean, token-weighted over steps and layers, time-weighted over windows.", "",
+                     *table(["strategy", "step max/mean, window shares", "step max/mean, split", "per-step bound",
+                             "modelled tokens/s, shares (vs static)", "split (vs static with shares)"],
+                            [o.step_row(static) for o in outcomes])]
             sections.append("\n".join(lines))
             print(sections[-1] + "\n", flush=True)
     return "\n\n".join(sections)
@@ -385,18 +447,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workloads", nargs="+", type=int, choices=range(len(WORKLOADS)),
                    default=list(range(len(WORKLOADS))),
                    help="by index: " + "; ".join(f"{i}: {w.name}" for i, w in enumerate(WORKLOADS)))
+    p.add_argument("--policies", nargs="+", choices=list(MOECTL_POLICIES), default=list(MOECTL_POLICIES),
+                   help="the moectl policies to run")
+    p.add_argument("--split-policies", nargs="*", choices=list(MOECTL_POLICIES), default=[],
+                   help="also run these for a pool routing by the dispatch-time split")
+    p.add_argument("--out", default=None, help="the results file's name (default closed-loop[-pools]-DATE.md)")
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args(argv)
+    policies = {name: MOECTL_POLICIES[name] for name in args.policies}
     shapes = [SHAPES[pool] for pool in args.pools]
     text = (f"# Closed loop: static vs periodic EPLB vs moectl ({datetime.date.today()})\n\n"
             f"{platform.machine()}, {os.cpu_count()} cores, numpy {np.__version__}; moectl policies:\n\n"
             + "".join(f"- {name}: {policy.model_dump(include=POLICY_KNOBS)}\n"
-                      for name, policy in MOECTL_POLICIES.items())
-            + "\n" + run(shapes, args.hours, args.eplb_minutes, MOECTL_POLICIES, [WORKLOADS[i] for i in args.workloads])
+                      for name, policy in policies.items())
+            + "\n" + run(shapes, args.hours, args.eplb_minutes, policies, [WORKLOADS[i] for i in args.workloads],
+                          tuple(args.split_policies))
             + "\n")
     if not args.no_write:
         pools = "" if args.pools == ["prefill"] else "-" + "-".join(args.pools)
-        path = pathlib.Path(__file__).resolve().parent / "results" / f"closed-loop{pools}-{datetime.date.today()}.md"
+        name = args.out or f"closed-loop{pools}-{datetime.date.today()}.md"
+        path = pathlib.Path(__file__).resolve().parent / "results" / name
         path.write_text(text)
         print(f"wrote {path}")
     return 0

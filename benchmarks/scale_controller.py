@@ -103,7 +103,7 @@ def _log_gc_pauses(path: str) -> None:
 
 
 def _start_loop(passes_file: str, sessions, settings, stop: threading.Event, clock: FileClock) -> None:  # noqa: ANN001
-    from controlplane.loop.reconcile import run_forever
+    from controlplane.loop import reconcile
 
     passes = open(passes_file, "a", buffering=1)  # noqa: SIM115
 
@@ -111,17 +111,25 @@ def _start_loop(passes_file: str, sessions, settings, stop: threading.Event, clo
         passes.write(json.dumps({"seconds": result.seconds, "errors": result.num_errors,
                                  "decisions": [p.decision.value for p in result.plans]}) + "\n")
 
-    loop_kwargs = dict(sessions=sessions, settings=settings, stop=stop, clock=clock, on_pass=on_pass)
-    if "liveness" in inspect.signature(run_forever).parameters:  # main after issue 12
+    loop_kwargs = dict(sessions=sessions, stop=stop, clock=clock, on_pass=on_pass)
+    if hasattr(reconcile, "Reconciler"):  # this tree: plans in a worker, as `serve` does
+        from controlplane.loop.compute import WorkerProcess
         from controlplane.loop.liveness import LoopLiveness
 
+        run = reconcile.Reconciler(settings, compute=WorkerProcess()).run_forever
         loop_kwargs["liveness"] = LoopLiveness.for_settings(settings)
-    if "compute" in inspect.signature(run_forever).parameters:  # this tree: plans in a worker, as `serve` does
-        from controlplane.loop.compute import WorkerProcess
+    else:  # a baseline tree: the loop's function takes what it runs with
+        run, loop_kwargs["settings"] = reconcile.run_forever, settings
+        parameters = inspect.signature(run).parameters
+        if "liveness" in parameters:  # main after issue 12
+            from controlplane.loop.liveness import LoopLiveness
 
-        loop_kwargs["compute"] = WorkerProcess()
-    threading.Thread(target=run_forever, daemon=True, name="reconcile", kwargs=loop_kwargs).start()
+            loop_kwargs["liveness"] = LoopLiveness.for_settings(settings)
+        if "compute" in parameters:
+            from controlplane.loop.compute import WorkerProcess
 
+            loop_kwargs["compute"] = WorkerProcess()
+    threading.Thread(target=run, daemon=True, name="reconcile", kwargs=loop_kwargs).start()
 
 if __name__ == "__main__":
     main()

@@ -51,6 +51,16 @@ class Mode(StrEnum):
     auto = "auto"  # plans are applied
 
 
+class KnobKind(StrEnum):
+    """What a change moves: its actions' kind, its requests' and parks' knob (actuate/knobs.py holds each
+    knob's versions and writer)."""
+
+    placement = "placement"  # slot -> expert tables, per pool
+    routing = "routing"  # the group limit `topk_group`, per pool
+    pool_size = "pool_size"  # instances of a pool
+    local_prefill_threshold = "local_prefill_threshold"  # PD-aware local prefill (tokens), on the decode pool
+
+
 class ReplicaBounds(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -20,6 +20,22 @@ from controlplane.store.db import make_engine, make_sessions, upgrade
 pytest_plugins = ["support.kube.fixture", "support.reports", "support.exclusive", "pytester"]
 
 
+def _import_anyio_now() -> None:
+    """anyio imports its parts on first use, and pytest rewrites a plugin's modules (anyio is one) as they are
+    imported; once Playwright's greenlets have switched stacks, CPython 3.11's ast.parse fails there
+    (tests/support/reports.py), and with it the static file a dashboard test's server was sending: the page
+    never loaded. Imported here, at collection, before any greenlet runs."""
+    import anyio
+    import anyio._backends._asyncio  # noqa: F401  the event loop's backend, loaded on first use too
+    import anyio.from_thread  # noqa: F401
+
+    for name in dir(anyio):
+        getattr(anyio, name)
+
+
+_import_anyio_now()
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Exclusive tests first (support/exclusive.py: they run alone, best before the others start), then those that
     start real processes: under xdist (make test) a worker that takes a long test last holds the whole run up

@@ -38,6 +38,7 @@ def test_an_exclusive_test_never_overlaps_another_and_the_rest_do(pytester: pyte
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
         patch.setenv("SPANS", str(spans))
+        patch.setenv("MOECTL_EXCLUSIVE_DIR", str(tmp_path))  # apart from this run's: this test holds its lock
         result = pytester.runpytest_subprocess("-p", "support.exclusive", "-p", "no:cacheprovider", "-n", "2")
     result.assert_outcomes(passed=4)
     rows = [json.loads(line) for line in spans.read_text().splitlines()]
@@ -69,6 +70,7 @@ def test_the_wait_for_an_exclusive_test_is_not_in_the_timeout(pytester: pytest.P
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
         patch.setenv("SPANS", str(spans))
+        patch.setenv("MOECTL_EXCLUSIVE_DIR", str(tmp_path))  # apart from this run's: this test holds its lock
         result = pytester.runpytest_subprocess("-p", "support.exclusive", "-p", "no:cacheprovider", "-n", "2")
     result.assert_outcomes(passed=2)
     (_, start_a, end_a), (_, start_b, end_b) = sorted(json.loads(line) for line in spans.read_text().splitlines())

@@ -28,7 +28,7 @@ from agents.protocol.placement import (
 )
 from agents.protocol.router import NUM_PROMPT_BUCKETS, PROMPT_BUCKET_TOKENS, RouterState, RouterWindow, prompt_bucket
 from agents.protocol.running import PLACEMENT_UNKNOWN, RunningPlacement, error_code
-from agents.protocol.snapshot import RankCounters, ServingCounters, Snapshot
+from agents.protocol.snapshot import RankCounters, ServingCounters, Snapshot, StepLoad
 from agents.protocol.wire import MAX_COUNT, MAX_SECONDS, NAME_PATTERN, PROTOCOL_VERSION, LatencySummary
 
 __all__ = [
@@ -36,7 +36,8 @@ __all__ = [
     "GROUP_PROTOCOL_VERSION", "GroupSnapshot", "RankRow", "MAX_ARRAY_ELEMENTS", "MAX_COUNT",
     "MAX_SECONDS", "NAME_PATTERN", "PLACEMENT_UNKNOWN", "PROTOCOL_VERSION", "Array", "DesiredState", "Identity",
     "LatencySummary", "ModelShape", "PlacementTable", "RankCounters", "Role", "RouterState", "RouterWindow",
-    "RoutingLimits", "RunningPlacement", "ServingCounters", "Snapshot", "default_slot_to_expert", "error_code",
+    "RoutingLimits", "RunningPlacement", "ServingCounters", "Snapshot", "StepLoad", "default_slot_to_expert",
+    "error_code",
     "effective_share", "even_share", "gpu_load", "imbalance", "layer_imbalance", "replica_counts", "slot_load",
     "window_index", "window_start",
 ]

@@ -46,6 +46,22 @@ class ServingCounters(_Frozen):
     max_batch: int = Field(default=0, ge=0, description="sequences this rank batches at most")
 
 
+class StepLoad(_Frozen):
+    """The busiest GPU of every MoE step of a window, with the dispatch-time split (agents/protocol/replica_split.py)
+    and with the window's fixed shares, from the same per-step counts. Sums over the window's steps and MoE layers,
+    in tokens; the ratio of a max to `mean_tokens` is the step-level straggler factor (token-weighted over steps and
+    layers: an MoE step lasts as long as its busiest GPU). The ranks of a group gather the same counts, so each
+    reports the group's numbers."""
+
+    is_split_routed: bool = Field(description="the ranks routed by the split: split_max_tokens was measured and "
+                                              "shares_max_tokens is the counterfactual; false: the reverse")
+    split_max_tokens: float = Field(ge=0, allow_inf_nan=False, description="the busiest GPU's tokens, split")
+    shares_max_tokens: float = Field(ge=0, allow_inf_nan=False, description="the same under the fixed shares")
+    bound_max_tokens: float = Field(ge=0, allow_inf_nan=False,
+                                    description="the per-step LP bound: no split of the same counts does better")
+    mean_tokens: float = Field(ge=0, allow_inf_nan=False, description="the mean GPU's tokens")
+
+
 class RankCounters(_Frozen):
     """One rank's counters over one window: the placement it ran, its steps, time split, prefix cache, MTP,
     requests, latencies, routing reach and serving work."""
@@ -77,6 +93,8 @@ class RankCounters(_Frozen):
         description="the same by distinct nodes (EP ranks grouped by gpus_per_node) holding the chosen replicas")
     serving: ServingCounters | None = Field(default=None, description="serving work for the pool planner; "
                                                                       "absent from agents that do not measure it")
+    step_load: StepLoad | None = Field(default=None, description="the step-level straggler with and without the "
+                                                                 "dispatch-time split; absent unless it is measured")
 
     def _where(self) -> str:
         """What names this rank in an error message that is not about this rank alone."""

@@ -3,7 +3,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 CHECKPOINT_DIR = Path(__file__).parent / "checkpoint"
-RENAMED_KEYS = {"topk": "top_k"}  # old config.json key -> ModelConfig field
+RENAMED_KEYS = {"topk": "top_k"}
+DISPATCH_SPLITS = ("off", "measure", "on")  # old config.json key -> ModelConfig field
 
 
 @dataclass(slots=True)
@@ -79,6 +80,10 @@ class EngineConfig:
     gpus_per_node: int = 8  # ranks per node (nodes own consecutive ranks): what "nodes a token reached" counts
     overlap_shared_expert: bool = True
     quantize_dispatch: bool = False  # int8 rows on the dispatch all-to-all (kernels/refs.py states the error bound)
+    # the dispatch-time replica split (agents/runtime/replica_split.py): "off"; "measure" (gather the group's
+    # counts each MoE layer and report the split's step-level straggler, route by the fixed shares); "on" (route
+    # by it)
+    dispatch_split: str = "off"
     seed: int = 0
 
     def __post_init__(self):
@@ -90,3 +95,5 @@ class EngineConfig:
             raise ValueError("gpus_per_node must be >= 1")
         if self.num_speculative_tokens < 0:
             raise ValueError("num_speculative_tokens must be >= 0")
+        if self.dispatch_split not in DISPATCH_SPLITS:
+            raise ValueError(f"dispatch_split must be one of {DISPATCH_SPLITS}, got {self.dispatch_split!r}")

@@ -32,7 +32,7 @@ class Engine:
             raise ValueError("EP group does not match ep_rank/ep_size")
         slots_per_rank = cfg.slots_per_rank or math.ceil(mc.num_experts / cfg.ep_size)
         self.ep = ExpertParallel(mc, self.group, slots_per_rank, cfg.device, cfg.overlap_shared_expert,
-                                 cfg.quantize_dispatch, cfg.gpus_per_node)
+                                 cfg.quantize_dispatch, cfg.gpus_per_node, cfg.dispatch_split)
         for moe in self.model.moes:
             moe.ep = self.ep
         self.ep.apply_placement(

@@ -4,7 +4,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from agents.runtime import kernels, moe_ops
+from agents.runtime import kernels, moe_ops, replica_split
 from agents.runtime.config import ModelConfig
 from agents.runtime.kernels import refs
 from agents.runtime.placement import EngineRoutingLimits, Placement
@@ -31,6 +31,14 @@ class EPGroup:
         t = torch.tensor(values, dtype=torch.int64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.group)
         return t.tolist()
+
+    def all_gather(self, tensor: Tensor) -> Tensor:
+        """Every rank's `tensor`, stacked in rank order: [W, *tensor.shape]."""
+        if self.size == 1:
+            return tensor[None]
+        out = [torch.empty_like(tensor) for _ in range(self.size)]
+        dist.all_gather(out, tensor.contiguous(), group=self.group)
+        return torch.stack(out)
 
     def all_reduce_sum(self, tensor: Tensor) -> Tensor:
         """Sums `tensor` over the group, in place; returns it."""
@@ -65,13 +73,14 @@ class ExpertParallel:
     """Dispatch, grouped expert compute and combine for every MoE layer of one rank."""
 
     def __init__(self, cfg: ModelConfig, group: EPGroup, slots_per_rank: int, device, overlap: bool = True,
-                 quantize_dispatch: bool = False, gpus_per_node: int = 8):
-        """quantize_dispatch: send int8 rows (+ fp32 scale per 128 channels) instead of activations; about half
+                 quantize_dispatch: bool = False, gpus_per_node: int = 8, dispatch_split: str = "off"):
+        """dispatch_split: "off", "measure" or "on" (EngineConfig.dispatch_split).
+        quantize_dispatch: send int8 rows (+ fp32 scale per 128 channels) instead of activations; about half
         the bytes of bf16, a quarter of fp32, within scale / 2 per element (agents/runtime/kernels/refs.py).
         gpus_per_node: ranks per node, consecutive; it only sorts the slots a token reached into nodes."""
         self.cfg, self.group, self.device, self.overlap = cfg, group, device, overlap
         self.quantize_dispatch = quantize_dispatch
-        self.slots_per_rank = slots_per_rank
+        self.slots_per_rank, self.dispatch_split = slots_per_rank, dispatch_split
         self.num_slots = slots_per_rank * group.size
         self.slots_per_node = slots_per_rank * min(gpus_per_node, group.size)
         self.num_nodes = -(-self.num_slots // self.slots_per_node)
@@ -80,14 +89,21 @@ class ExpertParallel:
         self.counters = self.new_counters()
 
     def new_counters(self) -> MoECounters:
-        return MoECounters.zeros(
-            self.cfg.num_moe_layers, self.cfg.num_experts, self.slots_per_rank, self.device, self.cfg.top_k
+        counters = MoECounters.zeros(
+            self.cfg.num_moe_layers, self.cfg.num_experts, self.slots_per_rank, self.device, self.cfg.top_k,
+            is_split_measured=self.dispatch_split != "off",
         )
+        counters.is_split_routed = self.dispatch_split == "on"
+        return counters
 
     def apply_placement(self, placement: Placement, moes: list) -> None:
         placement.validate(self.cfg.num_moe_layers, self.cfg.num_experts, self.num_slots)
         expert_to_slots, cum_share = placement.routing_tables(self.cfg.num_experts)  # [L, E, R]
         self.expert_to_slots, self.cum_share = expert_to_slots.to(self.device), cum_share.to(self.device)
+        gpus, share, gpu_slot = placement.replica_gpu_tables(self.cfg.num_experts, self.group.size)  # [L, E, R]
+        self.expert_to_gpus, self.gpu_share = gpus.to(self.device), share.to(self.device)
+        self.gpu_slot = gpu_slot.to(self.device)
+        self.replicated = [replica_split.replicated_experts(gpus[i : i + 1]) for i in range(gpus.shape[0])]
         start = self.group.rank * self.slots_per_rank
         local = placement.slot_to_expert[:, start : start + self.slots_per_rank]  # [L, S_local]
         self.w13 = [
@@ -95,6 +111,28 @@ class ExpertParallel:
         ]  # host copy
         self.w2 = [moe.w2.detach().cpu()[local[i]].to(self.device) for i, moe in enumerate(moes)]
         self.placement = placement
+
+    def split_slots(self, layer: int, topk_ids: Tensor, expert_tokens: Tensor) -> Tensor:
+        """The dispatch-time split of one MoE layer: gathers the group's per-expert counts ([W, E], one small
+        all-gather), solves the split (agents/runtime/replica_split.py) and counts the step's straggler with it, with
+        the fixed shares and at the bound. Routes by it when on; by the fixed shares (select_slots) when measuring.
+        Returns [T, K] slot ids."""
+        c, size = self.counters, self.group.size
+        per_rank = self.group.all_gather(expert_tokens)  # [W, E]
+        load = per_rank.sum(0)[None]  # [1, E] the group's assignments this step
+        gpus, share = self.expert_to_gpus[layer : layer + 1], self.gpu_share[layer : layer + 1]  # [1, E, R]
+        fixed = replica_split.gpu_load_of(replica_split.fixed_split(load, share), gpus, size)  # [1, G]
+        balance = kernels.ops_for(expert_tokens).balance_split  # one Triton launch on CUDA, its torch twin otherwise
+        tokens = balance(load, gpus, share, size, replicated=self.replicated[layer])  # [1, E, R]
+        split = replica_split.gpu_load_of(tokens, gpus, size)
+        c.split_max_tokens[layer] += split.amax()
+        c.shares_max_tokens[layer] += fixed.amax()
+        c.bound_max_tokens[layer] += replica_split.split_bound(load, gpus, split)[0]
+        c.group_tokens[layer] += load.sum()
+        if self.dispatch_split == "measure":
+            return moe_ops.select_slots(topk_ids, self.expert_to_slots[layer], self.cum_share[layer])
+        offset = per_rank[: self.group.rank].sum(0)  # [E] the group's assignments numbered before this rank's
+        return replica_split.select_split_slots(topk_ids, offset, tokens[0], self.gpu_slot[layer])
 
     def forward(self, moe, x: Tensor, scores: Tensor) -> Tensor:
         cfg, layer, c, ops = self.cfg, moe.moe_index, self.counters, kernels.ops_for(x)
@@ -109,10 +147,12 @@ class ExpertParallel:
                 weights, topk_ids, cfg.num_experts, self.limits.max_tokens_per_expert
             )
             c.dropped_tokens[layer] += (topk_ids < 0).sum()
-        c.expert_tokens[layer] += ops.histogram(topk_ids, cfg.num_experts)
-        slot_ids = moe_ops.select_slots(
-            topk_ids, self.expert_to_slots[layer], self.cum_share[layer]
-        )  # [T, K]
+        expert_tokens = ops.histogram(topk_ids, cfg.num_experts)  # [E]
+        c.expert_tokens[layer] += expert_tokens
+        if self.dispatch_split == "off":
+            slot_ids = moe_ops.select_slots(topk_ids, self.expert_to_slots[layer], self.cum_share[layer])  # [T, K]
+        else:
+            slot_ids = self.split_slots(layer, topk_ids, expert_tokens)
         groups, nodes = ops.reach(
             topk_ids, slot_ids, cfg.experts_per_group, cfg.num_groups, self.slots_per_node, self.num_nodes
         )  # [K + 1] each: what the group limit bounds, as this step routed it

@@ -89,3 +89,28 @@ class Placement:
     def expert_to_num_replicas(self, num_experts: int) -> Tensor:
         counts = torch.zeros(self.num_layers, num_experts, dtype=torch.int64)
         return counts.scatter_add_(1, self.slot_to_expert, torch.ones_like(self.slot_to_expert))
+
+    def replica_gpu_tables(self, num_experts: int, num_gpus: int) -> tuple[Tensor, Tensor, Tensor]:
+        """The dispatch-time split's view of this table: (expert_to_gpus, gpu_share, gpu_slot), each [L, E, R].
+
+        expert_to_gpus: each expert's distinct GPUs (ranks) in slot order, -1 padded; gpu_share: the fixed share of
+        its tokens each takes (its slots' normalised shares summed; float64); gpu_slot: the expert's first slot on
+        that GPU, where a split sends the GPU's quota (agents/protocol/replica_split.replica_gpus is the twin)."""
+        slots_per_gpu = self.num_slots // num_gpus
+        share = self.slot_share if self.slot_share is not None else torch.ones(self.slot_to_expert.shape)
+        totals = self.expert_share_sums(num_experts)  # [L, E]
+        held: list[list[dict[int, list]]] = [[{} for _ in range(num_experts)] for _ in range(self.num_layers)]
+        for layer in range(self.num_layers):
+            for slot, expert in enumerate(self.slot_to_expert[layer].tolist()):
+                entry = held[layer][expert].setdefault(slot // slots_per_gpu, [slot, 0.0])  # dicts keep slot order
+                entry[1] += float(share[layer, slot]) / float(totals[layer, expert])
+        max_replicas = max(len(gpus) for row in held for gpus in row)
+        shape = (self.num_layers, num_experts, max_replicas)
+        expert_to_gpus, gpu_slot = torch.full(shape, -1, dtype=torch.int64), torch.full(shape, -1, dtype=torch.int64)
+        gpu_share = torch.zeros(shape, dtype=torch.float64)
+        for layer, row in enumerate(held):
+            for expert, gpus in enumerate(row):
+                for r, (gpu, (slot, fraction)) in enumerate(gpus.items()):
+                    expert_to_gpus[layer, expert, r], gpu_slot[layer, expert, r] = gpu, slot
+                    gpu_share[layer, expert, r] = fraction
+        return expert_to_gpus, gpu_share, gpu_slot

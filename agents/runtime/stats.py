@@ -21,12 +21,22 @@ class MoECounters:
     # groups / nodes (moe_ops.reach); None: the engine does not count them
     groups_per_token: Tensor | None = None
     nodes_per_token: Tensor | None = None
+    # the step-level straggler with and without the dispatch-time split (agents/runtime/replica_split.py), the same
+    # on every rank (computed from the group's all-gathered counts); None: the engine does not gather them.
+    # Sums over steps, [num_moe_layers]: the busiest GPU's tokens under the split, under the window's fixed shares,
+    # the cut bound on any split (float64), and the group's token-expert assignments (the mean GPU times ep_size)
+    split_max_tokens: Tensor | None = None
+    shares_max_tokens: Tensor | None = None
+    bound_max_tokens: Tensor | None = None
+    group_tokens: Tensor | None = None
+    is_split_routed: bool = False  # the step routed by the split (dispatch_split "on"), not by the fixed shares
 
     @classmethod
     def zeros(
-        cls, num_layers: int, num_experts: int, num_local_slots: int, device, top_k: int | None = None
+        cls, num_layers: int, num_experts: int, num_local_slots: int, device, top_k: int | None = None,
+        is_split_measured: bool = False,
     ) -> "MoECounters":
-        """top_k: also count the groups and nodes each token reached."""
+        """top_k: also count the groups and nodes each token reached; is_split_measured: the split's sums."""
 
         def z(*shape):
             return torch.zeros(*shape, dtype=torch.int64, device=device)
@@ -39,6 +49,10 @@ class MoECounters:
             z(num_layers),
             groups_per_token=None if top_k is None else z(num_layers, top_k + 1),
             nodes_per_token=None if top_k is None else z(num_layers, top_k + 1),
+            split_max_tokens=z(num_layers) if is_split_measured else None,
+            shares_max_tokens=z(num_layers) if is_split_measured else None,
+            bound_max_tokens=torch.zeros(num_layers, dtype=torch.float64, device=device) if is_split_measured else None,
+            group_tokens=z(num_layers) if is_split_measured else None,
         )
 
 

@@ -28,7 +28,9 @@ from agents.protocol import (
     Role,
     RunningPlacement,
     Snapshot,
+    StepLoad,
     error_code,
+    replica_split,
 )
 from agents.protocol.group import GroupSnapshot, RankRow
 from agents.protocol.placement import default_slot_to_expert, effective_share, gpu_load, slot_load
@@ -75,6 +77,9 @@ class SimInstance:
     tokens_per_rank_second: int = 0  # the layout's rate (agents/sim/models.py); 0: callers say how many tokens
     rng: np.random.Generator | None = None  # this instance's draws; None: the load model's own
     is_group_limit_bypassed: bool = False  # the seeds' incident: tokens reach every group whatever the limit
+    # [num_steps, num_layers, num_experts] token-expert pairs of MoE steps, as the group's dispatch-time split
+    # counts them: every window reports their step straggler (`step_load`); None: not measured (the default)
+    step_counts: np.ndarray | None = None
     _tables: tuple | None = field(default=None, init=False, repr=False)  # (version, routing tables) in force
 
     def __post_init__(self) -> None:
@@ -84,6 +89,21 @@ class SimInstance:
     def shares(self) -> np.ndarray:
         """[num_layers, num_slots] share of its expert's tokens each slot takes, as the runtime splits."""
         return effective_share(self.slot_to_expert, self.slot_share, self.model.num_experts)
+
+    def step_load(self) -> StepLoad | None:
+        """What each rank of a group routing by the dispatch-time split reports for `step_counts` under the
+        placement it runs (agents/runtime/ep.py split_slots, summed as agents/telemetry/windows.py does); None
+        without step_counts."""
+        if self.step_counts is None:
+            return None
+        counts, num_gpus = np.asarray(self.step_counts, dtype=np.int64), self.ep_size
+        gpus, share = replica_split.replica_gpus(self.slot_to_expert, self.slot_share, self.model.num_experts, num_gpus)
+        shares = replica_split.gpu_load_of(replica_split.fixed_split(counts, share), gpus, num_gpus)  # [N, L, G]
+        split = replica_split.gpu_load_of(replica_split.balance_split(counts, gpus, share, num_gpus), gpus, num_gpus)
+        return StepLoad(is_split_routed=True, split_max_tokens=float(split.max(-1).sum()),
+                        shares_max_tokens=float(shares.max(-1).sum()),
+                        bound_max_tokens=float(replica_split.split_bound(counts, gpus, split).sum()),
+                        mean_tokens=float(counts.sum()) / num_gpus)
 
     def routed_topk_group(self) -> int | None:
         """The groups a token may reach as the instance routes; None: every group."""
@@ -146,6 +166,7 @@ class SimInstance:
         queries = num_tokens // self.ep_size * 4
         drafts = num_tokens // self.ep_size // 4
         quality = reach.quality(model.top_k)
+        step_load = self.step_load()  # the group's numbers: every rank reports them
         acceptance = self.mtp_acceptance * quality
         rows = []
         for rank in range(self.ep_size):
@@ -166,7 +187,7 @@ class SimInstance:
                                     p90=float(np.quantile(ttft, 0.9)), p99=float(np.quantile(ttft, 0.99))),
                 routing_recall=reach.recall(model.top_k),
                 routing_groups_per_token=reaches[rank].groups.sum(0).tolist(),
-                routing_nodes_per_token=reaches[rank].nodes.sum(0).tolist()))
+                routing_nodes_per_token=reaches[rank].nodes.sum(0).tolist(), step_load=step_load))
         self.load.drift()
         return _Drawn(rng, expert_tokens, slot_tokens, rows)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from torch import Tensor
 
-from agents.protocol import Array, Identity, LatencySummary, ModelShape, ServingCounters, Snapshot
+from agents.protocol import Array, Identity, LatencySummary, ModelShape, ServingCounters, Snapshot, StepLoad
 from agents.protocol.grid import window_index, window_start
 from agents.runtime.stats import StepStats
 from agents.telemetry.latency import LatencySamples
@@ -34,6 +34,12 @@ class WindowSums:
     dropped_tokens: Tensor | None = None  # [num_layers]
     groups_per_token: Tensor | None = None  # [num_layers, top_k + 1]; stays None if the engine does not count it
     nodes_per_token: Tensor | None = None  # [num_layers, top_k + 1]
+    # the dispatch-time split's step sums (MoECounters), [num_layers]; None unless the engine measures them
+    split_max_tokens: Tensor | None = None
+    shares_max_tokens: Tensor | None = None
+    bound_max_tokens: Tensor | None = None
+    group_tokens: Tensor | None = None
+    num_split_routed_steps: int = 0
     forward_seconds: float = 0.0
     dispatch_seconds: float = 0.0
     combine_seconds: float = 0.0
@@ -70,6 +76,12 @@ class WindowSums:
         if moe.groups_per_token is not None and moe.nodes_per_token is not None:
             self.groups_per_token = _accumulate(self.groups_per_token, moe.groups_per_token)
             self.nodes_per_token = _accumulate(self.nodes_per_token, moe.nodes_per_token)
+        if moe.split_max_tokens is not None:
+            self.split_max_tokens = _accumulate(self.split_max_tokens, moe.split_max_tokens)
+            self.shares_max_tokens = _accumulate(self.shares_max_tokens, moe.shares_max_tokens)
+            self.bound_max_tokens = _accumulate(self.bound_max_tokens, moe.bound_max_tokens)
+            self.group_tokens = _accumulate(self.group_tokens, moe.group_tokens)
+            self.num_split_routed_steps += moe.is_split_routed
         self.num_steps += 1
         self.forward_seconds += stats.forward_seconds
         self.dispatch_seconds += moe.dispatch_seconds
@@ -196,9 +208,23 @@ class WindowBuilder:
             routing_recall=min(1.0, int(kept.sum()) / num_total) if num_total else None,
             routing_groups_per_token=self._per_token(sums.groups_per_token),
             routing_nodes_per_token=self._per_token(sums.nodes_per_token),
-            serving=sums.serving(self.window_seconds))
+            serving=sums.serving(self.window_seconds), step_load=self._step_load(sums))
         dropped = int(_host(sums.dropped_tokens, (num_layers,)).sum())
         return ClosedWindow(snapshot, expert_tokens, slot_tokens, recall, dropped)
+
+    def _step_load(self, sums: WindowSums) -> StepLoad | None:
+        """The split's step sums over layers (one host copy each); None when the engine did not measure them."""
+        if sums.group_tokens is None:
+            return None
+
+        def total(value: Tensor) -> float:
+            return float(value.detach().to("cpu", dtype=value.dtype).sum())
+
+        return StepLoad(is_split_routed=2 * sums.num_split_routed_steps > sums.num_steps,
+                        split_max_tokens=total(sums.split_max_tokens),
+                        shares_max_tokens=total(sums.shares_max_tokens),
+                        bound_max_tokens=total(sums.bound_max_tokens),
+                        mean_tokens=total(sums.group_tokens) / self.identity.ep_size)
 
     def _per_token(self, counts: Tensor | None) -> list[int]:
         """[num_layers, top_k + 1] -> the histogram summed over layers; [] when the engine counts none."""

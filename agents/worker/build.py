@@ -53,7 +53,8 @@ def build_engine(args: argparse.Namespace, group: EPGroup) -> BuiltEngine:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     cfg = EngineConfig(device=device, ep_size=args.ep_size, ep_rank=args.rank, slots_per_rank=args.slots_per_rank,
                        gpus_per_node=args.gpus_per_node, num_speculative_tokens=args.num_speculative_tokens,
-                       num_kv_blocks=args.num_kv_blocks, max_num_seqs=args.max_num_seqs)
+                       num_kv_blocks=args.num_kv_blocks, max_num_seqs=args.max_num_seqs,
+                       dispatch_split=getattr(args, "dispatch_split", "off"))
     mc = model.cfg
     shape = ModelShape(name=name, num_layers=mc.num_moe_layers, num_experts=mc.num_experts,
                        num_groups=mc.num_groups, top_k=mc.top_k, topk_group=mc.topk_group)

@@ -35,6 +35,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--instance", help="instance name (default: DEPLOYMENT-ROLE-0)")
     p.add_argument("--ep-size", type=int, default=1)
     p.add_argument("--slots-per-rank", type=int, default=0, help="expert slots per rank (0: room for replicas)")
+    p.add_argument("--dispatch-split", choices=("off", "measure", "on"), default="off",
+                   help="the dispatch-time replica split: measure it, or route by it (bundled runtime only)")
     p.add_argument("--gpus-per-node", type=int, default=8,
                    help="EP ranks per node (nodes own consecutive ranks): how the nodes a token reached are counted")
     p.add_argument("--host", default="127.0.0.1")

@@ -20,23 +20,20 @@ from sqlalchemy.orm import Session
 from controlplane.actuate.knob import Knob
 from controlplane.desired import Mode, Policy, VerifyOutcome
 from controlplane.store import actions
-from controlplane.store.tables import Action, Deployment, Pool
+from controlplane.store.tables import Action, Pool
 
 V = TypeVar("V")
 STATUS_BY_MODE = {Mode.observe: actions.PLANNED, Mode.approve: actions.AWAITING_APPROVAL, Mode.auto: actions.APPLIED}
 
 
-def propose(session: Session, knob: Knob[V], *, deployment: Deployment, pool: Pool, value: V, policy: Policy,
-            reason: str, inputs: dict, predicted: dict, trigger: str, created_by: str, now: float,
-            alerts: list | None = None) -> Action | None:
+def propose(session: Session, knob: Knob[V], pool: Pool, value: V, entry: actions.Entry, *, policy: Policy,
+            now: float) -> Action | None:
     """Records a change to `value`; None when the policy's mode is off."""
     if policy.mode == Mode.off:
         return None
     status = STATUS_BY_MODE[policy.mode]
-    action = actions.record(session, deployment=deployment, pool=pool, kind=knob.kind, trigger=trigger,
-                            mode=policy.mode.value, status=status, reason=reason, inputs=inputs,
-                            predicted=predicted, created_by=created_by, now=now, alerts=alerts,
-                            based_on_version=knob.latest_version(session, pool))
+    action = actions.record(session, pool, entry, kind=knob.kind, mode=policy.mode.value, status=status, now=now)
+    action.based_on_version = knob.latest_version(session, pool)
     if status == actions.APPLIED:
         _apply(session, knob, pool, action, value, now)
     elif status == actions.AWAITING_APPROVAL:
@@ -77,20 +74,21 @@ def settle(session: Session, knob: Knob[V], *, pool: Pool, action: Action, outco
     actions.settle(action, status=status, measured=measured, now=now)
 
 
-def adopt(session: Session, knob: Knob[V], *, deployment: Deployment, pool: Pool, version: int, value: V,
-          policy: Policy, reported_by: str, created_by: str, now: float) -> Action:
+def adopt(session: Session, knob: Knob[V], pool: Pool, value: V, *, version: int, policy: Policy, reported_by: str,
+          created_by: str, now: float) -> Action:
     """Records `value`, which the fleet runs as `version`, as that version. Versions stay increasing: one at
     or below the latest is refused (ValueError); the highest a fleet reports wins, so ranks left on
     different versions converge on it."""
     latest = knob.latest_version(session, pool)
     if version <= latest:
         raise ValueError(f"{knob.kind} v{version} is not newer than v{latest}: nothing to adopt")
-    action = actions.record(session, deployment=deployment, pool=pool, kind=knob.kind, trigger="fleet",
-                            mode=policy.mode.value, status=actions.ADOPTED, created_by=created_by, now=now,
-                            reason=f"adopted from the fleet: {reported_by} runs {knob.kind} v{version}, which this "
-                                   f"database never issued (its latest was v{latest}): restored or replaced",
-                            inputs={"reported_by": reported_by, "latest_before": latest}, predicted={},
-                            based_on_version=latest)
+    entry = actions.Entry(f"adopted from the fleet: {reported_by} runs {knob.kind} v{version}, which this database "
+                          f"never issued (its latest was v{latest}): restored or replaced",
+                          inputs={"reported_by": reported_by, "latest_before": latest}, trigger="fleet",
+                          created_by=created_by)
+    action = actions.record(session, pool, entry, kind=knob.kind, mode=policy.mode.value, status=actions.ADOPTED,
+                            now=now)
+    action.based_on_version = latest
     knob.add(session, pool, version=version, value=value, action_id=action.id, now=now)
     action.version = version
     return action

@@ -17,11 +17,13 @@ from sqlalchemy.orm import Session
 
 from controlplane.actuate import change
 from controlplane.actuate.fence import Fence
-from controlplane.actuate.pool_size import POOL_SIZE
+from controlplane.actuate.knobs import POOL_SIZE
+from controlplane.actuate.pool_pass import PoolPass
 from controlplane.actuate.scaler import OtherWriter, PoolRef, PoolScaler, ScaleState
-from controlplane.desired import Policy, VerifyOutcome
-from controlplane.store import actions, pool_sizes, tokens
-from controlplane.store.tables import Action, Deployment, Pool
+from controlplane.desired import VerifyOutcome
+from controlplane.store import actions, tokens
+from controlplane.store.knob_versions import POOL_SIZES
+from controlplane.store.tables import Action, Pool
 from controlplane.store.timestamps import utc
 
 log = logging.getLogger("moectl.scale")
@@ -40,54 +42,53 @@ def resume(conflict: Action, *, resumed_by: str, now: float) -> None:
                    measured=conflict.measured | {"resumed_by": resumed_by, "resumed_at": now})
 
 
-def sync_pool_size(session: Session, deployment: Deployment, pool: Pool, scaler: PoolScaler, fence: Fence,
-                   policy: Policy, now: float) -> None:
-    ref = PoolRef(deployment.name, pool.role)
+def sync_pool_size(p: PoolPass, scaler: PoolScaler, fence: Fence) -> None:
+    session, pool, now = p.session, p.pool, p.now
+    ref = PoolRef(p.deployment.name, pool.role)
     if not scaler.manages(ref) or standing_down(session, pool) is not None:
         return
     state = scaler.read(ref)
     if state.autoscalers:
-        _stand_down(session, deployment, pool, scaler, policy, state, now, writer=", ".join(state.autoscalers),
+        _stand_down(p, scaler, state, writer=", ".join(state.autoscalers),
                     why=f"{' and '.join(state.autoscalers)} also scale {state.target}")
         return
-    desired = pool_sizes.latest(session, pool)
-    if desired.replicas is None:
+    desired = POOL_SIZES.latest(session, pool)
+    if desired.value is None:
         return  # not sized by moectl: whatever runs stays
     newest, applied = last_applied(session, pool)
     if applied is not None and state.replicas != applied and not state.is_ours:
-        _stand_down(session, deployment, pool, scaler, policy, state, now, writer=state.writer or "another writer",
+        _stand_down(p, scaler, state, writer=state.writer or "another writer",
                     why=f"{state.writer or 'another writer'} set {state.target} to {state.replicas} replicas "
                         f"after moectl set {applied}")
         return
     made_by = session.get(Action, desired.action_id)
-    if state.replicas != desired.replicas:
-        state = _write(session, deployment, pool, scaler, fence, policy, made_by, state, desired.replicas, now)
+    if state.replicas != desired.value:
+        state = _write(p, scaler, fence, made_by, state, desired.value)
         if state is None:
             return
     elif applied is None:  # it runs moectl's size already: from now on a change by someone else is a conflict
         holder = newest or made_by
-        holder.measured = holder.measured | {APPLIED: desired.replicas, "target": state.target}
-    if made_by.status == actions.APPLIED and state.running == desired.replicas:
+        holder.measured = holder.measured | {APPLIED: desired.value, "target": state.target}
+    if made_by.status == actions.APPLIED and state.running == desired.value:
         change.settle(session, POOL_SIZE, pool=pool, action=made_by, outcome=VerifyOutcome.verified, now=now,
                       measured=made_by.measured | {"replicas_running": state.running})
 
 
-def _write(session: Session, deployment: Deployment, pool: Pool, scaler: PoolScaler, fence: Fence, policy: Policy,
-           made_by: Action, state: ScaleState, replicas: int, now: float) -> ScaleState | None:
+def _write(p: PoolPass, scaler: PoolScaler, fence: Fence, made_by: Action, state: ScaleState,
+           replicas: int) -> ScaleState | None:
     """Writes `replicas`; None when another writer raced it (moectl then stands down)."""
-    ref = PoolRef(deployment.name, pool.role)
+    ref = PoolRef(p.deployment.name, p.pool.role)
     leaving = []
     if replicas < state.replicas:
         leaving = scaler.prepare_scale_down(ref, state.replicas - replicas, fence=fence)
     try:
         after = scaler.set_replicas(ref, replicas, expected=state.replicas, fence=fence)
     except OtherWriter as raced:
-        _stand_down(session, deployment, pool, scaler, policy, raced.state, now,
-                    writer=raced.state.writer or "another writer", why=str(raced))
+        _stand_down(p, scaler, raced.state, writer=raced.state.writer or "another writer", why=str(raced))
         return None
     made_by.measured = made_by.measured | {APPLIED: replicas, "replicas_before": state.replicas,
                                            "target": state.target, "leaving": leaving}
-    made_by.updated_at = utc(now)
+    made_by.updated_at = utc(p.now)
     message = f"moectl set {state.target} from {state.replicas} to {replicas} replicas (action {made_by.id}: " \
               f"{made_by.reason})" + (f"; leaving: {', '.join(leaving)}" if leaving else "")
     scaler.report(ref, reason="Scaled", message=message)
@@ -95,15 +96,15 @@ def _write(session: Session, deployment: Deployment, pool: Pool, scaler: PoolSca
     return after
 
 
-def _stand_down(session: Session, deployment: Deployment, pool: Pool, scaler: PoolScaler, policy: Policy,
-                state: ScaleState, now: float, *, writer: str, why: str) -> None:
+def _stand_down(p: PoolPass, scaler: PoolScaler, state: ScaleState, *, writer: str, why: str) -> None:
+    deployment, pool = p.deployment, p.pool
     ref = PoolRef(deployment.name, pool.role)
     reason = (f"{why}: moectl stands down from {ref} and leaves its size to them until a person resumes it "
               f"(POST /v1/deployments/{deployment.name}/pools/{pool.role}/size/resume)")
-    action = actions.record(session, deployment=deployment, pool=pool, kind=POOL_SIZE.kind, trigger="loop",
-                            mode=policy.mode.value, status=actions.CONFLICT, reason=reason, predicted={},
-                            inputs={"writer": writer, "target": state.target, "replicas": state.replicas,
-                                    "autoscalers": list(state.autoscalers)}, created_by=tokens.LOOP, now=now)
+    entry = actions.Entry(reason, inputs={"writer": writer, "target": state.target, "replicas": state.replicas,
+                                          "autoscalers": list(state.autoscalers)}, created_by=tokens.LOOP)
+    action = actions.record(p.session, pool, entry, kind=POOL_SIZE.kind, mode=p.policy.mode.value,
+                            status=actions.CONFLICT, now=p.now)
     scaler.report(ref, reason="ScaleConflict", message=f"action {action.id}: {reason}", is_warning=True)
     log.warning("%s: %s", ref, reason)
 

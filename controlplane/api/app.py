@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from controlplane.actuate.fence import NotLeader
 from controlplane.api.actuation import Actuation
 from controlplane.api.body_limit import BodyLimit
+from controlplane.api.count_snapshots import CountSnapshots
 from controlplane.api.deadline import Arrivals, Overloaded, StampArrival
 from controlplane.api.errors import ERROR_RESPONSES, RETRY_AFTER
 from controlplane.api.routes import (
@@ -35,6 +36,7 @@ from controlplane.api.routes import (
 )
 from controlplane.config import Settings
 from controlplane.loop.liveness import LoopLiveness
+from controlplane.loop.reconcile import Reconciler
 from controlplane.loop.telemetry import ControllerMetrics
 from controlplane.store.db import is_unavailable, make_probe_engine
 
@@ -42,18 +44,20 @@ from controlplane.store.db import is_unavailable, make_probe_engine
 def create_app(settings: Settings, sessions: sessionmaker[Session], *, clock: Callable[[], float] = time.time,
                metrics: ControllerMetrics | None = None, actuation: Actuation | None = None,
                liveness: LoopLiveness | None = None) -> FastAPI:
-    """actuation: the pool scaler and the leadership (default: no scaler, the only writer). liveness: the
+    """actuation: the reconcile a request runs, with the pool scaler and the leadership (default: no scaler, the
+    only writer). liveness: the
     reconcile loop's, when this process runs one (/healthz reports it)."""
     metrics = metrics or ControllerMetrics(CollectorRegistry())
     app = FastAPI(title="moectl controller", version="0.1.0",
                   description="Observability and autotuning control plane for MoE serving")
     app.state.settings, app.state.sessions, app.state.clock, app.state.metrics = settings, sessions, clock, metrics
-    app.state.actuation = actuation or Actuation()
+    app.state.actuation = actuation or Actuation(Reconciler(settings))
     app.state.liveness = liveness
     # readiness: its own connections and threads, never queued behind requests waiting for the database
     app.state.probe_engine = make_probe_engine(settings.database_url, timeout_seconds=settings.db_timeout_seconds)
     app.state.probe_threads = anyio.CapacityLimiter(2)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(CountSnapshots, metrics=metrics)
     arrivals = Arrivals(max_wait_seconds=settings.db_timeout_seconds)
     event.listen(sessions, "after_begin", arrivals.refuse_if_late)
 
@@ -84,13 +88,6 @@ def create_app(settings: Settings, sessions: sessionmaker[Session], *, clock: Ca
             metrics.snapshots.labels("422").inc()
         return JSONResponse(status_code=422, content={"detail": "; ".join(problems),
                                                       "errors": _jsonable(exc.errors())})
-
-    @app.middleware("http")
-    async def _count_snapshots(request: Request, call_next):
-        response = await call_next(request)
-        if request.url.path.endswith("/snapshot") and response.status_code != 422:
-            metrics.snapshots.labels(str(response.status_code)).inc()
-        return response
 
     for module in (health, agents, deployments, removals, policies, actions, pool_sizes, alerts, alert_events, tokens,
                    whoami):

@@ -6,7 +6,6 @@ import functools
 
 from sqlalchemy.orm import Session
 
-from controlplane.actuate.placement import PLACEMENT
 from controlplane.api import pool_overview
 from controlplane.api.schemas import (
     ActionOut,
@@ -21,7 +20,7 @@ from controlplane.api.schemas import (
     WindowPoint,
 )
 from controlplane.config import Settings
-from controlplane.desired import Policy
+from controlplane.desired import KnobKind, Policy
 from controlplane.observed.pool import PoolState, Window, acceptance_by_position
 from controlplane.observed.report import merge_counters
 from controlplane.plan.diagnose import diagnose_mtp
@@ -44,7 +43,8 @@ def _point(window: Window, state: PoolState) -> WindowPoint:
                        mtp_acceptance=window.ratio("spec_accepted_tokens", "spec_draft_tokens"),
                        tokens=int(window.expert_tokens[0].sum()) if len(window.expert_tokens) else 0,
                        groups_per_token=reach.groups_mean if reach else None,
-                       nodes_per_token=reach.nodes_mean if reach else None)
+                       nodes_per_token=reach.nodes_mean if reach else None,
+                       step_imbalance=window.step_imbalance())
 
 
 def _routing_reach(policy: Policy, state: PoolState) -> RoutingReachOut:
@@ -72,7 +72,7 @@ def action_out(action: Action, role_of: dict[int, str]) -> ActionOut:
     return ActionOut(id=action.id, role=role_of.get(action.pool_id), kind=action.kind, trigger=action.trigger,
                      mode=action.mode, status=action.status, reason=action.reason, inputs=action.inputs,
                      predicted=action.predicted, measured=action.measured,
-                     placement_version=action.version if action.kind == PLACEMENT.kind else None,
+                     placement_version=action.version if action.kind == KnobKind.placement else None,
                      alerts=action.alerts or [],
                      created_by=action.created_by,
                      created_at=seconds(action.created_at), updated_at=seconds(action.updated_at))

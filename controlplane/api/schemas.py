@@ -48,6 +48,10 @@ class WindowPoint(BaseModel):
     groups_per_token: float | None = Field(default=None, description="mean distinct expert groups a token's "
                                                                      "top-k reached; null: not measured")
     nodes_per_token: float | None = Field(default=None, description="mean distinct nodes, likewise")
+    step_imbalance: dict[str, float] | None = Field(
+        default=None, description="busiest GPU over mean per MoE step (token-weighted over steps and layers) with the "
+                                  "dispatch-time split ('split'), the fixed shares ('shares'), the per-step LP bound "
+                                  "('bound'), and the share of load routed by the split ('routed'); null: not measured")
 
 
 class ParkedOut(BaseModel):

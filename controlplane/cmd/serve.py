@@ -7,6 +7,7 @@ import secrets
 import socket
 import threading
 import time
+from dataclasses import replace
 
 import uvicorn
 from prometheus_client import CollectorRegistry
@@ -28,9 +29,9 @@ from controlplane.leader.lease import LeaseRecords
 from controlplane.loop.compute import WorkerProcess, in_process
 from controlplane.loop.liveness import LoopLiveness
 from controlplane.loop.prune import prune_all
-from controlplane.loop.reconcile import PassResult, reconcile_once, run_forever
+from controlplane.loop.reconcile import PassResult, Reconciler
 from controlplane.loop.telemetry import ControllerMetrics
-from controlplane.plan.placement import plan_pool
+from controlplane.plan.decisions import decide
 from controlplane.store.db import make_engine, make_sessions, upgrade
 
 log = logging.getLogger("moectl")
@@ -55,10 +56,11 @@ def configure_tracing(settings: Settings) -> None:
     trace.set_tracer_provider(provider)
 
 
-def make_actuation(settings: Settings, sessions: sessionmaker[Session], scaler: PoolScaler | None = None
-                   ) -> tuple[Actuation, LeaderElector | None]:
-    """The pool scaler (`scaler`, else Kubernetes when targets are configured) and the leader elector (a Lease
-    when one is named, else the database; none when leader election is off), chosen from the settings."""
+def make_reconciler(settings: Settings, sessions: sessionmaker[Session], scaler: PoolScaler | None = None
+                    ) -> tuple[Reconciler, LeaderElector | None]:
+    """The reconcile with its pool scaler (`scaler`, else Kubernetes when targets are configured) and the leader
+    elector (a Lease when one is named, else the database; none when leader election is off), chosen from the
+    settings."""
     client = kube.api_client(settings.kubeconfig) if settings.kube_scale_targets or settings.lease_name else None
     identity = settings.leader_identity or f"{settings.pod_name or socket.gethostname()}-{secrets.token_hex(3)}"
     elector = None
@@ -72,7 +74,7 @@ def make_actuation(settings: Settings, sessions: sessionmaker[Session], scaler: 
         scaler = kube.KubeScaler(client, settings.kube_scale_targets,
                                  default_namespace=settings.pod_namespace or "default",
                                  field_manager=settings.kube_field_manager, reporting_instance=identity)
-    return Actuation(scaler, elector or SOLE), elector
+    return Reconciler(settings, scaler, elector or SOLE), elector
 
 
 def engine_for(settings: Settings) -> Engine:
@@ -95,9 +97,10 @@ class Controller:
         self.settings = settings
         self.sessions = make_sessions(engine_for(settings))
         self.metrics = ControllerMetrics(CollectorRegistry())
-        actuation, self.elector = make_actuation(settings, self.sessions, scaler)
+        reconciler, self.elector = make_reconciler(settings, self.sessions, scaler)
         self.liveness = LoopLiveness.for_settings(settings) if run_loop else None
-        app = create_app(settings, self.sessions, metrics=self.metrics, actuation=actuation, liveness=self.liveness)
+        app = create_app(settings, self.sessions, metrics=self.metrics, actuation=Actuation(reconciler),
+                         liveness=self.liveness)
         self.server = uvicorn.Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning",
                                                     timeout_keep_alive=KEEP_ALIVE_SECONDS))
         self.stop_loop = threading.Event()
@@ -107,10 +110,10 @@ class Controller:
             self.threads.append(threading.Thread(target=keep_campaigning, name="leader", daemon=True, kwargs=dict(
                 elector=self.elector, stop=self.stop_loop, retry_seconds=settings.leader_retry_seconds)))
         if run_loop:
-            self.threads.append(threading.Thread(target=run_forever, name="reconcile", daemon=True, kwargs=dict(
-                sessions=self.sessions, settings=settings, stop=self.stop_loop, liveness=self.liveness,
-                scaler=actuation.scaler, fence=actuation.fence, compute=self.compute or in_process,
-                on_pass=lambda r: self._observe(r, actuation.fence.is_leading()))))
+            loop = replace(reconciler, compute=self.compute or in_process)  # requests plan in their own thread
+            self.threads.append(threading.Thread(target=loop.run_forever, name="reconcile", daemon=True, kwargs=dict(
+                sessions=self.sessions, stop=self.stop_loop, liveness=self.liveness,
+                on_pass=lambda r: self._observe(r, reconciler.fence.is_leading()))))
 
     def _observe(self, result: PassResult, is_leading: bool) -> None:
         self.metrics.observe_pass(result.plans, result.num_errors, result.seconds, is_leading=is_leading,
@@ -141,7 +144,7 @@ class Controller:
             except Exception:
                 log.exception("could not reach %s yet; campaigning in the background", self.elector.where)
         if self.threads and self.compute is not None:
-            self.compute.start(plan_pool)
+            self.compute.start(decide)
         for thread in self.threads:
             thread.start()
         try:
@@ -183,15 +186,14 @@ def reconcile_command(settings: Settings, *, once: bool, dry_run: bool) -> int:
     (a running controller) it plans nothing."""
     upgrade(settings.database_url)
     sessions = make_sessions(engine_for(settings))
-    actuation, elector = make_actuation(settings, sessions)
+    reconciler, elector = make_reconciler(settings, sessions)
     try:
         while True:
             if elector is not None and not dry_run and not elector.campaign():
                 print(f"{elector.where} is held by another replica: not reconciling", flush=True)
                 if once:
                     return 2
-            result = reconcile_once(sessions, settings, now=time.time(), dry_run=dry_run, scaler=actuation.scaler,
-                                    fence=actuation.fence)
+            result = reconciler.once(sessions, now=time.time(), dry_run=dry_run)
             for plan in result.plans:
                 print(f"{plan.deployment}/{plan.role}: {plan.decision.value}: {plan.reason}", flush=True)
             if once:

@@ -39,11 +39,25 @@ def group_counters(rows: Sequence[Snapshot | RankRow]) -> dict[str, float]:
         "ttft_p99": max(0.0, *(r.ttft.p99 or 0.0 for r in rows)),
         "itl_p99": max(0.0, *(r.itl.p99 or 0.0 for r in rows)),
     }
+    counters |= step_load_counters(rows)
     for prefix, name in ((ACCEPTED_AT, "spec_accepted_by_position"), (GROUPS_AT, "routing_groups_per_token"),
                          (NODES_AT, "routing_nodes_per_token")):
         by_position = itertools.zip_longest(*(getattr(r, name) for r in rows), fillvalue=0)
         counters |= {f"{prefix}{i}": total(values) for i, values in enumerate(by_position)}
     return counters
+
+
+def step_load_counters(rows: Sequence[Snapshot | RankRow]) -> dict[str, float]:
+    """The ranks' StepLoad sums as counters (none when no rank measured it, so a window without them reads as
+    not measured rather than as balanced)."""
+    loads = [r.step_load for r in rows if r.step_load is not None]
+    if not loads:
+        return {}
+    return {"step_split_max_tokens": sum(s.split_max_tokens for s in loads),
+            "step_shares_max_tokens": sum(s.shares_max_tokens for s in loads),
+            "step_bound_max_tokens": sum(s.bound_max_tokens for s in loads),
+            "step_mean_tokens": sum(s.mean_tokens for s in loads),
+            "step_split_routed_mean_tokens": sum(s.mean_tokens for s in loads if s.is_split_routed)}
 
 
 def to_report(snapshot: Snapshot, grid_seconds: float) -> Report:

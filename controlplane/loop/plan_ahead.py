@@ -6,7 +6,7 @@ dry run (no lock, no write) through a `PlannedAhead` compute, then reconciles it
 through the same one: the planner's call under the lock, if its inputs (policy, state, clock, flags) are
 equal to the dry run's, is answered with the plan already made; if anything changed meanwhile (a window
 completed by a late post, an action verified, a request arrived), it is planned again, under the lock, as
-it always was. Either way the plan is the one `plan_pool` gives for what is stored when the lock is held.
+it always was. Either way the plan is the one `plan.decisions.decide` gives for what is stored when the lock is held.
 """
 
 from __future__ import annotations

@@ -6,11 +6,11 @@ from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from controlplane.desired import Plan
+from controlplane.desired import KnobKind, Plan
 from controlplane.plan.diagnose import Cause, MtpDiagnosis
 from controlplane.plan.routing_reach import RoutingReach
 
-KNOBS = ("placement", "routing")
+PARKABLE = (KnobKind.placement, KnobKind.routing)  # the knobs a verdict parks
 
 
 class ControllerMetrics:
@@ -126,7 +126,7 @@ class ControllerMetrics:
     def observe_pools(self, pools: list[tuple[str, str, tuple[str, ...], MtpDiagnosis | None]]) -> None:
         """pools: (deployment, role, its parked knobs, its MTP diagnosis) after a pass."""
         for deployment, role, parked, mtp in pools:
-            for knob in KNOBS:
+            for knob in PARKABLE:
                 self.parked.labels(deployment, role, knob).set(int(knob in parked))
             found = mtp.cause if mtp is not None else None
             for cause in Cause:

@@ -17,9 +17,7 @@ from sqlalchemy.orm import Session
 
 from controlplane.actuate import change
 from controlplane.actuate.knob import Knob
-from controlplane.actuate.knobs import KNOBS
-from controlplane.actuate.placement import PLACEMENT
-from controlplane.actuate.pool_size import POOL_SIZE
+from controlplane.actuate.knobs import KNOBS, PLACEMENT, POOL_SIZE
 from controlplane.desired import Effect, Policy, VerifyOutcome
 from controlplane.observed.pool import PoolState, Window
 from controlplane.plan.effect import judge

@@ -116,6 +116,18 @@ class Window:
         ratio = layer_imbalance(self.gpu_load(ep_size))
         return ratio[~np.isnan(ratio)] if (~np.isnan(ratio)).any() else None
 
+    def step_imbalance(self) -> dict[str, float] | None:
+        """The step-level straggler factor (busiest GPU over mean, token-weighted over steps and MoE layers) with
+        the dispatch-time split ("split"), with the window's fixed shares ("shares") and at the per-step LP bound
+        ("bound"), and the share of the load the ranks routed by the split ("routed"); None when no agent
+        measured it (agents/protocol/snapshot.py StepLoad)."""
+        mean = self.counters.get("step_mean_tokens", 0.0)
+        if mean <= 0:
+            return None
+        kinds = ("split", "shares", "bound")
+        ratios = {kind: self.counters.get(f"step_{kind}_max_tokens", 0.0) / mean for kind in kinds}
+        return ratios | {"routed": self.counters.get("step_split_routed_mean_tokens", 0.0) / mean}
+
     def per_token(self, prefix: str) -> np.ndarray | None:
         """[max n + 1] tokens (over ranks and MoE layers) whose top-k reached n groups (prefix GROUPS_AT) or
         nodes (NODES_AT); None when no report measured it (agents before the measure)."""

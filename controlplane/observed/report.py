@@ -12,6 +12,10 @@ COUNTERS = (
     "prefix_query_tokens", "prefix_hit_tokens", "spec_drafts", "spec_draft_tokens", "spec_accepted_tokens",
     "requests_running", "requests_waiting", "ttft_count", "ttft_sum", "itl_count", "itl_sum",
     "routing_recall_sum", "routing_recall_count",
+    # the step-level straggler with and without the dispatch-time split (agents/protocol/snapshot.py StepLoad),
+    # tokens summed over steps and MoE layers; only from agents that measure it
+    "step_split_max_tokens", "step_shares_max_tokens", "step_bound_max_tokens", "step_mean_tokens",
+    "step_split_routed_mean_tokens",
 )
 # worst over reports: a percentile cannot be summed, the max is an honest upper bound
 MAXIMA = ("ttft_p99", "itl_p99")

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from controlplane.desired import Policy
+from controlplane.desired import KnobKind, Policy
 from controlplane.observed.pool import PoolState, expert_share
 from controlplane.plan.parking import LOAD_SHIFT, load_shift
 
 HOUR = 3600.0
 FREE_SHARE = 0.5  # of an hourly allowance, spent as fast as the cooldown lets
-PLACEMENT = "placement"  # the knob's kind (controlplane/actuate/), as PoolState.changes names it
 
 
 @dataclass(frozen=True)
@@ -47,7 +46,7 @@ def placement_allowance(policy: Policy, pool: PoolState, now: float) -> Allowanc
                f"out again)" if is_drift else f"past {FREE_SHARE:.0%} of the hourly moves budget")
         return Allowance(f"pacing: {why}: changes come at the even pace, one per {even:.0f}s (next in "
                          f"{even - since:.0f}s)")
-    ages = sorted(now - c.at for c in pool.changes if c.knob == PLACEMENT and now - c.at < HOUR)
+    ages = sorted(now - c.at for c in pool.changes if c.knob == KnobKind.placement and now - c.at < HOUR)
     # the new change and those no older than ages[i] are i + 2 changes within ages[i]; each such span must
     # have grown to HOUR * ((i + 2) / max_actions - FREE_SHARE) / (1 - FREE_SHARE)
     waits = [HOUR * ((i + 2) / max_actions - FREE_SHARE) / (1 - FREE_SHARE) - age for i, age in enumerate(ages)]

@@ -14,20 +14,30 @@ from dataclasses import replace
 import numpy as np
 
 from agents.protocol.placement import PlacementTable
-from controlplane.desired import Decision, Effect, Mode, PlacementChange, Plan, Policy, PoolSizeStep, ReplicaBounds
+from controlplane.desired import (
+    Decision,
+    Effect,
+    KnobKind,
+    Mode,
+    PlacementChange,
+    Plan,
+    Policy,
+    PoolSizeStep,
+    ReplicaBounds,
+)
 from controlplane.learn.forecast import forecast_ahead
 from controlplane.observed.pool import LOAD_SPAN_SECONDS, PoolState
 from controlplane.plan.diagnose import Cause, MtpDiagnosis
-from controlplane.plan.pacing import HOUR, PLACEMENT, placement_allowance
+from controlplane.plan.pacing import HOUR, placement_allowance
 from controlplane.plan.parking import material_change
 from controlplane.solve.placement.algorithm import MigrationAware, PlacementAlgorithm
 from controlplane.solve.placement.packing import imbalance_floor
 from controlplane.solve.placement.solver import Topology
+from controlplane.solve.placement.step_split import solve_for_split
 from controlplane.solve.routing import RECALL_TOLERANCE, RoutingStep, limit_range, plan_topk_group
 
 MAX_FORECAST_WINDOWS = 48  # 4 minutes of 5 s windows: the level's and the trend's history (learn/forecast.py)
 MIGRATION_AWARE = MigrationAware()
-ROUTING = "routing"  # the routing knob's kind (controlplane/actuate/); PLACEMENT: controlplane/plan/pacing.py
 
 
 def pool_topology(pool: PoolState) -> Topology:
@@ -35,6 +45,20 @@ def pool_topology(pool: PoolState) -> Topology:
     gpus_per_node = pool.gpus_per_node if pool.ep_size % pool.gpus_per_node == 0 else pool.ep_size
     return Topology(num_nodes=pool.ep_size // gpus_per_node, gpus_per_node=gpus_per_node,
                     slots_per_gpu=pool.slots_per_rank, num_groups=pool.num_groups)
+
+
+def split_step_tokens(pool: PoolState, windows) -> float | None:
+    """Token-expert assignments one step of one EP group routes per MoE layer, if the pool's ranks route by the
+    dispatch-time split over most of `windows`' load (their StepLoad says so); None otherwise: the window-mean
+    objective then applies (solve/placement/step_split.py)."""
+    steps = [w.step_imbalance() for w in windows]
+    routed = [s["routed"] for s in steps if s is not None]
+    if not routed or np.mean(routed) <= 0.5:
+        return None
+    w = windows[-1]
+    num_group_steps = w.counters.get("num_steps", 0.0) / pool.ep_size  # ranks step in lockstep
+    num_layers = max(w.expert_tokens.shape[0], 1)
+    return float(w.expert_tokens.sum()) / num_layers / num_group_steps if num_group_steps > 0 else None
 
 
 def parked_reason(pool: PoolState, knob: str, *, with_expert_share: bool) -> tuple[str | None, str | None]:
@@ -102,7 +126,7 @@ def plan_pool(policy: Policy, pool: PoolState, now: float, *, is_forced: bool = 
     if not is_forced and not is_acceptance_low and min(measured) <= policy.imbalance_threshold:
         return plan(Decision.keep, f"imbalance {measured[-1]:.3f} within threshold "
                                    f"{policy.imbalance_threshold}", **inputs)
-    still_parked, unparked = parked_reason(pool, PLACEMENT, with_expert_share=True)
+    still_parked, unparked = parked_reason(pool, KnobKind.placement, with_expert_share=True)
     if is_asked and still_parked:
         still_parked, unparked = None, "a person asked"
     if still_parked:
@@ -128,10 +152,17 @@ def plan_pool(policy: Policy, pool: PoolState, now: float, *, is_forced: bool = 
         # a weight copy per moved residency: under a tight moves budget, moves that barely cut a layer's hot
         # GPU spend the budget the next windows need (benchmarks/results/closed-loop-2026-11-30.md, small steps)
         algorithm = replace(algorithm, min_gain_per_move=policy.min_gain_per_moved_slot)
-    solved = algorithm.solve(load, topology, current=pool.slot_to_expert, max_moved_slots=max_moved,
-                             group_locality=policy.group_locality)
+    step_tokens = split_step_tokens(pool, windows)
+    if step_tokens is None:
+        solved = algorithm.solve(load, topology, current=pool.slot_to_expert, max_moved_slots=max_moved,
+                                 group_locality=policy.group_locality)
+    else:  # the pool re-splits every step: place for the per-step optimum, not the window's mean
+        solved = solve_for_split(algorithm, load, topology, step_tokens, current=pool.slot_to_expert,
+                                 max_moved_slots=max_moved, group_locality=policy.group_locality)
+        inputs["forecast_step_imbalance"] = None if solved.step_imbalance is None else round(solved.step_imbalance, 4)
     gain = current - solved.imbalance
-    inputs |= {"forecast_imbalance_current": round(current, 4), "max_moved_slots": max_moved,
+    inputs |= {"objective": solved.objective, "forecast_imbalance_current": round(current, 4),
+               "max_moved_slots": max_moved,
                "is_group_local": bool(solved.is_group_local),
                "mean_nodes_per_group": round(float(solved.mean_nodes_per_group), 3)}
     if gain < policy.min_gain or solved.num_moved_slots == 0:
@@ -163,7 +194,7 @@ def plan_routing(policy: Policy, pool: PoolState, now: float, mtp: MtpDiagnosis 
         return RoutingStep(current, "routing limits are not managed by this policy")
     if pool.num_agents == 0 or pool.num_fresh_agents < policy.min_fresh_agents_fraction * pool.num_agents:
         return RoutingStep(current, f"only {pool.num_fresh_agents}/{pool.num_agents} agents are fresh")
-    last = next((c for c in reversed(pool.changes) if c.knob == ROUTING), None)
+    last = next((c for c in reversed(pool.changes) if c.knob == KnobKind.routing), None)
     if last is not None and last.status == "applied":
         return RoutingStep(current, f"action {last.action_id} awaits its verdict")
     # judge the limit in force on windows that ran under it only
@@ -177,7 +208,7 @@ def plan_routing(policy: Policy, pool: PoolState, now: float, mtp: MtpDiagnosis 
         return RoutingStep(current, "cooling down")
     if sum(w.seconds for w in pool.windows) < LOAD_SPAN_SECONDS:  # a start-up's load is no baseline for a park
         return RoutingStep(current, f"under {LOAD_SPAN_SECONDS:.0f}s of windows: the load is not known yet")
-    still_parked, unparked = parked_reason(pool, ROUTING, with_expert_share=False)
+    still_parked, unparked = parked_reason(pool, KnobKind.routing, with_expert_share=False)
     if still_parked:
         return RoutingStep(current, still_parked)
     if mtp is not None and mtp.cause == Cause.routing:
@@ -198,7 +229,7 @@ def plan_routing(policy: Policy, pool: PoolState, now: float, mtp: MtpDiagnosis 
     if not step.is_change_from(current):
         return replace(step, unparked=unparked)
     direction = 1 if (step.topk_group or pool.model_topk_group or pool.num_groups) > pool.effective_topk_group else -1
-    reversed_ = next((c for c in reversed(pool.changes) if c.knob == ROUTING and c.direction == -direction
+    reversed_ = next((c for c in reversed(pool.changes) if c.knob == KnobKind.routing and c.direction == -direction
                       and now - c.at < policy.flap_window_seconds), None)
     if reversed_ is not None and step.effect is not None:  # a bound enforced is never held back
         return RoutingStep(current, f"{step.reason}; held: it would reverse action {reversed_.action_id} of "

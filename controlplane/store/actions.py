@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
+from controlplane.desired import KnobKind
 from controlplane.store.batches import delete_some
 from controlplane.store.tables import Action, Deployment, Pool
 from controlplane.store.timestamps import utc
@@ -19,13 +22,23 @@ ADOPTED = "adopted"  # what the fleet ran under a version the store had lost, re
 OPEN = (AWAITING_APPROVAL, APPLIED, CONFLICT)  # a person or the verifier still has to settle these
 
 
-def record(session: Session, *, deployment: Deployment, pool: Pool | None, kind: str, trigger: str, mode: str,
-           status: str, reason: str, inputs: dict, predicted: dict, created_by: str, now: float,
-           based_on_version: int | None = None, alerts: list | None = None) -> Action:
-    action = Action(deployment_id=deployment.id, pool_id=pool.id if pool else None, kind=kind, trigger=trigger,
-                    mode=mode, status=status, reason=reason, inputs=inputs, predicted=predicted, measured={},
-                    based_on_version=based_on_version, alerts=alerts or [], created_by=created_by,
-                    created_at=utc(now), updated_at=utc(now))
+@dataclass(frozen=True)
+class Entry:
+    """What the audit trail says of an action when it is made: why, on what evidence, what it should do, and
+    who asked."""
+
+    reason: str
+    inputs: dict = field(default_factory=dict)  # what the decision read
+    predicted: dict = field(default_factory=dict)  # what it should do, checked when verified
+    trigger: str = "loop"  # loop, manual, alert, fleet
+    created_by: str = "loop"  # the asking token's name (store/tokens.py; the loop's is LOOP)
+    alerts: list = field(default_factory=list)  # the alerts that asked, when an alert did
+
+
+def record(session: Session, pool: Pool, entry: Entry, *, kind: str, mode: str, status: str, now: float) -> Action:
+    action = Action(deployment_id=pool.deployment_id, pool_id=pool.id, kind=kind, trigger=entry.trigger, mode=mode,
+                    status=status, reason=entry.reason, inputs=entry.inputs, predicted=entry.predicted, measured={},
+                    alerts=list(entry.alerts), created_by=entry.created_by, created_at=utc(now), updated_at=utc(now))
     session.add(action)
     session.flush()
     return action
@@ -59,7 +72,7 @@ def recent(session: Session, deployment: Deployment, *, limit: int) -> list[Acti
 
 
 def count_since(session: Session, pool: Pool, *, since: float, statuses: tuple[str, ...]) -> int:
-    return session.scalar(select(func.count()).where(Action.pool_id == pool.id, Action.kind == "placement",
+    return session.scalar(select(func.count()).where(Action.pool_id == pool.id, Action.kind == KnobKind.placement,
                                                      Action.status.in_(statuses), Action.created_at >= utc(since))) or 0
 
 

@@ -9,9 +9,11 @@ from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from agents.protocol import Identity, ModelShape, default_slot_to_expert
+from agents.protocol.placement import PlacementTable
 from controlplane.desired import Policy
-from controlplane.store import placements, policies, pool_sizes, prefill_thresholds, routing_limits
+from controlplane.store import policies
 from controlplane.store.batches import delete_some
+from controlplane.store.knob_versions import PLACEMENTS, POOL_SIZES, PREFILL_THRESHOLDS, ROUTING_LIMITS
 from controlplane.store.tables import Action, Agent, Deployment, LoadWindow, Placement, Pool
 from controlplane.store.timestamps import utc
 
@@ -79,10 +81,9 @@ def create_pool(session: Session, *, deployment: Deployment, identity: Identity,
     session.flush()
     model = model_of(deployment)
     table = default_slot_to_expert(model.num_layers, model.num_experts, identity.ep_size * identity.slots_per_rank)
-    placements.add(session, pool=pool, version=0, slot_to_expert=table, slot_share=None, action_id=None, now=now)
-    routing_limits.add(session, pool=pool, version=0, topk_group=None, action_id=None, now=now)
-    pool_sizes.add(session, pool=pool, version=0, replicas=None, action_id=None, now=now)
-    prefill_thresholds.add(session, pool=pool, version=0, tokens=None, action_id=None, now=now)
+    PLACEMENTS.add(session, pool=pool, version=0, value=PlacementTable(table), action_id=None, now=now)
+    for unset in (ROUTING_LIMITS, POOL_SIZES, PREFILL_THRESHOLDS):
+        unset.add(session, pool=pool, version=0, value=None, action_id=None, now=now)
     return pool
 
 

@@ -1,7 +1,7 @@
 """What an agent's post is checked against and answered with, read in one query: the deployment, its pool of
 the post's role and its decode pool, the active policy, and the newest placement and routing limit of the pool
 and local-prefill threshold of the decode pool. Each part is read as its own module reads it
-(`deployments`, `policies`, `versions`); one round trip instead of six, as a DeepSeek-sized pool's posts arrive
+(`deployments`, `policies`, `knob_versions`); one round trip instead of six, as a DeepSeek-sized pool's posts arrive
 at once and each round trip waits on the database under load (benchmarks/results/scale-2026-11-30.md)."""
 
 from __future__ import annotations
@@ -12,12 +12,14 @@ from dataclasses import dataclass
 from sqlalchemy import Select, and_, bindparam, select
 from sqlalchemy.orm import Session, aliased
 
+from agents.protocol.placement import PlacementTable
 from controlplane.desired import Policy
-from controlplane.store import placements, policies, prefill_thresholds, versions
+from controlplane.store import policies, prefill_thresholds
 from controlplane.store.decoded import unpack_for
-from controlplane.store.placements import StoredPlacement
+from controlplane.store.knob_versions import PLACEMENTS, PREFILL_THRESHOLDS, ROUTING_LIMITS
 from controlplane.store.tables import Deployment, Placement, Pool, PrefillThreshold, RoutingLimit
 from controlplane.store.tables import Policy as PolicyRow
+from controlplane.store.versions import Version
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,7 @@ class InForce:
     decode: Pool | None  # the deployment's decode pool (`pool` itself for a decode post)
     policy_version: int
     policy: Policy
-    placement: StoredPlacement | None  # its arrays read-only (decoded once for every post)
+    placement: Version[PlacementTable] | None  # its arrays read-only (decoded once for every post)
     topk_group: int | None  # the pool's routing limit in force (None: none issued)
     local_prefill_threshold: int | None  # `prefill_thresholds.in_force`
 
@@ -43,9 +45,9 @@ def _query() -> Select:
             .outerjoin(pool, and_(pool.deployment_id == Deployment.id, pool.role == bindparam("role")))
             .outerjoin(decode, and_(decode.deployment_id == Deployment.id, decode.role == prefill_thresholds.ROLE))
             .outerjoin(PolicyRow, policies.is_active(Deployment.id))
-            .outerjoin(Placement, versions.is_newest(Placement, pool.id))
-            .outerjoin(RoutingLimit, versions.is_newest(RoutingLimit, pool.id))
-            .outerjoin(PrefillThreshold, versions.is_newest(PrefillThreshold, decode.id))
+            .outerjoin(Placement, PLACEMENTS.is_newest(pool.id))
+            .outerjoin(RoutingLimit, ROUTING_LIMITS.is_newest(pool.id))
+            .outerjoin(PrefillThreshold, PREFILL_THRESHOLDS.is_newest(decode.id))
             .where(Deployment.name == bindparam("name")))
 
 
@@ -57,7 +59,7 @@ def read(session: Session, deployment_name: str, role: str) -> InForce | None:
     deployment, pool_row, decode_row, policy_row, placement, routing, threshold = row
     policy_version, policy = policies.of_row(policy_row)
     return InForce(deployment, pool_row, decode_row, policy_version, policy,
-                   placements.stored(placement, unpack_for(session)) if placement is not None else None,
+                   PLACEMENTS.of_row(placement, unpack_for(session)) if placement is not None else None,
                    routing.topk_group if routing is not None else None,
                    prefill_thresholds.tokens_in_force(
-                       prefill_thresholds.stored(threshold) if threshold is not None else None, policy))
+                       PREFILL_THRESHOLDS.of_row(threshold) if threshold is not None else None, policy))

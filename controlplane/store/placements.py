@@ -1,55 +1,27 @@
-"""Placements: versioned slot -> expert tables per pool. Version 0 is the agents' default."""
+"""How a placement is kept in its version table: slot -> expert and per-slot shares as .npy blobs. The
+table read back carries its row's version (version 0: the agents' default)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
-from sqlalchemy import select
-from sqlalchemy.orm import Session
 
-from controlplane.store import versions
-from controlplane.store.arrays import pack, unpack
-from controlplane.store.tables import Placement, Pool
-from controlplane.store.timestamps import seconds, utc
+from agents.protocol.placement import PlacementTable
+from controlplane.store.arrays import pack
+from controlplane.store.tables import Placement
+from controlplane.store.versions import Decode
 
 
-@dataclass(frozen=True)
-class StoredPlacement:
-    """slot_to_expert, slot_share: [num_layers, num_slots]."""
+class PlacementColumns:
+    """`versions.Codec` of `PlacementTable`s: slot_to_expert [num_layers, num_slots] int64, slot_share the same
+    shape float64 or None (an even split)."""
 
-    version: int
-    slot_to_expert: np.ndarray
-    slot_share: np.ndarray | None
-    created_at: float
-    action_id: int | None
+    def to_columns(self, value: PlacementTable) -> dict[str, Any]:
+        share = value.slot_share
+        return {"slot_to_expert": pack(value.slot_to_expert.astype(np.int64)),
+                "slot_share": None if share is None else pack(share.astype(np.float64))}
 
-
-def stored(row: Placement, decode: Callable[[bytes], np.ndarray] = unpack) -> StoredPlacement:
-    """decode: `store.decoded.unpack_for`'s, for a reader that never writes into the arrays."""
-    share = decode(row.slot_share) if row.slot_share is not None else None
-    return StoredPlacement(row.version, decode(row.slot_to_expert), share, seconds(row.created_at), row.action_id)
-
-
-def add(session: Session, *, pool: Pool, version: int, slot_to_expert: np.ndarray, slot_share: np.ndarray | None,
-        action_id: int | None, now: float) -> None:
-    session.add(Placement(pool_id=pool.id, version=version, slot_to_expert=pack(slot_to_expert.astype(np.int64)),
-                          slot_share=None if slot_share is None else pack(slot_share.astype(np.float64)),
-                          action_id=action_id, created_at=utc(now)))
-    session.flush()
-
-
-def latest(session: Session, pool: Pool) -> StoredPlacement:
-    return stored(versions.latest(session, Placement, pool))
-
-
-def get(session: Session, pool: Pool, version: int) -> StoredPlacement | None:
-    row = versions.get(session, Placement, pool, version)
-    return None if row is None else stored(row)
-
-
-def recent(session: Session, pool: Pool, *, since: float) -> list[StoredPlacement]:
-    rows = session.scalars(select(Placement).where(Placement.pool_id == pool.id, Placement.created_at >= utc(since))
-                           .order_by(Placement.version))
-    return [stored(row) for row in rows]
+    def from_row(self, row: Placement, decode: Decode) -> PlacementTable:
+        share = decode(row.slot_share) if row.slot_share is not None else None
+        return PlacementTable(decode(row.slot_to_expert), share, row.version)

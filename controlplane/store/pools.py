@@ -6,9 +6,10 @@ from sqlalchemy import distinct, func, select
 from sqlalchemy.orm import Session
 
 from controlplane.config import Settings
-from controlplane.desired import Effect
+from controlplane.desired import Effect, KnobKind
 from controlplane.observed.pool import KnobChange, PoolState, model_key
-from controlplane.store import actions, deployments, parks, placements, policies, pool_sizes, routing_limits, windows
+from controlplane.store import actions, deployments, parks, policies, windows
+from controlplane.store.knob_versions import PLACEMENTS, POOL_SIZES, ROUTING_LIMITS
 from controlplane.store.tables import Action, Agent, Deployment, Pool
 from controlplane.store.timestamps import seconds
 from controlplane.store.window_reads import first_unread_index
@@ -25,15 +26,15 @@ def _changes(session: Session, pool: Pool, *, since: float, model_limit: int | N
         if action.version is None:
             continue
         direction = 0
-        if action.kind == "routing":
+        if action.kind == KnobKind.routing:
             before, after = (action.predicted.get(k) or model_limit or num_groups
                              for k in ("topk_group_before", "topk_group_after"))
             direction = (after > before) - (after < before)
-            stored = routing_limits.get(session, pool, action.version)
-        elif action.kind == "placement":
-            stored = placements.get(session, pool, action.version)
+            stored = ROUTING_LIMITS.get(session, pool, action.version)
+        elif action.kind == KnobKind.placement:
+            stored = PLACEMENTS.get(session, pool, action.version)
         else:
-            stored = pool_sizes.get(session, pool, action.version)
+            stored = POOL_SIZES.get(session, pool, action.version)
         result.append(KnobChange(action.id, action.kind, stored.created_at if stored else seconds(action.created_at),
                                  action.status, direction, Effect.from_json(action.predicted.get("effect"))))
     return tuple(result)
@@ -45,14 +46,14 @@ def read_state(session: Session, deployment: Deployment, pool: Pool, *, now: flo
     policy_version, policy = policies.active(session, deployment)
     agents = deployments.agent_counts(session, pool, now=now, stale_after_seconds=settings.stale_after_seconds,
                                       gone_after_seconds=settings.agent_gone_seconds)
-    applied = placements.latest(session, pool)
-    routing = routing_limits.latest(session, pool)
-    last_hour = placements.recent(session, pool, since=now - HOUR)
+    applied = PLACEMENTS.latest(session, pool)
+    routing = ROUTING_LIMITS.latest(session, pool)
+    last_hour = PLACEMENTS.recent(session, pool, since=now - HOUR)
     moved = 0
-    previous = placements.get(session, pool, last_hour[0].version - 1) if last_hour else None
+    previous = PLACEMENTS.get(session, pool, last_hour[0].version - 1) if last_hour else None
     for placement in last_hour:
         if previous is not None:
-            moved += int((placement.slot_to_expert != previous.slot_to_expert).sum())
+            moved += int((placement.value.slot_to_expert != previous.value.slot_to_expert).sum())
         previous = placement
     current_index = first_unread_index(now, settings.window_seconds)
     recent = windows.recent(session, pool, before_index=current_index,
@@ -62,10 +63,10 @@ def read_state(session: Session, deployment: Deployment, pool: Pool, *, now: flo
         num_groups=model.num_groups, ep_size=pool.ep_size, slots_per_rank=pool.slots_per_rank,
         gpus_per_node=pool.gpus_per_node, num_agents=agents.total, num_fresh_agents=agents.fresh,
         num_gone_agents=agents.gone,
-        placement_version=applied.version, slot_to_expert=applied.slot_to_expert, windows=tuple(recent),
-        slot_share=applied.slot_share,
+        placement_version=applied.version, slot_to_expert=applied.value.slot_to_expert, windows=tuple(recent),
+        slot_share=applied.value.slot_share,
         last_change_at=applied.created_at if applied.version > 0 else None, moved_slots_last_hour=moved,
-        topk_group=routing.topk_group, routing_version=routing.version,
+        topk_group=routing.value, routing_version=routing.version,
         routing_changed_at=routing.created_at if routing.version > 0 else None,
         top_k=model.top_k,
         model_topk_group=model.topk_group, model_key=model_key(deployment.model), policy_version=policy_version,
@@ -97,7 +98,7 @@ def other_pools_gpus(session: Session, deployment: Deployment, pool: Pool, setti
     for other in deployments.pools_of(session, deployment):
         if other.id == pool.id:
             continue
-        replicas = pool_sizes.latest(session, other).replicas
+        replicas = POOL_SIZES.latest(session, other).value
         if replicas is None:
             replicas = fresh_instances(session, other, settings, now)
         total += replicas * other.ep_size

@@ -1,47 +1,114 @@
 """A knob's versions per pool (placements, routing limits, pool sizes, prefill thresholds) are rows of one
-shape: pool_id, version, action_id (the action that made it), created_at. Version 0, the agents' default,
-exists from the pool's creation, so the latest always exists."""
+shape: pool_id, version, action_id (the action that made it), created_at, and the columns its value is kept
+in. `Versioned` reads and writes that shape once for every knob; a knob brings only its `Codec` (value <->
+columns). Version 0, the agents' default, exists from the pool's creation, so the latest always exists."""
 
 from __future__ import annotations
 
-from typing import TypeVar
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
 
+import numpy as np
 from sqlalchemy import ColumnElement, and_, func, select
 from sqlalchemy.orm import Session, aliased
 
+from controlplane.store.arrays import unpack
 from controlplane.store.batches import delete_some
-from controlplane.store.tables import Placement, Pool, PoolSize, PrefillThreshold, RoutingLimit
-from controlplane.store.timestamps import utc
+from controlplane.store.tables import Pool
+from controlplane.store.timestamps import seconds, utc
 
-Row = TypeVar("Row", Placement, RoutingLimit, PoolSize, PrefillThreshold)
-
-
-def latest(session: Session, row_type: type[Row], pool: Pool) -> Row:
-    row = session.scalar(select(row_type).where(row_type.pool_id == pool.id).order_by(row_type.version.desc())
-                         .limit(1))
-    if row is None:
-        raise LookupError(f"pool {pool.id} has no {row_type.__tablename__}")
-    return row
+V = TypeVar("V")
+Decode = Callable[[bytes], np.ndarray]  # a blob's array: `store.arrays.unpack`, or `store.decoded.unpack_for`'s
 
 
-def is_newest(row_type: type[Row], pool_id: ColumnElement[int]) -> ColumnElement[bool]:
-    """Join criterion: the row is the newest version of the pool whose id `pool_id` is (a column of another
-    table of the query, e.g. an aliased Pool's id; the max is correlated to it)."""
-    other = aliased(row_type)
-    newest = select(func.max(other.version)).where(other.pool_id == pool_id).scalar_subquery()
-    return and_(row_type.pool_id == pool_id, row_type.version == newest)
+class VersionRow(Protocol):
+    """A table of a knob's versions (store/tables.py); its value columns are its codec's."""
+
+    pool_id: Any
+    version: Any
+    action_id: Any
+    created_at: Any
 
 
-def get(session: Session, row_type: type[Row], pool: Pool, version: int) -> Row | None:
-    return session.scalar(select(row_type).where(row_type.pool_id == pool.id, row_type.version == version))
+@dataclass(frozen=True)
+class Version(Generic[V]):
+    version: int
+    value: V
+    created_at: float  # unix seconds
+    action_id: int | None  # the action that made it; None: version 0, or written outside an action
 
 
-def prune(session: Session, row_type: type[Row], pool: Pool, *, before: float, keep: set[int], limit: int) -> int:
-    """Deletes the pool's versions made before `before`, except the newest of those (in force, or the one
-    the newer versions replaced) and those in `keep`. Returns how many went."""
-    old = (row_type.pool_id == pool.id, row_type.created_at < utc(before))
-    newest_old = session.scalar(select(row_type.version).where(*old).order_by(row_type.version.desc()).limit(1))
-    if newest_old is None:
-        return 0
-    return delete_some(session, row_type, *old, row_type.version < newest_old, row_type.version.not_in(keep),
-                       limit=limit)
+class Codec(Protocol[V]):
+    """A knob's value <-> the columns of its version table."""
+
+    def to_columns(self, value: V) -> dict[str, Any]: ...
+
+    def from_row(self, row: Any, decode: Decode) -> V: ...
+
+
+@dataclass(frozen=True)
+class Column(Generic[V]):
+    """A value kept whole in one column: a replica count, a routing limit, a threshold (None: not set)."""
+
+    name: str
+
+    def to_columns(self, value: V) -> dict[str, Any]:
+        return {self.name: value}
+
+    def from_row(self, row: Any, decode: Decode) -> V:
+        return getattr(row, self.name)
+
+
+@dataclass(frozen=True)
+class Versioned(Generic[V]):
+    """One knob's versions: `row_type` its table, `codec` how its value is kept there."""
+
+    row_type: type[VersionRow]
+    codec: Codec[V]
+
+    def of_row(self, row: VersionRow, decode: Decode = unpack) -> Version[V]:
+        """decode: `store.decoded.unpack_for`'s, for a reader that never writes into the arrays."""
+        return Version(row.version, self.codec.from_row(row, decode), seconds(row.created_at), row.action_id)
+
+    def add(self, session: Session, *, pool: Pool, version: int, value: V, action_id: int | None,
+            now: float) -> None:
+        session.add(self.row_type(pool_id=pool.id, version=version, action_id=action_id, created_at=utc(now),
+                                  **self.codec.to_columns(value)))
+        session.flush()
+
+    def latest(self, session: Session, pool: Pool) -> Version[V]:
+        rows = self.row_type
+        row = session.scalar(select(rows).where(rows.pool_id == pool.id).order_by(rows.version.desc()).limit(1))
+        if row is None:
+            raise LookupError(f"pool {pool.id} has no {rows.__tablename__}")
+        return self.of_row(row)
+
+    def get(self, session: Session, pool: Pool, version: int) -> Version[V] | None:
+        rows = self.row_type
+        row = session.scalar(select(rows).where(rows.pool_id == pool.id, rows.version == version))
+        return None if row is None else self.of_row(row)
+
+    def recent(self, session: Session, pool: Pool, *, since: float) -> list[Version[V]]:
+        """The versions made at or after `since`, oldest first."""
+        rows = self.row_type
+        found = session.scalars(select(rows).where(rows.pool_id == pool.id, rows.created_at >= utc(since))
+                                .order_by(rows.version))
+        return [self.of_row(row) for row in found]
+
+    def is_newest(self, pool_id: ColumnElement[int]) -> ColumnElement[bool]:
+        """Join criterion: the row is the newest version of the pool whose id `pool_id` is (a column of another
+        table of the query, e.g. an aliased Pool's id; the max is correlated to it)."""
+        rows, other = self.row_type, aliased(self.row_type)
+        newest = select(func.max(other.version)).where(other.pool_id == pool_id).scalar_subquery()
+        return and_(rows.pool_id == pool_id, rows.version == newest)
+
+    def prune(self, session: Session, pool: Pool, *, before: float, keep: set[int], limit: int) -> int:
+        """Deletes the pool's versions made before `before`, except the newest of those (in force, or the one
+        the newer versions replaced) and those in `keep`. Returns how many went."""
+        rows = self.row_type
+        old = (rows.pool_id == pool.id, rows.created_at < utc(before))
+        newest_old = session.scalar(select(rows.version).where(*old).order_by(rows.version.desc()).limit(1))
+        if newest_old is None:
+            return 0
+        return delete_some(session, rows, *old, rows.version < newest_old, rows.version.not_in(keep), limit=limit)

@@ -43,6 +43,17 @@ function reachTile(pools) {
   return div;
 }
 
+/** The dispatch-time split's per-step straggler of each pool's last window: with the split / with the window's
+ * fixed shares, and the per-step bound no split beats; what the fast loop recovers under the placement. */
+function stepTile(pools) {
+  const rows = pools.map((x) => ({ role: x.role, s: x.history && x.history.length ? x.history[x.history.length - 1].step_imbalance : null }))
+    .filter((r) => r.s);
+  const value = rows.map((r) => `${r.role} ${fmt(r.s.split)} / ${fmt(r.s.shares)}`).join(" · ") || "–";
+  const sub = rows.length ? `split / window shares · bound ${rows.map((r) => fmt(r.s.bound)).join(" / ")}`
+    : "not measured (worker --dispatch-split)";
+  return tile("per-step busiest / mean", value, { sub, field: "step_imbalance" });
+}
+
 export function renderTiles(root, o, policy) {
   const p = policy || {};
   const threshold = p.imbalance_threshold ?? 1.15;
@@ -79,6 +90,7 @@ export function renderTiles(root, o, policy) {
   root.replaceChildren(
     tile("mode", o.mode, { sub: `policy v${o.policy_version}`, field: "mode" }),
     imbalanceTile,
+    stepTile(o.pools),
     tile("all-to-all share", pct(o.all2all_share), { cls: a2aCls, sub: `target ${pct(a2aTarget)}`, field: "all2all_share" }),
     tile("prefix cache hit", pct(o.prefix_hit_ratio), { field: "prefix_hit_ratio" }),
     tile("MTP acceptance", pct(o.mtp_acceptance), { cls: mtpCls, sub: mtpSub, field: "mtp_acceptance" }),

@@ -3,6 +3,7 @@ workload and reports them; the numbers that matter come from the full run in ben
 
 from __future__ import annotations
 
+from agents.sim.workloads import CALIBRATED, STRESS
 from benchmarks import closed_loop
 from benchmarks.closed_loop import (
     DECODE,
@@ -22,10 +23,10 @@ from benchmarks.closed_loop import (
 
 def test_each_strategy_runs_the_same_windows_and_reports():
     hours = 24 * closed_loop.WINDOW_SECONDS / closed_loop.HOUR  # 24 windows
-    static = simulate(PREFILL, WORKLOADS[2], Static(), hours)
-    eplb = simulate(PREFILL, WORKLOADS[2], PeriodicEplb(PREFILL, 4 * closed_loop.WINDOW_SECONDS), hours)
+    static = simulate(PREFILL, STRESS[2], Static(), hours)
+    eplb = simulate(PREFILL, STRESS[2], PeriodicEplb(PREFILL, 4 * closed_loop.WINDOW_SECONDS), hours)
     name, policy = next(iter(MOECTL_POLICIES.items()))
-    loop = simulate(PREFILL, WORKLOADS[2], Moectl(PREFILL, policy, name), hours)
+    loop = simulate(PREFILL, STRESS[2], Moectl(PREFILL, policy, name), hours)
     for outcome in (static, eplb, loop):
         assert len(outcome.imbalances) == 24 and min(outcome.imbalances) >= 1.0 and outcome.seconds > 0
         assert outcome.tokens == static.tokens  # the same workload for all
@@ -44,25 +45,27 @@ def test_each_strategy_runs_the_same_windows_and_reports():
 
 def test_the_report_names_every_strategy_and_workload(capsys):
     assert closed_loop.main(["--hours", str(3 * closed_loop.WINDOW_SECONDS / closed_loop.HOUR), "--eplb-minutes",
-                             "0.1", "--pools", "prefill", "decode", "--no-write"]) == 0
+                             "0.1", "--pools", "prefill", "decode", "--workloads", "0", str(len(WORKLOADS) - 1),
+                             "--split-policies", next(iter(MOECTL_POLICIES)), "--no-write"]) == 0
     out = capsys.readouterr().out
-    for name in ("static", Oracle.name, "EPLB every 6 s", *MOECTL_POLICIES, *(w.name for w in WORKLOADS),
+    for name in ("static", Oracle.name, "EPLB every 6 s", *MOECTL_POLICIES, CALIBRATED[0].name, STRESS[-1].name,
+                 f"{next(iter(MOECTL_POLICIES))} + split", "step max/mean, split",
                  "prefill EP32", "decode EP320", "moved <= 15% of EPLB's"):
         assert name in out
 
 
 def test_the_report_runs_only_the_workloads_asked_for(capsys):
     assert closed_loop.main(["--hours", str(2 * closed_loop.WINDOW_SECONDS / closed_loop.HOUR), "--eplb-minutes",
-                             "0.1", "--workloads", "2", "--no-write"]) == 0
+                             "0.1", "--workloads", str(WORKLOADS.index(STRESS[2])), "--no-write"]) == 0
     out = capsys.readouterr().out
-    assert WORKLOADS[2].name in out and not any(w.name in out for w in WORKLOADS[:2])
+    assert STRESS[2].name in out and not any(w.name in out for w in [*CALIBRATED, *STRESS[:2]])
 
 
 def test_no_strategy_beats_the_oracle_in_any_window():
     """One slot per GPU: the oracle's fresh solve of each window's own load is the best any placement does."""
     hours = 4 * closed_loop.WINDOW_SECONDS / closed_loop.HOUR
-    oracle = simulate(DECODE, WORKLOADS[1], Oracle(DECODE), hours)
-    static = simulate(DECODE, WORKLOADS[1], Static(), hours)
+    oracle = simulate(DECODE, STRESS[1], Oracle(DECODE), hours)
+    static = simulate(DECODE, STRESS[1], Static(), hours)
     assert (oracle.moved, oracle.decisions) == (0, 0) and oracle.tokens == static.tokens
     assert all(o <= s + 1e-9 for o, s in zip(oracle.imbalances, static.imbalances, strict=True))
     assert oracle.throughput >= static.throughput
@@ -73,8 +76,8 @@ def test_no_strategy_beats_the_oracle_in_any_window():
 def test_three_slots_per_gpu_make_the_decode_pools_balance_feasible():
     """The same windows on EP320: one slot per GPU cannot spread a hot expert thin enough for 1.10, three can."""
     hours = 2 * closed_loop.WINDOW_SECONDS / closed_loop.HOUR
-    one = simulate(DECODE, WORKLOADS[0], Oracle(DECODE), hours)
-    three = simulate(DECODE_3, WORKLOADS[0], Oracle(DECODE_3), hours)
+    one = simulate(DECODE, STRESS[0], Oracle(DECODE), hours)
+    three = simulate(DECODE_3, STRESS[0], Oracle(DECODE_3), hours)
     assert DECODE_3.topology.num_gpus == DECODE.topology.num_gpus == 320
     assert DECODE_3.topology.num_slots == 3 * DECODE.topology.num_slots
     assert three.tokens == one.tokens
@@ -104,3 +107,23 @@ def test_targets_say_met_infeasible_and_against_which_eplb():
     (row,) = target_rows(PREFILL, 1.0, mild_static, far_oracle, eplbs, loops[:1])
     assert row[1].startswith("n/a (static 1.70 < 2)") and row[1].endswith("oracle 2.500: infeasible")
     assert row[2] == "NOT met: 1.09x; oracle 1.25x: infeasible"
+
+
+def test_a_pool_routing_by_the_split_is_planned_for_its_steps_and_measured_per_step():
+    """The calibrated workload: every strategy's sampled steps are the same; the split never loses to the window's
+    shares on them, and the loop for a split pool plans with the step objective."""
+    hours = 6 * closed_loop.WINDOW_SECONDS / closed_loop.HOUR
+    static = simulate(PREFILL, CALIBRATED[0], Static(), hours)
+    name, policy = next(iter(MOECTL_POLICIES.items()))
+    split = Moectl(PREFILL, policy.model_copy(update=dict(imbalance_threshold=1.0, sustained_windows=1)),
+                   name, is_split=True)
+    loop = simulate(PREFILL, CALIBRATED[0], split, hours)
+    for outcome in (static, loop):
+        assert len(outcome.step_shares) == len(outcome.step_split) == 6
+        assert all(b <= sp + 1e-9 <= sh + 2e-9 for b, sp, sh in zip(outcome.step_bound, outcome.step_split,
+                                                                   outcome.step_shares, strict=True))
+    assert static.step_tokens == loop.step_tokens and static.step_seconds_split <= static.step_seconds_shares
+    assert 1.0 < static.imbalance < 2.0  # calibrated: nowhere near the stress cases' skew
+    assert split.windows[-1].step_imbalance()["routed"] == 1.0  # what the planner reads to use the step objective
+    row = loop.step_row(static)
+    assert row[0] == name and row[-1].endswith("x")

@@ -9,7 +9,7 @@ from support.fleet import run_windows, start_fleet
 
 import controlplane.loop.reconcile as reconcile
 from controlplane.loop.liveness import LoopLiveness
-from controlplane.loop.reconcile import PassResult, run_forever
+from controlplane.loop.reconcile import PassResult, Reconciler
 
 
 class Ticks:
@@ -64,9 +64,8 @@ def test_the_loop_survives_failing_passes_and_resumes(client, sessions, settings
         if len(results) == 6:
             stop.set()
 
-    thread = threading.Thread(target=run_forever, kwargs=dict(sessions=sessions, settings=fast, stop=stop,
-                                                              liveness=liveness, on_pass=on_pass,
-                                                              clock=lambda: clock.now + 6))
+    thread = threading.Thread(target=Reconciler(fast).run_forever, kwargs=dict(
+        sessions=sessions, stop=stop, liveness=liveness, on_pass=on_pass, clock=lambda: clock.now + 6))
     thread.start()
     thread.join(timeout=60)
     assert [r.is_failed for r in results] == [True, True, True, False, False, False]

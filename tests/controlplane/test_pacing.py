@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from agents.protocol import default_slot_to_expert
-from controlplane.desired import Mode, Policy
+from controlplane.desired import KnobKind, Mode, Policy
 from controlplane.observed.pool import RANK_REPORTS, KnobChange, PoolState, Window
-from controlplane.plan.pacing import FREE_SHARE, HOUR, PLACEMENT, placement_allowance
+from controlplane.plan.pacing import FREE_SHARE, HOUR, placement_allowance
 
 NUM_LAYERS, NUM_SLOTS = 2, 20
 POLICY = Policy(mode=Mode.auto, cooldown_seconds=30, max_actions_per_hour=60, max_moved_slots_fraction=0.5,
@@ -24,7 +24,7 @@ def state(change_times: list[float], moved_last_hour: int = 0, now: float = 0.0)
                      slot_to_expert=default_slot_to_expert(NUM_LAYERS, 16, NUM_SLOTS), windows=(),
                      last_change_at=max(change_times, default=None), moved_slots_last_hour=moved_last_hour,
                      num_actions_last_hour=len(recent),
-                     changes=tuple(KnobChange(i, PLACEMENT, t, "verified", 0) for i, t in enumerate(recent)))
+                     changes=tuple(KnobChange(i, KnobKind.placement, t, "verified", 0) for i, t in enumerate(recent)))
 
 
 def eager_loop(policy: Policy, seconds: float, step: float = 5.0) -> list[float]:

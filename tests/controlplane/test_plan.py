@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 
 from agents.protocol import PlacementTable, default_slot_to_expert
-from controlplane.desired import Decision, Mode, Policy
+from controlplane.desired import Decision, KnobKind, Mode, Policy
 from controlplane.learn.forecast import MAX_LEVEL_WINDOWS, forecast_load
 from controlplane.observed.pool import RANK_REPORTS, KnobChange, PoolState, Window
-from controlplane.plan.pacing import PLACEMENT
 from controlplane.plan.placement import plan_pool
 from controlplane.solve.placement.algorithm import MigrationAware
 
@@ -135,7 +134,7 @@ def test_the_planner_holds_a_paced_or_capped_pool(num_recent, words):
     now = 1000.0
     times = [now - 900.0 + 15.0 * i for i in range(num_recent)]
     paced = replace(pool(), last_change_at=times[-1], num_actions_last_hour=num_recent,
-                    changes=tuple(KnobChange(i, PLACEMENT, t, "verified", 0) for i, t in enumerate(times)))
+                    changes=tuple(KnobChange(i, KnobKind.placement, t, "verified", 0) for i, t in enumerate(times)))
     plan = plan_pool(Policy(mode=Mode.auto, cooldown_seconds=0), paced, now=now)
     assert plan.decision == Decision.hold and words in plan.reason
 

@@ -12,8 +12,8 @@ from support.fleet import run_windows, start_fleet
 from agents.sim.fleet import FleetClient
 from controlplane.loop.compute import in_process
 from controlplane.loop.plan_ahead import PlannedAhead, is_same
-from controlplane.loop.reconcile import reconcile_once
-from controlplane.plan.placement import plan_pool
+from controlplane.loop.reconcile import Reconciler
+from controlplane.plan.decisions import decide
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,9 +55,9 @@ class CountingCompute:
         self.num_plans, self.during, self.states = 0, during, []
 
     def __call__(self, fn, *args, **kwargs):
-        if fn is plan_pool:
+        if fn is decide:
             self.num_plans += 1
-            self.states.append(args[1])
+            self.states.append(args[1].state)
             during, self.during = self.during, None
             if during is not None:
                 during()
@@ -76,7 +76,7 @@ def test_an_agents_post_goes_through_while_the_loop_plans_and_the_pool_is_planne
                                    json=snapshot.model_dump(mode="json")).status_code)
 
     compute = CountingCompute(during=post_next_window)
-    result = reconcile_once(sessions, settings, now=clock.now + settings.window_seconds / 2 + 0.1, compute=compute)
+    result = Reconciler(settings, compute=compute).once(sessions, now=clock.now + settings.window_seconds / 2 + 0.1)
     # SQLite: planned before the lock (its one write lock), so the post was not held behind the planner
     assert answers == [200]
     assert [p.decision.value for p in result.plans] == ["rebalance"] and result.num_errors == 0
@@ -95,7 +95,7 @@ def test_what_changed_before_the_lock_is_planned_again_under_it(client, sessions
             [other], late_start, settings.window_seconds)
 
     compute = CountingCompute(during=late_post)
-    reconcile_once(sessions, settings, now=clock.now + settings.window_seconds / 2 + 0.1, compute=compute)
+    Reconciler(settings, compute=compute).once(sessions, now=clock.now + settings.window_seconds / 2 + 0.1)
     if settings.database_url.startswith("sqlite"):  # planned ahead, then again under the lock on what is stored
         assert compute.num_plans == 2
         before, after = (state.windows[-1].num_reports for state in compute.states)

@@ -11,14 +11,14 @@ from support.store import make_pool, snapshot
 
 from agents.protocol.placement import PlacementTable
 from controlplane.actuate import change
-from controlplane.actuate.placement import PLACEMENT
-from controlplane.actuate.pool_size import POOL_SIZE
+from controlplane.actuate.knobs import PLACEMENT, POOL_SIZE
 from controlplane.actuate.scale import APPLIED
 from controlplane.collect.aggregate import to_report
 from controlplane.desired import Mode, Policy, VerifyOutcome
 from controlplane.loop.prune import Pruning, prune_all
 from controlplane.observed.pool import KnobInputs
-from controlplane.store import actions, alerts, audit, deployments, parks, placements, requests, serving, windows
+from controlplane.store import actions, alerts, audit, deployments, parks, requests, serving, windows
+from controlplane.store.knob_versions import PLACEMENTS
 from controlplane.store.tables import (
     Action,
     Agent,
@@ -44,9 +44,8 @@ def table(seed: int) -> PlacementTable:
 
 
 def propose(session, deployment, pool, seed: int, mode: Mode, now: float) -> Action:
-    return change.propose(session, PLACEMENT, deployment=deployment, pool=pool, value=table(seed),
-                          policy=Policy(mode=mode), reason="test", inputs={}, predicted={}, trigger="loop",
-                          created_by="loop", now=now)
+    return change.propose(session, PLACEMENT, pool, table(seed), actions.Entry("test"), policy=Policy(mode=mode),
+                          now=now)
 
 
 def count(session, row) -> int:
@@ -124,8 +123,8 @@ def test_the_job_deletes_the_old_and_keeps_what_is_in_force(sessions, settings):
         change.settle(session, PLACEMENT, pool=pool, action=action, outcome=VerifyOutcome.rolled_back, measured={},
                       now=T0 + 10 * DAY)
         assert action.measured["restored_version"] == 7
-        restored = placements.latest(session, pool)
-        np.testing.assert_array_equal(restored.slot_to_expert, placements.get(session, pool, 5).slot_to_expert)
+        restored, original = PLACEMENTS.latest(session, pool).value, PLACEMENTS.get(session, pool, 5).value
+        np.testing.assert_array_equal(restored.slot_to_expert, original.slot_to_expert)
 
 
 def test_each_loop_run_is_bounded_and_paced(sessions, settings):
@@ -161,9 +160,8 @@ def test_a_pool_size_conflict_and_the_last_size_applied_stay(sessions, settings)
         deployment, pool = make_pool(session, now=T0)
 
         def size_action(status: str, measured: dict, at: float) -> int:
-            action = actions.record(session, deployment=deployment, pool=pool, kind=POOL_SIZE.kind, trigger="manual",
-                                    mode="auto", status=status, reason="test", inputs={}, predicted={},
-                                    created_by="alice", now=at)
+            action = actions.record(session, pool, actions.Entry("test", trigger="manual", created_by="alice"),
+                                    kind=POOL_SIZE.kind, mode="auto", status=status, now=at)
             action.measured = measured
             return action.id
 

@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 from support.fleet import run_windows, start_fleet
 from support.placements import BAD_PLAN, fleet_on_a_bad_placement
 
-from controlplane.loop.reconcile import reconcile_once
+from controlplane.loop.reconcile import Reconciler
 from controlplane.store.tables import Action, Placement
 
 
@@ -24,7 +24,7 @@ def test_dry_run_plans_and_writes_nothing(client, sessions, settings, clock):
     fleet = start_fleet(client, {"mode": "auto", "cooldown_seconds": 0})
     run_windows(client, sessions, settings, clock, fleet, 3, reconcile=False)
     before = counts(sessions)
-    result = reconcile_once(sessions, settings, now=clock.now + settings.window_seconds, dry_run=True)
+    result = Reconciler(settings).once(sessions, now=clock.now + settings.window_seconds, dry_run=True)
     assert [p.decision.value for p in result.plans] == ["rebalance"]
     assert counts(sessions) == before
 
@@ -35,7 +35,7 @@ def test_spans_follow_collect_plan_actuate(client, sessions, settings, clock):
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    reconcile_once(sessions, settings, now=clock.now + settings.window_seconds, tracer=provider.get_tracer("t"))
+    Reconciler(settings, tracer=provider.get_tracer("t")).once(sessions, now=clock.now + settings.window_seconds)
     names = [s.name for s in exporter.get_finished_spans()]
     # on SQLite the pool is planned before its lock, the database's one write lock, is taken (plan_ahead.py)
     ahead = ["reconcile.plan_ahead"] if settings.database_url.startswith("sqlite") else []
@@ -50,17 +50,17 @@ def test_a_broken_pool_is_isolated(client, sessions, settings, clock, monkeypatc
     from agents.sim.fleet import FleetClient
     FleetClient(client, api_token="test-operator-token", agent_token="test-agent-token").register(fleets[1])
     run_windows(client, sessions, settings, clock, fleets[0] + fleets[1], 3, reconcile=False)
-    import controlplane.loop.reconcile as reconcile
+    import controlplane.plan.decisions as decisions
 
-    real = reconcile.plan_pool
+    real = decisions.plan_pool
 
     def flaky(policy, state, now, **kwargs):
         if state.deployment == "sim-b":
             raise RuntimeError("boom")
         return real(policy, state, now, **kwargs)
 
-    monkeypatch.setattr(reconcile, "plan_pool", flaky)
-    result = reconcile_once(sessions, settings, now=clock.now + settings.window_seconds)
+    monkeypatch.setattr(decisions, "plan_pool", flaky)
+    result = Reconciler(settings).once(sessions, now=clock.now + settings.window_seconds)
     assert result.num_errors == 1 and [p.deployment for p in result.plans] == ["sim-0"]
 
 

@@ -9,7 +9,7 @@ from support.alerts import alert, payload
 from support.auth import operator
 from support.fleet import run_windows, start_fleet
 
-from controlplane.loop.reconcile import reconcile_once
+from controlplane.loop.reconcile import Reconciler
 from controlplane.store.tables import Request
 
 ORDERS = [("loop", "alert", "manual"), ("alert", "manual", "loop"), ("manual", "loop", "alert")]
@@ -18,7 +18,7 @@ ORDERS = [("loop", "alert", "manual"), ("alert", "manual", "loop"), ("manual", "
 def trigger(kind: str, client, sessions, settings, clock) -> int | None:
     """Fires one trigger; returns the action id it answers with (the loop answers with none)."""
     if kind == "loop":
-        reconcile_once(sessions, settings, now=clock.now)
+        Reconciler(settings).once(sessions, now=clock.now)
         return None
     if kind == "alert":
         answer = client.post("/v1/alerts/alertmanager", json=payload(alert("fp-imbalance")), headers=operator())

@@ -8,7 +8,7 @@ from support.fleet import run_windows, start_fleet
 
 from agents.sim.fleet import DEFAULT_MODEL
 from controlplane.loop.findings import ROUTING_LIMIT_VIOLATION
-from controlplane.loop.reconcile import reconcile_once
+from controlplane.loop.reconcile import Reconciler
 from controlplane.loop.telemetry import ControllerMetrics
 
 MODEL = DEFAULT_MODEL.model_copy(update={"topk_group": 3})  # 8 groups, top-6: at most 3 groups per token
@@ -40,7 +40,7 @@ def test_a_bypassed_group_limit_is_recorded_once_with_its_evidence(client, sessi
     reach = later[-1]["pools"][0]["routing_reach"]
     assert reach["is_violated"] and reach["groups_per_token_max"] > 3 and "not in effect" in reach["reason"]
     metrics = ControllerMetrics(CollectorRegistry())
-    result = reconcile_once(sessions, settings, now=clock.now + settings.window_seconds)
+    result = Reconciler(settings).once(sessions, now=clock.now + settings.window_seconds)
     metrics.observe_pass(result.plans, result.num_errors, result.seconds, reaches=result.reaches)
     labels = {"deployment": fleet[0].deployment, "role": "decode"}
     assert metrics.registry.get_sample_value("moectl_controller_routing_limit_violation", labels) == 1

@@ -6,7 +6,7 @@ from prometheus_client import CollectorRegistry
 from support.fleet import CPU, run_windows, start_fleet
 
 from controlplane.desired import Decision, Plan
-from controlplane.loop.reconcile import reconcile_once
+from controlplane.loop.reconcile import Reconciler
 from controlplane.loop.telemetry import ControllerMetrics
 
 POLICY = {"mode": "auto", "imbalance_threshold": 100, "cooldown_seconds": 30, "all2all_share_target": 0.3}
@@ -14,7 +14,7 @@ POLICY = {"mode": "auto", "imbalance_threshold": 100, "cooldown_seconds": 30, "a
 
 def observe(sessions, settings, clock) -> CollectorRegistry:
     metrics = ControllerMetrics(CollectorRegistry())
-    result = reconcile_once(sessions, settings, now=clock.now)
+    result = Reconciler(settings).once(sessions, now=clock.now)
     metrics.observe_pools([(r.plan.deployment, r.plan.role, r.parked, r.mtp) for r in result.pools])
     return metrics.registry
 

@@ -10,7 +10,10 @@ import time
 
 import httpx
 import pytest
+from support.processes import RANK_PROCESSES, die_with_parent
 from support.servers import free_port
+
+pytestmark = RANK_PROCESSES
 
 
 @pytest.mark.slow
@@ -19,7 +22,8 @@ def test_up_serves_the_status_page_and_the_imbalance_falls(tmp_path):
     process = subprocess.Popen(
         [sys.executable, "-m", "controlplane", "up", "--sim", "--port", str(port), "--window-seconds", "1",
          "--database-url", f"sqlite:///{tmp_path / 'up.db'}"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ | {"PYTHONUNBUFFERED": "1"})
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ | {"PYTHONUNBUFFERED": "1"},
+        preexec_fn=die_with_parent)
     try:
         started = time.monotonic()
         lines = []

@@ -10,13 +10,12 @@ from support.store import make_pool
 
 from agents.protocol.placement import PlacementTable
 from controlplane.actuate import change
-from controlplane.actuate.placement import PLACEMENT
-from controlplane.actuate.routing import ROUTING
+from controlplane.actuate.knobs import PLACEMENT, ROUTING
 from controlplane.config import Settings
 from controlplane.desired import Effect, Mode, Policy
 from controlplane.loop.verify import verify_pool
 from controlplane.observed.pool import RANK_REPORTS, Window
-from controlplane.store import parks, pools
+from controlplane.store import actions, parks, pools
 
 NOW = 1_800_000_000.0
 AUTO = Policy(mode=Mode.auto, verify_windows=2, rollback_tolerance=0.05)
@@ -42,10 +41,8 @@ def test_a_placement_is_judged_against_the_imbalance_before_it(sessions, gpu_tok
     with sessions() as session, session.begin():
         deployment, pool = make_pool(session, now=NOW)
         original = PLACEMENT.get(session, pool, 0)
-        action = change.propose(session, PLACEMENT, deployment=deployment, pool=pool, policy=AUTO,
-                                value=PlacementTable(np.zeros((2, 10), np.int64)), reason="test",
-                                inputs={"measured_imbalance": [1.3, 1.2]}, predicted={}, trigger="loop",
-                                created_by="loop", now=NOW)
+        action = change.propose(session, PLACEMENT, pool, PlacementTable(np.zeros((2, 10), np.int64)),
+                                actions.Entry("test", inputs={"measured_imbalance": [1.3, 1.2]}), policy=AUTO, now=NOW)
         verify_pool(session, pool, state_with(session, deployment, pool, [window(1, 1, gpu_tokens)]), AUTO, NOW + 20)
         assert action.status == "applied"  # one window measured, two needed
         measured = state_with(session, deployment, pool, [window(1, 1, gpu_tokens), window(2, 1, gpu_tokens)])
@@ -66,9 +63,9 @@ def routing_window(index: int, share: float, recall: float = 1.0) -> Window:
 
 def propose_tightening(session, deployment, pool, now: float):
     effect = Effect("all2all_share", -1, before=0.45, predicted=0.3, tolerance=0.01, floors={"routing_recall": 0.9})
-    return change.propose(session, ROUTING, deployment=deployment, pool=pool, policy=AUTO, value=1, reason="test",
-                          inputs={"all2all_share": [0.4, 0.5]}, trigger="loop", created_by="loop", now=now,
+    entry = actions.Entry("test", inputs={"all2all_share": [0.4, 0.5]},
                           predicted={"topk_group_before": None, "topk_group_after": 1, "effect": effect.to_json()})
+    return change.propose(session, ROUTING, pool, 1, entry, policy=AUTO, now=now)
 
 
 def test_a_routing_limit_that_had_its_effect_is_verified(sessions):

@@ -16,11 +16,13 @@ import time
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 from support.fleet import CPU
 from support.servers import free_port, require_binary
 
-from agents.protocol import Role
+from agents.protocol import Role, replica_split
+from agents.protocol.placement import default_slot_to_expert
 from agents.sim.fleet import DEFAULT_MODEL, FleetClient, SimInstance, make_fleet
 from agents.sim.load import LoadModel
 from controlplane.cmd.serve import Controller
@@ -178,6 +180,63 @@ def test_the_imbalance_tile_says_when_the_pools_shape_is_the_limit(page):
     tile = page.page.locator("#tiles .tile[data-shape-limited='decode']")
     assert "floor 2.55: the shape's limit" in tile.inner_text()
     assert "no placement of its 80 slots gets under 2.55" in tile.get_attribute("title")
+    assert page.errors == []
+
+
+def test_the_step_tile_shows_the_split_the_shares_and_the_bound_of_the_last_window(page, live):
+    """sim-step (8 ranks, `observe`, placement v0) reports the dispatch-time split's step straggler of known per-step
+    counts in its last window only; the tile shows, to its two decimals, the API's split / shares and bound of that
+    window, which are what the counts give by the split's own definitions (agents/protocol/replica_split.py)."""
+    url, _ = live
+    model, ep_size, slots_per_rank = DEFAULT_MODEL, 8, 10
+    load = LoadModel(model.num_layers, model.num_experts, model.top_k, seed=7, step_sigma=0.5)
+    counts = load.route_steps(load.popularity(), 16, 256, np.random.default_rng(7))  # [steps, layers, experts]
+    group = SimInstance(deployment="sim-step", instance="sim-step-decode-0", role=Role.decode, model=model,
+                        ep_size=ep_size, slots_per_rank=slots_per_rank,
+                        load=LoadModel(model.num_layers, model.num_experts, model.top_k, seed=7))
+    with httpx.Client(base_url=url, timeout=30) as http:
+        client = FleetClient(http, api_token=ADMIN, agent_token=AGENT)
+        client.register([group], policy={"mode": "observe"})
+        now = math.floor(time.time() / WINDOW_SECONDS) * WINDOW_SECONDS
+        for i in range(3, 0, -1):  # the earlier windows not measured: a tile reading one of them says so
+            group.step_counts = counts if i == 1 else None
+            client.post_window([group], now - i * WINDOW_SECONDS, WINDOW_SECONDS, num_tokens=1024)
+    # the counts under placement v0, by the split's definitions: busiest GPU per step and layer over the mean GPU
+    gpus, share = replica_split.replica_gpus(default_slot_to_expert(model.num_layers, model.num_experts,
+                                                                    ep_size * slots_per_rank), None,
+                                             model.num_experts, ep_size)
+    split = replica_split.gpu_load_of(replica_split.balance_split(counts, gpus, share, ep_size), gpus, ep_size)
+    fixed = replica_split.gpu_load_of(replica_split.fixed_split(counts, share), gpus, ep_size)
+    mean = counts.sum() / ep_size
+    expected = {"split": split.max(-1).sum() / mean, "shares": fixed.max(-1).sum() / mean,
+                "bound": replica_split.split_bound(counts, gpus, split).sum() / mean}
+    # the counts set the three apart as the split does: it beats the shares by more than the tile's precision,
+    # and no split beats the bound
+    assert expected["split"] + 0.01 < expected["shares"] and expected["bound"] <= expected["split"], expected
+    page.open("#deployment=sim-step")
+    value = page.page.locator("#tiles [data-field=step_imbalance]")
+    page.page.wait_for_function("/decode \\d+\\.\\d\\d \\/ \\d/.test(document.querySelector("
+                                "'#tiles [data-field=step_imbalance]').textContent)")
+    [pool] = httpx.get(f"{url}/v1/deployments/sim-step/overview").json()["pools"]
+    last = pool["history"][-1]
+    assert (last["start"], last["placement_version"]) == (now - WINDOW_SECONDS, 0)
+    earlier = pool["history"][:-1]  # a new agent's first window is warm-up, not load (settings.warmup_windows)
+    assert earlier and all(w["step_imbalance"] is None for w in earlier), earlier
+    api = last["step_imbalance"]
+    assert {k: api[k] for k in expected} == pytest.approx(expected, rel=1e-9) and api["routed"] == 1.0
+    shown = re.fullmatch(r"decode (\d+\.\d\d) / (\d+\.\d\d)", value.inner_text())
+    bound = re.search(r"split / window shares · bound (\d+\.\d\d)$",
+                      value.evaluate("b => b.parentElement.querySelector('small').textContent"))
+    assert shown and bound, value.evaluate("b => b.parentElement.innerText")
+    tile = dict(zip(("split", "shares", "bound"), map(float, (*shown.groups(), *bound.groups())), strict=True))
+    for kind, number in tile.items():  # to the tile's two decimals (fmt: toFixed(2))
+        assert abs(number - api[kind]) <= 0.005 + 1e-9, (kind, tile, api)
+    assert tile["bound"] <= tile["split"] < tile["shares"], tile
+    # a deployment whose agents do not measure it says so
+    page.page.select_option("#deployment", "sim-0")
+    page.page.wait_for_function("document.getElementById('overview-sub').textContent.startsWith('sim-0')")
+    step_tile = page.page.locator("#tiles .tile", has=page.page.locator("[data-field=step_imbalance]"))
+    assert value.inner_text() == "–" and "not measured" in step_tile.inner_text(), step_tile.inner_text()
     assert page.errors == []
 
 

@@ -27,6 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from support.auth import AGENT_TOKEN, API_TOKEN, operator
 from support.databases import sibling
 from support.fleet import run_windows
+from support.processes import RANK_PROCESSES
 from support.ranks import make_group, run_group
 from support.servers import free_port
 
@@ -34,11 +35,13 @@ from agents.sim.fleet import FleetClient, SimInstance, make_fleet
 from agents.sim.load import LoadModel
 from controlplane.api.app import create_app
 from controlplane.cmd.serve import Controller
-from controlplane.loop.reconcile import reconcile_once
+from controlplane.loop.reconcile import Reconciler
 from controlplane.loop.telemetry import ControllerMetrics
-from controlplane.store import placements
 from controlplane.store.db import make_engine, make_sessions, upgrade
+from controlplane.store.knob_versions import PLACEMENTS
 from controlplane.store.tables import LoadWindow, Pool
+
+pytestmark = RANK_PROCESSES
 
 REPO = Path(__file__).resolve().parents[2]
 POLICY = {"mode": "auto", "cooldown_seconds": 0}
@@ -76,7 +79,7 @@ def snapshot_answers(metrics: ControllerMetrics) -> dict[str, int]:
 def versions(sessions) -> list[int]:
     with sessions() as session:
         pool = session.query(Pool).one()
-        return [p.version for p in placements.recent(session, pool, since=0.0)]
+        return [p.version for p in PLACEMENTS.recent(session, pool, since=0.0)]
 
 
 def start(client, sessions, settings, clock, fleet, num_windows: int, protocol: str) -> FleetClient:
@@ -104,8 +107,8 @@ def test_an_empty_database_adopts_what_the_fleet_runs_and_the_loop_goes_on(clien
         assert (adopted["status"], adopted["trigger"], adopted["placement_version"]) == ("adopted", "fleet", running)
         assert adopted["reason"].startswith("adopted from the fleet")
         with new_sessions() as session:
-            stored = placements.latest(session, session.query(Pool).one())
-            np.testing.assert_array_equal(stored.slot_to_expert, table)
+            stored = PLACEMENTS.latest(session, session.query(Pool).one())
+            np.testing.assert_array_equal(stored.value.slot_to_expert, table)
             # the window of the refusal is not lost: all 8 ranks' reports are in it
             assert [w.num_reports for w in session.query(LoadWindow)] == [EP_SIZE]
         # one 404 (registered again) and one 409 (the table sent), then only 200s
@@ -142,7 +145,7 @@ def test_an_older_backup_adopts_the_newer_version_the_fleet_runs(client, session
         assert snapshot_answers(metrics) == {"409": 1, "200": 2 * POSTS[protocol]}
         # the windows under the adopted version are complete: the loop planned from them, or would now
         assert versions(old_sessions)[backed_up + 2:] or not [
-            p for p in reconcile_once(old_sessions, old_settings, now=clock.now + 10, dry_run=True).plans
+            p for p in Reconciler(old_settings).once(old_sessions, now=clock.now + 10, dry_run=True).plans
             if "windows under placement" in p.reason]
 
 
@@ -192,7 +195,7 @@ def test_real_agents_keep_running_through_a_database_swap(settings):
         while True:  # windows under the adopted version, measured (slower on a loaded machine)
             run_group(agents, engines, 2.0, switched)
             overview = httpx.get(f"{controller.url}/v1/deployments/tiny/overview").json()
-            measured = [h for h in overview.get("pools", [{}])[0].get("history", [])
+            measured = [h for h in (overview.get("pools") or [{}])[0].get("history", [])
                         if h["placement_version"] >= running and h["imbalance"]]
             if len(measured) >= 2 or time.monotonic() > deadline:
                 break

@@ -9,14 +9,14 @@ from support.auth import AGENT_TOKEN, API_TOKEN, agent, operator
 from support.fleet import run_windows
 
 from agents.sim.fleet import FleetClient, make_fleet
-from controlplane.loop.reconcile import reconcile_once
+from controlplane.loop.reconcile import Reconciler
 
 POLICY = {"mode": "auto", "cooldown_seconds": 0, "imbalance_threshold": 1.01}
 AGENTS = "/v1/deployments/sim-0/pools/decode/agents"
 
 
 def reasons(sessions, settings, clock) -> list[str]:
-    return [p.reason for p in reconcile_once(sessions, settings, now=clock.now, dry_run=True).plans]
+    return [p.reason for p in Reconciler(settings).once(sessions, now=clock.now, dry_run=True).plans]
 
 
 def test_replaced_pods_leave_the_quorum_and_can_be_removed(client, sessions, settings, clock):

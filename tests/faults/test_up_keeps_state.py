@@ -15,9 +15,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from support.processes import RANK_PROCESSES, die_with_parent
 from support.servers import free_port, until
 
 from controlplane.config import DEFAULT_DATABASE_URL
+
+pytestmark = RANK_PROCESSES
 
 POLICY = {"mode": "observe", "cooldown_seconds": 123.0}
 
@@ -33,7 +36,8 @@ def moectl_up(cwd: Path, *args: str, env: dict[str, str]) -> Iterator[tuple[http
     port = free_port()
     process = subprocess.Popen([sys.executable, "-m", "controlplane", "up", "--sim", "--port", str(port),
                                 "--window-seconds", "1", "--deployments", "1", "--ep-size", "4", *args],
-                               cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                               cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               preexec_fn=die_with_parent)
     printed: dict[str, str] = {}
     try:
         while "api token" not in printed:

@@ -1,7 +1,9 @@
 """pytest plugin (tests/conftest.py loads it): a test marked `exclusive` runs with no other test beside it, on
-any xdist worker. Its assertions read the machine's speed (a step sized from the ITL its warm-up measured), which
-another worker's test changes under it. Every other test holds a shared lock while it runs; an exclusive one
-waits for the holders to finish and holds the lock alone. The lock files are one pair per run.
+any xdist worker nor in another test run on this machine. Its assertions read the machine's speed (a step sized
+from the ITL its warm-up measured), which any other test changes under it. Every other test holds a shared lock
+while it runs; an exclusive one waits for the holders to finish and holds the lock alone. The lock files are one
+pair per machine, in MOECTL_EXCLUSIVE_DIR (default: the temp dir); a test run that a test starts (pytester)
+locks apart, in a directory of that test's, or it would wait for the lock its parent holds.
 
 The locks are taken around the whole test protocol, outside pytest-timeout's timer: a test's timeout counts its
 own setup, call and teardown, not the minutes it waited for an exclusive test on the other worker."""
@@ -9,6 +11,7 @@ own setup, call and teardown, not the minutes it waited for an exclusive test on
 from __future__ import annotations
 
 import fcntl
+import os
 import tempfile
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -29,11 +32,8 @@ def _flock(path: Path, operation: int) -> Iterator[None]:
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)  # outermost: before pytest-timeout starts its timer
 def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
-    run = getattr(item.config, "workerinput", {}).get("testrunuid")
-    if run is None:  # not under xdist: nothing runs beside it
-        yield
-        return
-    turnstile, room = (Path(tempfile.gettempdir()) / f"moectl-exclusive-{run}.{n}" for n in ("turnstile", "lock"))
+    where = Path(os.environ.get("MOECTL_EXCLUSIVE_DIR") or tempfile.gettempdir())
+    turnstile, room = (where / f"moectl-tests-exclusive.{n}" for n in ("turnstile", "lock"))
     with ExitStack() as held:
         if item.get_closest_marker("exclusive") is None:
             with _flock(turnstile, fcntl.LOCK_EX):  # a waiting exclusive test holds it: no new test slips in first
@@ -42,4 +42,19 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
         else:
             held.enter_context(_flock(turnstile, fcntl.LOCK_EX))
             held.enter_context(_flock(room, fcntl.LOCK_EX))
+        nested = held.enter_context(tempfile.TemporaryDirectory(prefix="moectl-exclusive-"))
+        held.enter_context(_environ("MOECTL_EXCLUSIVE_DIR", nested))
         yield
+
+
+@contextmanager
+def _environ(name: str, value: str) -> Iterator[None]:
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before

@@ -5,7 +5,7 @@ from __future__ import annotations
 from agents.protocol import ModelShape
 from agents.sim.cost import CPU_GLOO, GPU_NODES
 from agents.sim.fleet import FleetClient, make_fleet
-from controlplane.loop.reconcile import reconcile_once
+from controlplane.loop.reconcile import Reconciler
 from support.auth import AGENT_TOKEN, API_TOKEN
 
 # DeepSeek-V3's routing shape scaled down: 8 groups of 8 experts, top-8 within the model's own 4 groups, one
@@ -38,7 +38,7 @@ def run_windows(client, sessions, settings, clock, fleet, num_windows: int, *, r
         fleet_client.post_window(fleet, start, settings.window_seconds)
         clock.now += settings.window_seconds / 2 + 0.1
         if reconcile:
-            reconcile_once(sessions, settings, now=clock.now)
+            Reconciler(settings).once(sessions, now=clock.now)
         clock.now = start + settings.window_seconds
         overviews.append(client.get(f"/v1/deployments/{fleet[0].deployment}/overview").json())
     return overviews

@@ -8,9 +8,9 @@ import numpy as np
 
 from agents.protocol.placement import PlacementTable
 from controlplane.actuate import change
-from controlplane.actuate.placement import PLACEMENT
+from controlplane.actuate.knobs import PLACEMENT
 from controlplane.desired import Policy
-from controlplane.store import deployments, pools
+from controlplane.store import actions, deployments, pools
 from support.auth import operator
 from support.fleet import run_windows, start_fleet
 
@@ -38,9 +38,9 @@ def apply_bad_placement(sessions, settings, *, now: float, deployment: str = "si
         prior = state.windows[-1].imbalance(state.ep_size)
         order = np.argsort(-state.windows[-1].expert_tokens, axis=1)  # [L, E] hottest first
         table = np.concatenate([order, order[:, 10:26]], axis=1)  # slots 64..79 repeat ranks 10..25
-        action = change.propose(session, PLACEMENT, deployment=row, pool=pool, value=PlacementTable(table),
-                                policy=Policy(mode="auto"), reason=BAD_PLAN, inputs={"measured_imbalance": [prior]},
-                                predicted={}, trigger="manual", created_by="test", now=now)
+        entry = actions.Entry(BAD_PLAN, inputs={"measured_imbalance": [prior]}, trigger="manual", created_by="test")
+        action = change.propose(session, PLACEMENT, pool, PlacementTable(table), entry, policy=Policy(mode="auto"),
+                                now=now)
         assert action.status == "applied" and np.any(table != state.slot_to_expert)
         return Applied(action.id, prior, table, state.slot_to_expert)
 

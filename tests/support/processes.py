@@ -8,10 +8,20 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
+
+# a module of tests that each start a group of rank processes running the model: under xdist (make test) they run
+# one after another on one worker, not two groups at once on two cores, where each group's windows ran late enough
+# to fail its timed assertions and a timed-out test left its ranks running under the next
+RANK_PROCESSES = pytest.mark.xdist_group("rank_processes")
+
 
 def die_with_parent() -> None:
-    """A `preexec_fn`: runs in the child before exec and has it SIGKILLed when the process that started it dies."""
+    """A `preexec_fn`: runs in the child before exec and has it SIGKILLed when the process that started it dies.
+    Ctrl-C (SIGINT) is the child's default again: a test run started in the background by a shell ignores it
+    and every child would inherit that, so the tests' Ctrl-C would never stop what they started."""
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def stop(process: subprocess.Popen, timeout: float = 15.0) -> None:

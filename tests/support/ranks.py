@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry
 
@@ -57,14 +58,20 @@ def identity(rank: int, ep_size: int, deployment: str = "tiny", role: Role = Rol
 EP_SIZE = 2
 
 
-def run_group(agents: list[Agent], engines: list[SimEngine], seconds: float, switched: list) -> None:
-    """Every rank steps in its own thread, in lockstep through the group's agreement."""
+def run_group(agents: list[Agent], engines: list[SimEngine], seconds: float, switched: list, *,
+              until: Callable[[], bool] | None = None, max_extra_seconds: float = 30.0) -> None:
+    """Every rank steps in its own thread, in lockstep through the group's agreement, for `seconds`; with `until`,
+    on past them until it holds (at most `max_extra_seconds` more: a loaded machine posts later, not never)."""
     stop = time.monotonic() + seconds
+
+    def is_done() -> bool:
+        now = time.monotonic()
+        return now > stop and (until is None or now > stop + max_extra_seconds or until())
 
     def loop(rank: int) -> None:
         engine, agent = engines[rank], agents[rank]
         while True:
-            is_last = time.monotonic() > stop
+            is_last = rank == 0 and is_done()
             before = engine.placement.version
             _, stats = engine.step()
             agent.on_step(stats)
@@ -73,14 +80,14 @@ def run_group(agents: list[Agent], engines: list[SimEngine], seconds: float, swi
             agent.tick()
             time.sleep(0.01)
             # ranks leave together: rank 0 decides, the others follow through the agreement
-            if engine.group.agree_max([int(is_last and rank == 0)])[0]:
+            if engine.group.agree_max([int(is_last)])[0]:
                 return
 
     threads = [threading.Thread(target=loop, args=(r,)) for r in range(len(engines))]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=seconds + 30)
+        t.join(timeout=seconds + max_extra_seconds + 30)
 
 
 def make_group(url: str, *, api_token: str = API_TOKEN, poster_kwargs=None, clock=time.time):

@@ -1,5 +1,5 @@
 """A moectl deployment whose pools a `PoolScaler` sizes, driven through the one reconcile path: requests as
-a person's API call records them, then `reconcile_pool` (on SQLite: the database side is tested elsewhere)."""
+a person's API call records them, then the pool's reconcile (on SQLite: the database side is tested elsewhere)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.actuate.fence import SOLE, Fence, guard
-from controlplane.actuate.pool_size import POOL_SIZE
+from controlplane.actuate.knobs import POOL_SIZE
 from controlplane.actuate.scale import resume
 from controlplane.actuate.scaler import PoolScaler
 from controlplane.config import Settings
 from controlplane.desired import Policy
-from controlplane.loop.reconcile import reconcile_pool
+from controlplane.loop.reconcile import Reconciler
 from controlplane.store import deployments, requests
 from controlplane.store.db import make_engine, make_sessions, upgrade
 from controlplane.store.tables import Action, Request
@@ -56,7 +56,7 @@ class ScaledDeployment:
             if replicas is not None:
                 request = requests.record(session, pool=pool, knob=POOL_SIZE.kind, trigger="manual",
                                           created_by="alice", value={"replicas": replicas}, now=self.now)
-            reconcile_pool(session, deployment, pool, self.settings, now=self.now, scaler=self.scaler, fence=fence)
+            Reconciler(self.settings, self.scaler, fence).pool(session, deployment, pool, now=self.now)
             return request
 
     def resume(self, action_id: int) -> None:

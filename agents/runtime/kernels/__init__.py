@@ -2,8 +2,8 @@
 
 This package is the only place in the repo that imports triton, and it does so lazily: importing
 `agents.runtime.kernels` (and `refs`) needs only torch. The kernel modules (`routing`, `histogram`, `align`,
-`permute`, `unpermute`, `grouped_gemm`, `combine`, `fused_moe`, `quant`, `reach`) import triton at the top and are
-loaded only when the Triton backend is picked.
+`permute`, `unpermute`, `grouped_gemm`, `combine`, `fused_moe`, `quant`, `reach`, `replica_split`) import triton at
+the top and are loaded only when the Triton backend is picked.
 
 Backend choice (`moe_backend`): Triton on CUDA when triton imports, torch otherwise; `MOECTL_KERNELS=triton|torch`
 forces either. Forcing Triton on a CPU device runs Triton's interpreter, which needs `TRITON_INTERPRET=1` in the
@@ -31,6 +31,7 @@ KERNEL_MODULES = (
     "fused_moe",
     "quant",
     "reach",
+    "replica_split",
 )
 
 
@@ -87,7 +88,7 @@ def load(name: str):
 
 @functools.cache
 def _ops(backend: str) -> SimpleNamespace:
-    from agents.runtime import moe_ops
+    from agents.runtime import moe_ops, replica_split
     from agents.runtime.kernels import refs
 
     if backend == "torch":
@@ -104,6 +105,7 @@ def _ops(backend: str) -> SimpleNamespace:
             fused_moe=refs.fused_moe,
             quantize=refs.quantize,
             dequantize=refs.dequantize,
+            balance_split=replica_split.balance_split,
         )
     quant = load("quant")
     return SimpleNamespace(
@@ -119,6 +121,7 @@ def _ops(backend: str) -> SimpleNamespace:
         fused_moe=load("fused_moe").triton_impl,
         quantize=quant.triton_impl,
         dequantize=quant.dequantize_triton,
+        balance_split=load("replica_split").triton_impl,
     )
 
 

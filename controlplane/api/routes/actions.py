@@ -4,9 +4,6 @@ from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException, Query
 
-from controlplane.actuate import change
-from controlplane.actuate.knobs import KNOBS
-from controlplane.actuate.placement import PLACEMENT
 from controlplane.api import overview
 from controlplane.api.actuation import FOR_THE_LEADER
 from controlplane.api.deps import (
@@ -21,7 +18,7 @@ from controlplane.api.deps import (
 )
 from controlplane.api.routes.deployments import get_or_404
 from controlplane.api.schemas import ActionOut, RebalanceIn, RebalanceOut
-from controlplane.desired import Decision, Mode
+from controlplane.desired import Decision, KnobKind, Mode
 from controlplane.store import actions, deployments, policies, requests
 from controlplane.store.tables import Action, Pool
 
@@ -55,11 +52,11 @@ def rebalance(name: DeploymentName, body: RebalanceIn, session: SessionDep, sett
         role_of = {p.id: p.role for p in targets}
         for pool in targets:
             if body.dry_run:  # records no request: it plans as one would
-                result = actuation.preview(session, deployment, pool, settings, now=now)
+                result = actuation.preview(session, deployment, pool, now=now)
             else:
-                requests.record(session, pool=pool, knob=PLACEMENT.kind, trigger="manual", created_by=caller.name,
+                requests.record(session, pool=pool, knob=KnobKind.placement, trigger="manual", created_by=caller.name,
                                 now=now)
-                result = actuation.reconcile(session, deployment, pool, settings, now=now)
+                result = actuation.reconcile(session, deployment, pool, now=now)
             if result is None:
                 out.append(RebalanceOut(role=pool.role, decision=Decision.hold.value, reason=FOR_THE_LEADER,
                                         predicted=None, action=None))
@@ -88,16 +85,18 @@ def _claim(session, action_id: int, now: float) -> tuple[Action, Pool]:
 
 
 @router.post("/v1/actions/{action_id}/approve", response_model=ActionOut)
-def approve(action_id: RowId, session: SessionDep, now: NowDep, caller: OperatorDep) -> ActionOut:
+def approve(action_id: RowId, session: SessionDep, now: NowDep, actuation: ActuationDep,
+            caller: OperatorDep) -> ActionOut:
     with session.begin():
         action, pool = _claim(session, action_id, now)
-        change.approve(session, KNOBS[action.kind], pool=pool, action=action, approved_by=caller.name, now=now)
+        actuation.approve(session, pool, action, approved_by=caller.name, now=now)
         return overview.action_out(action, {pool.id: pool.role})
 
 
 @router.post("/v1/actions/{action_id}/reject", response_model=ActionOut)
-def reject(action_id: RowId, session: SessionDep, now: NowDep, caller: OperatorDep) -> ActionOut:
+def reject(action_id: RowId, session: SessionDep, now: NowDep, actuation: ActuationDep,
+           caller: OperatorDep) -> ActionOut:
     with session.begin():
         action, pool = _claim(session, action_id, now)
-        change.reject(KNOBS[action.kind], action=action, rejected_by=caller.name, now=now)
+        actuation.reject(action, rejected_by=caller.name, now=now)
         return overview.action_out(action, {pool.id: pool.role})

@@ -6,7 +6,7 @@ post their window and get the PD-aware local-prefill threshold back.
 A post naming a placement version the store never issued (the database was restored or replaced while the
 fleet ran on) is refused with code PLACEMENT_UNKNOWN until it carries the table it runs (a group's rank 0
 sends the table of the newest version its ranks ran); then that table is adopted as that version
-(`actuate.change.adopt`) and the window is stored like any other."""
+(`api.actuation` `adopt_placement`) and the window is stored like any other."""
 
 from __future__ import annotations
 
@@ -32,10 +32,9 @@ from agents.protocol import (
     Snapshot,
 )
 from agents.protocol.grid import window_index
-from controlplane.actuate import change
-from controlplane.actuate.agents import desired_state
-from controlplane.actuate.placement import PLACEMENT
-from controlplane.api.deps import AgentDep, Caller, NowDep, SessionDep, SettingsDep
+from controlplane.api.actuation import Actuation
+from controlplane.api.deps import ActuationDep, AgentDep, Caller, NowDep, SessionDep, SettingsDep
+from controlplane.api.desired_state import desired_state
 from controlplane.collect.aggregate import to_group_report, to_report
 from controlplane.collect.serving import replica_counters, router_counters
 from controlplane.collect.validate import PoolShape, SnapshotRejected, check_group, check_snapshot, check_window_time
@@ -44,13 +43,13 @@ from controlplane.observed.serving import merge
 from controlplane.store import (
     deployments,
     in_force,
-    placements,
     policies,
     prefill_thresholds,
     serving,
     windows,
 )
 from controlplane.store.deployments import AgentSeen
+from controlplane.store.knob_versions import PLACEMENTS
 
 router = APIRouter(tags=["agents"])
 T = TypeVar("T")
@@ -72,7 +71,7 @@ class _Post:
 
 @router.post("/v1/agents/snapshot", response_model=DesiredState, response_model_exclude_none=True)
 def post_snapshot(snapshot: Snapshot, session: SessionDep, settings: SettingsDep, now: NowDep,
-                  caller: AgentDep) -> DesiredState | JSONResponse:
+                  actuation: ActuationDep, caller: AgentDep) -> DesiredState | JSONResponse:
     """Stores one rank's window (moectl.v1) and answers with what the rank should run next."""
     ident = snapshot.identity
     post = _Post(ident, lambda model, pool, latest: check_snapshot(snapshot, model, pool, latest, now,
@@ -81,12 +80,12 @@ def post_snapshot(snapshot: Snapshot, session: SessionDep, settings: SettingsDep
                  [AgentSeen(ident.rank, snapshot.placement_version, ident.node, ident.gpu_uuid)],
                  snapshot.placement_version, snapshot.running_placement, f"{ident.instance} rank {ident.rank}",
                  [replica_counters(snapshot)])
-    return _store(post, session, settings, now, caller)
+    return _store(post, session, settings, now, actuation, caller)
 
 
 @router.post("/v2/agents/snapshot", response_model=DesiredState, response_model_exclude_none=True)
 def post_group_snapshot(group: GroupSnapshot, session: SessionDep, settings: SettingsDep, now: NowDep,
-                        caller: AgentDep) -> DesiredState | JSONResponse:
+                        actuation: ActuationDep, caller: AgentDep) -> DesiredState | JSONResponse:
     """Stores one EP group's window (moectl.v2, posted by its rank 0) and answers with what every rank of the
     group should run next."""
     rank0 = min(group.ranks, key=lambda r: r.rank)
@@ -100,7 +99,7 @@ def post_group_snapshot(group: GroupSnapshot, session: SessionDep, settings: Set
                  [AgentSeen(r.rank, r.placement_version, r.node, r.gpu_uuid) for r in group.ranks],
                  group.placement_version, group.running_placement, f"{group.instance} rank {ahead.rank}",
                  [replica_counters(r) for r in group.ranks])
-    return _store(post, session, settings, now, caller)
+    return _store(post, session, settings, now, actuation, caller)
 
 
 def _once_more_on_conflict(session, ingest: Callable[[], T]) -> T:
@@ -115,15 +114,16 @@ def _once_more_on_conflict(session, ingest: Callable[[], T]) -> T:
         return ingest()
 
 
-def _store(post: _Post, session, settings, now: float, caller: Caller) -> DesiredState | JSONResponse:
+def _store(post: _Post, session, settings, now: float, actuation: Actuation,
+           caller: Caller) -> DesiredState | JSONResponse:
     try:
-        return _once_more_on_conflict(session, lambda: _ingest(post, session, settings, now, caller))
+        return _once_more_on_conflict(session, lambda: _ingest(post, session, settings, now, actuation, caller))
     except SnapshotRejected as exc:
         return JSONResponse(status_code=exc.status,
                             content={"detail": str(exc)} | ({"code": exc.code} if exc.code else {}))
 
 
-def _ingest(post: _Post, session, settings, now: float, caller: Caller) -> DesiredState:
+def _ingest(post: _Post, session, settings, now: float, actuation: Actuation, caller: Caller) -> DesiredState:
     ident = post.identity
     # what the answer needs, read in one round trip before the window's row is locked: the pool's other
     # instances post this window at once and wait for that lock only as long as this post still writes
@@ -140,14 +140,14 @@ def _ingest(post: _Post, session, settings, now: float, caller: Caller) -> Desir
         pool, latest = state.pool, state.placement
     if post.placement_version > latest.version:  # checked: it carries the table its ranks run
         deployments.lock_pool(session, pool)  # as every writer of the pool: the loop cannot issue this number now
-        latest = placements.latest(session, pool)
+        latest = PLACEMENTS.latest(session, pool)
     if post.placement_version > latest.version:  # nobody issued or adopted it meanwhile
         running = post.running_placement
         table = PlacementTable(running.slot_to_expert.to_numpy(),
                                running.slot_share.to_numpy() if running.slot_share is not None else None)
-        change.adopt(session, PLACEMENT, deployment=deployment, pool=pool, version=post.placement_version,
-                     value=table, policy=state.policy, reported_by=post.reported_by, created_by=caller.name, now=now)
-        latest = placements.latest(session, pool)
+        actuation.adopt_placement(session, pool, table, version=post.placement_version,
+                                  policy=state.policy, reported_by=post.reported_by, created_by=caller.name, now=now)
+        latest = PLACEMENTS.latest(session, pool)
     threshold = state.local_prefill_threshold
     routing = RoutingLimits(topk_group=state.topk_group)
     report = post.report(settings.window_seconds)
@@ -167,8 +167,9 @@ def _ingest(post: _Post, session, settings, now: float, caller: Caller) -> Desir
                                    age_windows=min(num_windows) - 1, counters=functools.reduce(merge, counters),
                                    num_reports=len(counters))
     versions = {seen.placement_version for seen in post.seen}
-    return desired_state(placement_version=latest.version, slot_to_expert=latest.slot_to_expert,
-                         slot_share=latest.slot_share, reported_version=versions.pop() if len(versions) == 1 else -1,
+    table = latest.value
+    return desired_state(placement_version=latest.version, slot_to_expert=table.slot_to_expert,
+                         slot_share=table.slot_share, reported_version=versions.pop() if len(versions) == 1 else -1,
                          routing=routing, local_prefill_threshold=threshold, window_seconds=settings.window_seconds)
 
 

@@ -25,9 +25,8 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session
 
 from agents.protocol import NAME_PATTERN
-from controlplane.actuate.placement import PLACEMENT
 from controlplane.api.deps import ActuationDep, AlertsDep, NowDep, SessionsDep, SettingsDep
-from controlplane.desired import Mode
+from controlplane.desired import KnobKind, Mode
 from controlplane.store import alerts, deployments, policies, requests
 from controlplane.store.db import is_unavailable
 from controlplane.store.tables import AlertEvent, Deployment, Pool
@@ -79,8 +78,7 @@ def alertmanager(body: WebhookIn, sessions: SessionsDep, settings: SettingsDep, 
     for pool_id in pool_ids:
         with sessions() as session, session.begin():
             pool = session.get(Pool, pool_id)
-            actuation.reconcile_requested(session, session.get(Deployment, pool.deployment_id), pool, settings,
-                                          now=now)
+            actuation.reconcile_requested(session, session.get(Deployment, pool.deployment_id), pool, now=now)
     with sessions() as session:
         events = [session.get(AlertEvent, event_id) for event_id in handled]
         outcomes = [{"fingerprint": o.fingerprint, "alertname": o.alertname, "outcome": o.outcome,
@@ -149,7 +147,7 @@ def _request(session: Session, settings, alert: AlertIn, event: AlertEvent, name
         return "policy mode is off", []
     role = alert.labels.get("role")
     note = {"fingerprint": event.fingerprint, "alertname": event.alertname, "startsAt": event.starts_at}
-    recorded = [requests.record(session, pool=pool, knob=PLACEMENT.kind, trigger="alert", created_by=caller,
+    recorded = [requests.record(session, pool=pool, knob=KnobKind.placement, trigger="alert", created_by=caller,
                                 alerts=[note], alert_event_id=event.id, now=now)
                 for pool in deployments.pools_of(session, deployment) if role in (None, pool.role)]
     if not recorded:

@@ -9,7 +9,8 @@ from sqlalchemy.orm import Session
 from controlplane.api import overview
 from controlplane.api.deps import AdminDep, DeploymentName, NowDep, PoolRole, SessionDep, SettingsDep, ViewerDep
 from controlplane.api.schemas import DeploymentIn, DeploymentSummary, Overview, PoolLoad
-from controlplane.store import deployments, placements, pools
+from controlplane.store import deployments, pools
+from controlplane.store.knob_versions import PLACEMENTS
 from controlplane.store.tables import Deployment
 
 router = APIRouter(prefix="/v1/deployments", tags=["deployments"])
@@ -77,7 +78,7 @@ def get_pool_load(name: DeploymentName, role: PoolRole, session: SessionDep, set
     # right after a placement change the newest window may hold no per-GPU load yet: show the last that does
     measured = [w for w in state.windows if w.num_slot_reports > 0]
     window = measured[-1] if measured else (state.windows[-1] if state.windows else None)
-    previous = placements.get(session, pool, state.placement_version - 1) if state.placement_version else None
+    previous = PLACEMENTS.get(session, pool, state.placement_version - 1) if state.placement_version else None
     empty = [[] for _ in range(state.num_layers)]
     return PoolLoad(role=role, ep_size=pool.ep_size, slots_per_rank=pool.slots_per_rank,
                     gpus_per_node=pool.gpus_per_node, window_index=window.index if window else None,
@@ -87,4 +88,4 @@ def get_pool_load(name: DeploymentName, role: PoolRole, session: SessionDep, set
                     expert_tokens=window.expert_tokens.tolist() if window else empty,
                     gpu_tokens=window.gpu_load(pool.ep_size).tolist() if window else empty,
                     slot_to_expert=state.slot_to_expert.tolist(),
-                    previous_slot_to_expert=previous.slot_to_expert.tolist() if previous else None)
+                    previous_slot_to_expert=previous.value.slot_to_expert.tolist() if previous else None)

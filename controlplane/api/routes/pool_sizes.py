@@ -7,8 +7,6 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException
 from sqlalchemy.orm import Session
 
-from controlplane.actuate.pool_size import POOL_SIZE
-from controlplane.actuate.scale import resume, standing_down
 from controlplane.api import overview
 from controlplane.api.actuation import FOR_THE_LEADER
 from controlplane.api.deps import (
@@ -23,8 +21,10 @@ from controlplane.api.deps import (
 )
 from controlplane.api.routes.deployments import get_or_404
 from controlplane.api.schemas import ActionOut, PoolSizeIn, PoolSizeOut, PoolSizeView
+from controlplane.desired import KnobKind
 from controlplane.plan.placement import check_pool_size
-from controlplane.store import deployments, policies, pool_sizes, pools, requests
+from controlplane.store import deployments, policies, pools, requests
+from controlplane.store.knob_versions import POOL_SIZES
 from controlplane.store.tables import Action, Deployment, Pool
 
 router = APIRouter(prefix="/v1/deployments/{name}/pools/{role}/size", tags=["pool sizes"])
@@ -39,10 +39,11 @@ def _pool(session: Session, name: str, role: str) -> tuple[Deployment, Pool]:
 
 
 @router.get("", response_model=PoolSizeView)
-def get_pool_size(name: DeploymentName, role: PoolRole, session: SessionDep, _: ViewerDep) -> PoolSizeView:
+def get_pool_size(name: DeploymentName, role: PoolRole, session: SessionDep, actuation: ActuationDep,
+                  _: ViewerDep) -> PoolSizeView:
     _, pool = _pool(session, name, role)
-    latest, conflict = pool_sizes.latest(session, pool), standing_down(session, pool)
-    return PoolSizeView(role=role, replicas=latest.replicas, version=latest.version, action_id=latest.action_id,
+    latest, conflict = POOL_SIZES.latest(session, pool), actuation.standing_down(session, pool)
+    return PoolSizeView(role=role, replicas=latest.value, version=latest.version, action_id=latest.action_id,
                         standing_down=conflict and overview.action_out(conflict, {pool.id: role}))
 
 
@@ -58,7 +59,7 @@ def request_pool_size(name: DeploymentName, role: PoolRole, body: PoolSizeIn, se
         deployment, pool = _pool(session, name, role)
         _, policy = policies.active(session, deployment)
         step = check_pool_size(policy, role=role, replicas=body.replicas,
-                               current=pool_sizes.latest(session, pool).replicas, gpus_per_instance=pool.ep_size,
+                               current=POOL_SIZES.latest(session, pool).value, gpus_per_instance=pool.ep_size,
                                other_pools_gpus=pools.other_pools_gpus(session, deployment, pool, settings, now))
         if body.dry_run or not step.is_allowed:
             decision = ("resize" if step.is_change else "keep") if step.is_allowed else "refused"
@@ -67,9 +68,9 @@ def request_pool_size(name: DeploymentName, role: PoolRole, body: PoolSizeIn, se
             if body.dry_run:
                 return answer
             raise HTTPException(409, f"{name}/{role}: {step.reason}")
-        request = requests.record(session, pool=pool, knob=POOL_SIZE.kind, trigger="manual", created_by=caller.name,
+        request = requests.record(session, pool=pool, knob=KnobKind.pool_size, trigger="manual", created_by=caller.name,
                                   value={"replicas": body.replicas, "note": body.note}, now=now)
-        is_reconciled = actuation.reconcile(session, deployment, pool, settings, now=now) is not None
+        is_reconciled = actuation.reconcile(session, deployment, pool, now=now) is not None
         action = session.get(Action, request.action_id) if request.action_id else None
         outcome = request.outcome if is_reconciled else FOR_THE_LEADER
         answer = PoolSizeOut(role=role, replicas=body.replicas, current=step.current, decision=(
@@ -83,14 +84,14 @@ def request_pool_size(name: DeploymentName, role: PoolRole, body: PoolSizeIn, se
 
 @router.post("/resume", response_model=ActionOut)
 def resume_pool_size(name: DeploymentName, role: PoolRole, session: SessionDep, now: NowDep,
-                     caller: OperatorDep) -> ActionOut:
+                     actuation: ActuationDep, caller: OperatorDep) -> ActionOut:
     """After moectl stood down from the pool (a `conflict` action): manage its size again. The leader's next
     pass applies moectl's latest size, whatever the other writer set; a writer still present (an HPA) makes
     it stand down again."""
     with session.begin():
         _, pool = _pool(session, name, role)
-        conflict = standing_down(session, pool)
+        conflict = actuation.standing_down(session, pool)
         if conflict is None:
             raise HTTPException(409, f"moectl does not stand down from {name}/{role}: nothing to resume")
-        resume(conflict, resumed_by=caller.name, now=now)
+        actuation.resume(conflict, resumed_by=caller.name, now=now)
         return overview.action_out(conflict, {pool.id: role})

@@ -63,6 +63,11 @@ class PlacementPlan:
     is_group_local: every layer keeps each group's replicas on one node (asked for and achieved).
     mean_nodes_per_group: nodes a group's replicas span, mean over layers and groups; what
         locality bounds (1.0 = local) and the cross-node traffic the plan risks under group routing.
+    objective: what the table was chosen to minimise: "window_mean" (max/mean of the window's mean load, the
+        default) or "step_split" (the per-step LP optimum of a pool running the dispatch-time split,
+        solve/placement/step_split.py).
+    step_imbalance: under "step_split", the plan's sampled per-step score (busiest GPU over mean, split); None
+        otherwise.
     """
 
     slot_to_expert: np.ndarray
@@ -73,6 +78,8 @@ class PlacementPlan:
     moved_slots: np.ndarray
     is_group_local: bool = False
     mean_nodes_per_group: float = 1.0
+    objective: str = "window_mean"
+    step_imbalance: float | None = None
 
 
 def _validate(load, topology: Topology, current, max_moved_slots) -> tuple[np.ndarray, np.ndarray | None]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import httpx
 import openai
 import pytest
+from support.servers import until
 from support.serving import router, worker
 
 LONG = "def parse(path):\n    with open(path) as f:\n        return [line.split(',') for line in f]\n" * 2
@@ -81,9 +82,12 @@ def test_stop_strings_and_bad_requests(client, stack):
     assert httpx.post(stack["url"] + "/v1/completions", json={"prompt": 3}).status_code == 422
 
 
-def test_decode_agent_saw_the_requests(stack):
+def test_decode_agent_saw_the_requests(client, stack):
     value = stack["decode_registry"].get_sample_value
     labels = {"deployment": "tiny", "role": "decode", "ep_rank": "0"}
-    assert value("moectl_generation_tokens_total", labels) > 0
+    before = value("moectl_generation_tokens_total", labels)  # this worker may have run none of the tests above
+    client.completions.create(model="m", prompt=LONG, max_tokens=12)  # prefill rank, then the decode rank
+    until("the decode agent counts the tokens", lambda: value("moectl_generation_tokens_total", labels) > before,
+          timeout=10, interval=0.05)
     assert value("moectl_spec_decode_draft_tokens_total", labels) > 0
     assert value("moectl_forward_seconds_total", labels) > 0

@@ -52,3 +52,15 @@ def test_a_swing_moves_the_hot_set_between_two_kinds_of_text():
     assert not np.array_equal(model.popularity(0.0).argmax(axis=1), model.popularity(60.0).argmax(axis=1))
     steady = LoadModel(4, 32, 4, seed=4)  # no swing: the clock does not matter
     np.testing.assert_array_equal(steady.popularity(60.0), steady.popularity(0.0))
+
+
+def test_steps_scatter_around_the_window_only_as_far_as_step_sigma_says():
+    model = LoadModel(4, 32, 4, seed=7, min_exponent=0.2, max_exponent=0.5)
+    popularity = model.popularity()
+    calm = model.route_steps(popularity, 200, 4096, np.random.default_rng(0))
+    assert calm.shape == (200, 4, 32) and calm.dtype == np.int64
+    np.testing.assert_allclose(calm.mean(0) / (4096 * 4), popularity, rtol=0.05, atol=1e-3)  # Poisson around it
+    bursty = LoadModel(4, 32, 4, seed=7, min_exponent=0.2, max_exponent=0.5, step_sigma=0.3)
+    assert np.allclose(bursty.popularity(), popularity)  # the dispersion draws only from the rng it is given
+    steps = bursty.route_steps(popularity, 200, 4096, np.random.default_rng(0))
+    assert (steps / steps.sum(-1, keepdims=True)).std(0).mean() > 2 * (calm / calm.sum(-1, keepdims=True)).std(0).mean()

@@ -13,11 +13,14 @@ from pathlib import Path
 import httpx
 import pytest
 from support.auth import operator
+from support.processes import RANK_PROCESSES
 from support.servers import free_port
 
 from controlplane.cmd.serve import Controller
 from controlplane.store import deployments, windows
 from controlplane.store.db import make_engine, make_sessions
+
+pytestmark = RANK_PROCESSES
 
 REPO = Path(__file__).resolve().parents[3]
 EP_SIZE = 3

@@ -18,9 +18,12 @@ from pathlib import Path
 import httpx
 import pytest
 from support.auth import AGENT_TOKEN, API_TOKEN
+from support.processes import RANK_PROCESSES, die_with_parent
 from support.servers import free_port, wait_http
 
 from controlplane.cmd.serve import Controller
+
+pytestmark = RANK_PROCESSES
 
 BYPASSED_WORKER = Path(__file__).resolve().parents[2] / "support" / "bypassed_worker.py"
 PROMPTS = ["def read_config(path):\n    with open(path) as f:\n", "The interpreter acts as a simple calculator: ",
@@ -39,8 +42,8 @@ class Instance:
                 "--ports", ",".join(map(str, self.ports)), "--controller", controller_url, "--window-seconds", "1",
                 "--mode", "observe", "--num-kv-blocks", "128", "--max-num-seqs", "8", "--dist-port", str(free_port())]
         env = os.environ | {"MOECTL_AGENT_TOKEN": AGENT_TOKEN, "MOECTL_API_TOKEN": API_TOKEN, "OMP_NUM_THREADS": "1"}
-        self.ranks = [subprocess.Popen([sys.executable, *entry, *argv, "--rank", str(rank)], env=env)
-                      for rank in range(2)]
+        self.ranks = [subprocess.Popen([sys.executable, *entry, *argv, "--rank", str(rank)], env=env,
+                                       preexec_fn=die_with_parent) for rank in range(2)]
         self.traffic = [threading.Thread(target=self._requests, args=(port,), daemon=True) for port in self.ports]
 
     def start_traffic(self) -> None:
@@ -73,14 +76,24 @@ class Instance:
         return sample("moectl_routing_groups_per_token_bucket", 'le="2.0"'), \
             sample("moectl_routing_groups_per_token_count")
 
-    def close(self) -> None:
+    def close(self) -> list[int | None]:
+        """Stops the ranks as a person would (SIGINT; killed if still running a minute later, None) and the
+        traffic; returns the ranks' exit codes. Never raises: the other instance is closed too."""
         self.stop.set()
         for rank in self.ranks:
-            rank.send_signal(signal.SIGINT)
+            if rank.poll() is None:
+                rank.send_signal(signal.SIGINT)
+        codes = []
         for rank in self.ranks:
-            assert rank.wait(timeout=30) == 0
+            try:
+                codes.append(rank.wait(timeout=60))
+            except subprocess.TimeoutExpired:
+                rank.kill()
+                rank.wait()
+                codes.append(None)
         for thread in self.traffic:
             thread.join(timeout=60)
+        return codes
 
 
 def overview(url: str, deployment: str) -> dict:
@@ -119,10 +132,12 @@ def test_a_bypassed_group_limit_is_caught_within_two_windows_and_an_honoured_one
             time.sleep(0.5)
 
         [found] = violations(controller.url, "bypassed")
-        # caught on the first two windows that routed tokens (consecutive unless a window ran no step at all)
-        first_two = measured_windows(overview(controller.url, "bypassed"))[:2]
+        # caught on the last two measured windows of the first pass that had two: the first two windows that routed
+        # tokens, or the second and third where a loaded machine's pass came a window late
+        measured = measured_windows(overview(controller.url, "bypassed"))
         evidence = found["inputs"]
-        assert evidence["topk_group"] == 2 and evidence["windows"] == first_two, (first_two, evidence)
+        assert evidence["topk_group"] == 2, evidence
+        assert evidence["windows"] in (measured[:2], measured[1:3]), (measured, evidence)
         assert found["status"] == "recorded" and "topk_group=2 not in effect" in found["reason"]
         for window in evidence["per_window"]:
             assert window["groups_max"] > 2 and window["over_limit_share"] > 0.01, window
@@ -142,7 +157,7 @@ def test_a_bypassed_group_limit_is_caught_within_two_windows_and_an_honoured_one
         assert 'moectl_controller_routing_limit_violation{deployment="bypassed",role="unified"} 1.0' in gauges
         assert 'moectl_controller_routing_limit_violation{deployment="honoured",role="unified"} 0.0' in gauges
     finally:
-        for instance in (bypassed, honoured):
-            instance.close()
+        codes = [instance.close() for instance in (bypassed, honoured)]
         controller.stop()
         thread.join(timeout=10)
+    assert codes == [[0, 0], [0, 0]], codes  # every rank stops clean on SIGINT

@@ -3,11 +3,15 @@ workload; the controller rebalances the decode pool and the measured slot-load i
 
 from __future__ import annotations
 
+import json
 import time
 
 import httpx
 import pytest
+from support.processes import RANK_PROCESSES
 from support.up import actions_of, moectl_up
+
+pytestmark = RANK_PROCESSES
 
 
 @pytest.mark.slow
@@ -28,9 +32,10 @@ def test_real_workers_rebalance_and_their_imbalance_falls(tmp_path):
             done = verified()
         assert done, "no placement change on the decode pool was applied and measured within 240 s"
         first = done[0]  # the oldest: the first change away from the default placement
-        assert first["trigger"] == "loop" and first["status"] == "verified", first
+        # the whole record as text (a dict message is cut short): the verdict and what was measured
+        assert first["trigger"] == "loop" and first["status"] == "verified", json.dumps(first)
         # measured on the real workers' slot counters, windows before vs windows after the switch
-        assert first["measured"]["imbalance_after"] < first["measured"]["imbalance_before"], first
+        assert first["measured"]["imbalance_after"] < first["measured"]["imbalance_before"], json.dumps(first)
 
         def applied() -> int | None:
             overview = httpx.get(f"{url}/v1/deployments/tiny/overview", timeout=10).json()

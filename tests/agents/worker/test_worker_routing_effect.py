@@ -9,7 +9,10 @@ import time
 
 import httpx
 import pytest
+from support.processes import RANK_PROCESSES
 from support.up import actions_of, moectl_up
+
+pytestmark = RANK_PROCESSES
 
 FLAP_WINDOW_SECONDS = 600.0  # the policy's default
 

@@ -14,14 +14,16 @@ import httpx
 import pytest
 from support.agent_metrics import AGENT_METRIC_NAMES
 from support.auth import AGENT_TOKEN, API_TOKEN
-from support.processes import descendants, is_running
+from support.processes import RANK_PROCESSES, descendants, die_with_parent, is_running
 from support.servers import free_port, wait_http
 
 from controlplane.cmd.serve import Controller
 
+pytestmark = RANK_PROCESSES
+
 
 @pytest.mark.slow
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(240)
 def test_sim_worker_reports_and_follows_the_controller(settings):
     settings = settings.model_copy(update={"port": free_port(), "window_seconds": 1.0, "reconcile_seconds": 0.5})
     controller = Controller(settings)
@@ -35,10 +37,10 @@ def test_sim_worker_reports_and_follows_the_controller(settings):
     worker = subprocess.Popen(
         [sys.executable, "-m", "agents.worker", "--sim", "--role", "decode", "--ep-size", "2", "--ports",
          ",".join(map(str, ports)), "--controller", controller.url, "--window-seconds", "1"],
-        env=os.environ | {"MOECTL_AGENT_TOKEN": AGENT_TOKEN, "OMP_NUM_THREADS": "1"})
+        env=os.environ | {"MOECTL_AGENT_TOKEN": AGENT_TOKEN, "OMP_NUM_THREADS": "1"}, preexec_fn=die_with_parent)
     try:
         for port in ports:
-            wait_http(f"http://127.0.0.1:{port}/healthz", timeout=60)
+            wait_http(f"http://127.0.0.1:{port}/healthz", timeout=120)  # a loaded machine starts two ranks slowly
         deadline, imbalances, overview = time.monotonic() + 90, [], {}
         while time.monotonic() < deadline:
             overview = httpx.get(f"{controller.url}/v1/deployments/tiny/overview").json()

@@ -11,8 +11,10 @@ import time
 
 import httpx
 import pytest
-from support.processes import descendants, is_running
+from support.processes import RANK_PROCESSES, descendants, die_with_parent, is_running
 from support.servers import free_port
+
+pytestmark = RANK_PROCESSES
 
 SIGNALS = ("imbalance", "all2all_share", "prefix_hit_ratio", "mtp_acceptance")
 
@@ -33,7 +35,7 @@ def test_up_runs_the_real_thing_and_stops_clean(tmp_path):
         [sys.executable, "-m", "controlplane", "up", "--port", str(port), "--window-seconds", "1",
          "--database-url", f"sqlite:///{tmp_path / 'up.db'}", "--rate", "6"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env=os.environ | {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"})
+        env=os.environ | {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}, preexec_fn=die_with_parent)
     lines: list[str] = []
     try:
         started = time.monotonic()
@@ -48,14 +50,17 @@ def test_up_runs_the_real_thing_and_stops_clean(tmp_path):
         ranks = [word for word in workers.split() if word.startswith("http://")]
         assert len(ranks) == 4
         overview = {}
+
+        def is_reporting(o: dict) -> bool:  # every signal measured, every rank fresh (a loaded machine: later)
+            return all((o.get(s) or 0) > 0 for s in SIGNALS) and o["agents"]["total"] == 4 and o["agents"]["stale"] == 0
+
         while time.monotonic() - started < 150:
             overview = httpx.get(f"{url}/v1/deployments/tiny/overview", timeout=10).json()
-            if all((overview.get(s) or 0) > 0 for s in SIGNALS):
+            if is_reporting(overview):
                 break
             time.sleep(1)
-        assert all((overview.get(s) or 0) > 0 for s in SIGNALS), overview
+        assert is_reporting(overview), overview
         assert 1.0 <= overview["imbalance"] < 4 and 0 < overview["all2all_share"] < 1
-        assert overview["agents"]["total"] == 4 and overview["agents"]["stale"] == 0
         by_position = overview["mtp_acceptance_by_position"]  # the runtime drafts with its MTP head
         assert by_position and all(0 <= a <= 1 for a in by_position), overview
         def metrics_ready() -> tuple[bool, str]:

@@ -10,10 +10,9 @@ from support.store import make_pool
 
 from agents.protocol.placement import PlacementTable
 from controlplane.actuate import change
-from controlplane.actuate.placement import PLACEMENT
-from controlplane.actuate.pool_size import POOL_SIZE
-from controlplane.actuate.routing import ROUTING
+from controlplane.actuate.knobs import PLACEMENT, POOL_SIZE, ROUTING
 from controlplane.desired import Mode, Policy, VerifyOutcome
+from controlplane.store import actions
 from controlplane.store.tables import Action, Placement, PoolSize, RoutingLimit
 
 NOW = 1_800_000_000.0
@@ -40,9 +39,9 @@ def same(a, b) -> bool:
 
 
 def propose(session, knob, pool, deployment, value, mode: Mode, now: float = NOW):
-    return change.propose(session, knob, deployment=deployment, pool=pool, value=value, policy=Policy(mode=mode),
-                          reason="test", inputs={}, predicted={PREDICTED[knob]: value} if knob in PREDICTED else {},
-                          trigger="manual", created_by="alice", now=now)
+    entry = actions.Entry("test", predicted={PREDICTED[knob]: value} if knob in PREDICTED else {}, trigger="manual",
+                          created_by="alice")
+    return change.propose(session, knob, pool, value, entry, policy=Policy(mode=mode), now=now)
 
 
 def num_versions(session, knob) -> int:

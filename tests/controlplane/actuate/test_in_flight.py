@@ -7,18 +7,17 @@ from support.store import make_pool
 
 from controlplane.actuate import change
 from controlplane.actuate.in_flight import in_flight, join
-from controlplane.actuate.placement import PLACEMENT
-from controlplane.actuate.routing import ROUTING
+from controlplane.actuate.knobs import PLACEMENT, ROUTING
 from controlplane.desired import Mode, Policy, VerifyOutcome
+from controlplane.store import actions
 
 NOW = 1_800_000_000.0
 WINDOW = 10.0
 
 
 def propose_routing(session, deployment, pool, mode: Mode, *, now: float = NOW):
-    return change.propose(session, ROUTING, deployment=deployment, pool=pool, value=1, policy=Policy(mode=mode),
-                          reason="test", inputs={}, predicted={"topk_group_after": 1}, trigger="loop",
-                          created_by="loop", now=now)
+    return change.propose(session, ROUTING, pool, 1, actions.Entry("test", predicted={"topk_group_after": 1}),
+                          policy=Policy(mode=mode), now=now)
 
 
 def flying(session, pool, *, now: float, cooldown: float = 60.0, kind: str = ROUTING.kind):

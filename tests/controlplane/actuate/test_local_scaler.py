@@ -13,12 +13,14 @@ import time
 
 import httpx
 import pytest
-from support.processes import descendants, die_with_parent, is_running, stop
+from support.processes import RANK_PROCESSES, descendants, die_with_parent, is_running, stop
 from support.servers import free_port
 
 from controlplane.actuate.fence import SOLE
 from controlplane.actuate.local import LocalScaler
 from controlplane.actuate.scaler import PoolRef
+
+pytestmark = RANK_PROCESSES
 
 TOKEN = "local-scaler-test"
 DECODE = PoolRef("tiny", "decode")

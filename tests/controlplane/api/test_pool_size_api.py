@@ -9,9 +9,10 @@ from sqlalchemy import func, select
 from support.auth import operator
 from support.store import make_pool
 
-from controlplane.actuate.pool_size import POOL_SIZE
+from controlplane.actuate.knobs import POOL_SIZE
 from controlplane.desired import Policy
-from controlplane.store import actions, deployments, pool_sizes
+from controlplane.store import actions, deployments
+from controlplane.store.knob_versions import POOL_SIZES
 from controlplane.store.tables import Request
 
 DECODE = "/v1/deployments/tiny/pools/decode/size"
@@ -126,10 +127,9 @@ def test_resume_is_audited_and_only_while_standing_down(client, sessions, clock)
     with sessions() as session, session.begin():
         deployment = deployments.get(session, "tiny")
         pool = deployments.get_pool(session, deployment, "decode")
-        conflict = actions.record(session, deployment=deployment, pool=pool, kind=POOL_SIZE.kind, trigger="loop",
-                                  mode="auto", status=actions.CONFLICT, reason="an HPA scales it",
-                                  inputs={"writer": "HorizontalPodAutoscaler x/y"}, predicted={}, created_by="loop",
-                                  now=clock.now)
+        conflict = actions.record(session, pool, actions.Entry("an HPA scales it",
+                                                               inputs={"writer": "HorizontalPodAutoscaler x/y"}),
+                                  kind=POOL_SIZE.kind, mode="auto", status=actions.CONFLICT, now=clock.now)
         conflict_id = conflict.id
     assert client.get(DECODE).json()["standing_down"]["id"] == conflict_id
     refused = ask(client, 2)
@@ -142,4 +142,4 @@ def test_resume_is_audited_and_only_while_standing_down(client, sessions, clock)
     assert client.get(DECODE).json()["standing_down"] is None
     assert ask(client, 2).json()["action"]["status"] == "applied"
     with sessions() as session:
-        assert pool_sizes.latest(session, pool).replicas == 2
+        assert POOL_SIZES.latest(session, pool).value == 2

@@ -14,12 +14,12 @@ from support.servers import create_database
 from support.store import make_pool
 
 from controlplane.actuate.fence import NotLeader, guard
-from controlplane.actuate.pool_size import POOL_SIZE
+from controlplane.actuate.knobs import POOL_SIZE
 from controlplane.config import Settings
 from controlplane.desired import Policy
 from controlplane.leader.database import DatabaseRecords
 from controlplane.leader.elector import Elector, LeaderRecord
-from controlplane.loop.reconcile import reconcile_once
+from controlplane.loop.reconcile import Reconciler
 from controlplane.store import actions, requests
 from controlplane.store.db import make_engine, make_sessions, upgrade
 from controlplane.store.tables import Action, Request
@@ -117,17 +117,15 @@ def test_a_guarded_commit_carries_the_leader_and_one_that_lost_it_writes_nothing
         deployment, pool = make_pool(session, now=NOW)
     with sessions() as session, session.begin():
         guard(session, a)
-        made = actions.record(session, deployment=deployment, pool=pool, kind="diagnosis", trigger="loop",
-                              mode="auto", status=actions.RECORDED, reason="", inputs={}, predicted={},
-                              created_by="loop", now=NOW)
+        made = actions.record(session, pool, actions.Entry(""), kind="diagnosis", mode="auto",
+                              status=actions.RECORDED, now=NOW)
     assert made.leader == "a#0" and count(sessions, Action) == 1
     with sessions() as session:
         guard(session, a)
         with pytest.raises(NotLeader), session.begin():
             take_over(b, cb)  # while a's transaction is open, before it wrote
-            actions.record(session, deployment=deployment, pool=pool, kind="diagnosis", trigger="loop",
-                           mode="auto", status=actions.RECORDED, reason="", inputs={}, predicted={},
-                           created_by="loop", now=NOW)
+            actions.record(session, pool, actions.Entry(""), kind="diagnosis", mode="auto", status=actions.RECORDED,
+                           now=NOW)
     assert count(sessions, Action) == 1
 
 
@@ -139,9 +137,9 @@ def test_only_the_leader_reconciles(sessions, settings, clocks):
         _, pool = make_pool(session, now=NOW, policy=Policy(mode="auto"))
         requests.record(session, pool=pool, knob=POOL_SIZE.kind, trigger="manual", created_by="alice",
                         value={"replicas": 2}, now=NOW)
-    assert reconcile_once(sessions, settings, now=NOW, fence=b).plans == []
+    assert Reconciler(settings, fence=b).once(sessions, now=NOW).plans == []
     assert count(sessions, Action) == 0
-    result = reconcile_once(sessions, settings, now=NOW, fence=a)
+    result = Reconciler(settings, fence=a).once(sessions, now=NOW)
     assert len(result.plans) == 1 and result.num_errors == 0
     with sessions() as session:
         [made] = session.scalars(select(Action)).all()

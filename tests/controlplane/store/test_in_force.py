@@ -7,8 +7,10 @@ from __future__ import annotations
 import numpy as np
 from support.store import EP_SIZE, MODEL, SLOTS_PER_RANK, make_pool
 
+from agents.protocol.placement import PlacementTable
 from controlplane.desired import Policy
-from controlplane.store import in_force, placements, policies, prefill_thresholds, routing_limits
+from controlplane.store import in_force, policies
+from controlplane.store.knob_versions import PLACEMENTS, PREFILL_THRESHOLDS, ROUTING_LIMITS
 
 NOW = 1_800_000_000.0
 
@@ -19,12 +21,12 @@ def test_a_post_reads_the_newest_of_each_knob_of_its_own_pool(sessions):
         deployment, decode = make_pool(session, now=NOW, policy=Policy(local_prefill_threshold=100))
         _, prefill = make_pool(session, now=NOW, role="prefill")
         for version in (1, 2):  # the prefill pool's newest is 2; the decode pool stays at 0
-            placements.add(session, pool=prefill, version=version, slot_to_expert=table + version - 1,
-                           slot_share=None, action_id=None, now=NOW + version)
-        routing_limits.add(session, pool=prefill, version=1, topk_group=3, action_id=None, now=NOW)
-        routing_limits.add(session, pool=decode, version=1, topk_group=2, action_id=None, now=NOW)
-        prefill_thresholds.add(session, pool=decode, version=1, tokens=512, action_id=None, now=NOW)
-        prefill_thresholds.add(session, pool=prefill, version=1, tokens=7, action_id=None, now=NOW)  # not read
+            PLACEMENTS.add(session, pool=prefill, version=version, value=PlacementTable(table + version - 1),
+                           action_id=None, now=NOW + version)
+        ROUTING_LIMITS.add(session, pool=prefill, version=1, value=3, action_id=None, now=NOW)
+        ROUTING_LIMITS.add(session, pool=decode, version=1, value=2, action_id=None, now=NOW)
+        PREFILL_THRESHOLDS.add(session, pool=decode, version=1, value=512, action_id=None, now=NOW)
+        PREFILL_THRESHOLDS.add(session, pool=prefill, version=1, value=7, action_id=None, now=NOW)  # not read
         policies.put(session, deployment=deployment, policy=Policy(local_prefill_threshold=200), created_by="t",
                      now=NOW)
 
@@ -32,7 +34,7 @@ def test_a_post_reads_the_newest_of_each_knob_of_its_own_pool(sessions):
         state = in_force.read(session, "tiny", "prefill")
         assert (state.pool.id, state.decode.id) == (prefill.id, decode.id)
         assert state.placement.version == 2
-        np.testing.assert_array_equal(state.placement.slot_to_expert, table + 1)
+        np.testing.assert_array_equal(state.placement.value.slot_to_expert, table + 1)
         assert state.topk_group == 3 and state.local_prefill_threshold == 512
         assert (state.policy_version, state.policy.local_prefill_threshold) == (2, 200)
         on_decode = in_force.read(session, "tiny", "decode")

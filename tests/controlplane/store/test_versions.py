@@ -9,7 +9,8 @@ from sqlalchemy.exc import IntegrityError
 from support.store import EP_SIZE, MODEL, SLOTS_PER_RANK, make_pool
 
 from agents.protocol import default_slot_to_expert
-from controlplane.store import placements, routing_limits
+from agents.protocol.placement import PlacementTable
+from controlplane.store.knob_versions import PLACEMENTS, ROUTING_LIMITS
 
 NOW = 1_800_000_000.0
 
@@ -17,27 +18,27 @@ NOW = 1_800_000_000.0
 def test_a_new_pool_holds_version_0_of_each_knob(sessions):
     with sessions() as session, session.begin():
         _, pool = make_pool(session, now=NOW)
-        placement, routing = placements.latest(session, pool), routing_limits.latest(session, pool)
-    assert placement.version == 0 and placement.slot_share is None and placement.action_id is None
-    np.testing.assert_array_equal(placement.slot_to_expert,
+        placement, routing = PLACEMENTS.latest(session, pool), ROUTING_LIMITS.latest(session, pool)
+    assert placement.version == 0 and placement.value.slot_share is None and placement.action_id is None
+    np.testing.assert_array_equal(placement.value.slot_to_expert,
                                   default_slot_to_expert(MODEL.num_layers, MODEL.num_experts, EP_SIZE * SLOTS_PER_RANK))
-    assert (routing.version, routing.topk_group, routing.action_id, routing.created_at) == (0, None, None, NOW)
+    assert (routing.version, routing.value, routing.action_id, routing.created_at) == (0, None, None, NOW)
 
 
 def test_routing_limits_keep_every_version(sessions):
     with sessions() as session, session.begin():
         _, pool = make_pool(session, now=NOW)
-        routing_limits.add(session, pool=pool, version=1, topk_group=3, action_id=11, now=NOW + 10)
-        routing_limits.add(session, pool=pool, version=2, topk_group=None, action_id=12, now=NOW + 20)
-        latest = routing_limits.latest(session, pool)
-        assert (latest.version, latest.topk_group, latest.action_id, latest.created_at) == (2, None, 12, NOW + 20)
-        assert routing_limits.get(session, pool, 1).topk_group == 3 and routing_limits.get(session, pool, 5) is None
+        ROUTING_LIMITS.add(session, pool=pool, version=1, value=3, action_id=11, now=NOW + 10)
+        ROUTING_LIMITS.add(session, pool=pool, version=2, value=None, action_id=12, now=NOW + 20)
+        latest = ROUTING_LIMITS.latest(session, pool)
+        assert (latest.version, latest.value, latest.action_id, latest.created_at) == (2, None, 12, NOW + 20)
+        assert ROUTING_LIMITS.get(session, pool, 1).value == 3 and ROUTING_LIMITS.get(session, pool, 5) is None
 
 
 @pytest.mark.parametrize("add", [
-    lambda session, pool: routing_limits.add(session, pool=pool, version=1, topk_group=2, action_id=None, now=NOW),
-    lambda session, pool: placements.add(session, pool=pool, version=1, slot_to_expert=np.zeros((2, 10), np.int64),
-                                         slot_share=None, action_id=None, now=NOW),
+    lambda session, pool: ROUTING_LIMITS.add(session, pool=pool, version=1, value=2, action_id=None, now=NOW),
+    lambda session, pool: PLACEMENTS.add(session, pool=pool, version=1, value=PlacementTable(np.zeros((2, 10))),
+                                         action_id=None, now=NOW),
 ], ids=["routing", "placement"])
 def test_a_version_is_written_once(sessions, add):
     with sessions() as session, session.begin():

@@ -54,6 +54,10 @@ CASES = [
     ("reach", dict(num_experts=64, num_groups=8, topk_group=3, top_k=6, gpus_per_node=1, ep_size=8)),  # K not 2^n
     ("reach", dict(drop_fraction=1.0, num_tokens=5)),  # every assignment dropped: every token reaches nothing
     ("reach", dict(num_experts=16, num_groups=4, topk_group=4, top_k=16, num_tokens=70)),  # top-k = every expert
+    ("replica_split", {}),  # the bundled runtime's shape at EP 4
+    ("replica_split", dict(num_gpus=3, slots_per_gpu=3, num_experts=6, max_count=5)),  # a few tokens: remainders
+    ("replica_split", dict(num_gpus=8, slots_per_gpu=2, num_experts=12, num_rows=3, max_count=3000)),  # 8 replicas
+    ("replica_split", dict(num_gpus=5, slots_per_gpu=1, num_experts=5, num_rows=1)),  # nothing replicated
 ]
 
 

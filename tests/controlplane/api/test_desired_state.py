@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from agents.protocol import RoutingLimits
-from controlplane.actuate.agents import desired_state
+from controlplane.api.desired_state import desired_state
 
 
 def test_the_table_travels_only_when_the_rank_runs_another_version():

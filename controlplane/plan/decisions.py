@@ -1,0 +1,50 @@
+"""A pool's whole plan for one pass, pure: what was read of the pool in, every knob's decision out.
+
+The reconcile (controlplane/loop/reconcile.py) reads everything first, calls `decide` once (through its compute:
+in a worker process for large pools), then actuates the decisions knob by knob. Nothing here reads the database.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from controlplane.config import Settings
+from controlplane.desired import Decision, Plan, Policy
+from controlplane.observed.pool import PoolState
+from controlplane.plan.diagnose import MtpDiagnosis, diagnose_prefix_hits
+from controlplane.plan.placement import plan_pool, plan_routing
+from controlplane.plan.pools_outcome import ObservedPools, PoolsOutcome, plan_deployment
+from controlplane.plan.routing_reach import RoutingReach, check_routing_limit
+from controlplane.solve.routing import RoutingStep
+
+
+@dataclass(frozen=True)
+class PoolInputs:
+    """Everything a pool's plan reads, read before it plans."""
+
+    state: PoolState  # the pool's windows, placement and knobs in force, parks, agents
+    mtp: MtpDiagnosis | None  # why MTP acceptance is under its floor, if it is
+    pools: ObservedPools | None  # the deployment's PD view, where the pool planner sizes its pools
+    is_forced: bool = False  # a request is pending (a person, an alert): trigger thresholds are skipped
+    is_asked: bool = False  # a person asked: a parked placement is lifted too
+
+
+@dataclass(frozen=True)
+class Decisions:
+    """Every knob's decision for the pool, each with its reason, and the findings for people that no knob fixes."""
+
+    placement: Plan
+    routing: RoutingStep | None  # None: the placement moves this pass (one change per pass)
+    pools: PoolsOutcome | None  # both pools' sizes and the prefill threshold; None where not planned
+    reach: RoutingReach  # whether the group limit in force is honoured
+    prefix_hits: tuple[str, list[float]] | None  # the finding and the ratios it read, when hits stay under the floor
+
+
+def decide(policy: Policy, inputs: PoolInputs, settings: Settings, now: float) -> Decisions:
+    placement = plan_pool(policy, inputs.state, now, is_forced=inputs.is_forced, is_asked=inputs.is_asked,
+                          mtp=inputs.mtp)
+    routing = None if placement.decision == Decision.rebalance else plan_routing(policy, inputs.state, now,
+                                                                                 inputs.mtp)
+    pools = None if inputs.pools is None else plan_deployment(inputs.pools, policy, settings)
+    return Decisions(placement, routing, pools, reach=check_routing_limit(policy, inputs.state),
+                     prefix_hits=diagnose_prefix_hits(policy, inputs.state))

@@ -1,0 +1,94 @@
+"""The pool planner's part of a pass, pure: from what was read of a PD-disaggregated deployment before
+(`ObservedPools`, loop/reconcile_pools.py `observe`), both pools' sizes and the local-prefill threshold
+(plan/pools.py), with the summary people read (store.pool_plans) and the actions' inputs quote."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from controlplane.config import Settings
+from controlplane.desired import Policy
+from controlplane.observed.serving import PoolWindow
+from controlplane.plan.pools import planner_for
+from controlplane.solve.pools.decision import PoolDecision, PoolPlan
+from controlplane.solve.pools.view import PoolsView
+
+
+@dataclass(frozen=True)
+class ObservedPools:
+    """Everything the pool planner reads of one deployment, read before it plans."""
+
+    deployment: str
+    view: PoolsView  # windows, sizes, targets, threshold (0 when unknown), GPU budget, past decisions
+    is_threshold_known: bool  # False: none in force nor reported by the routers: no threshold decision
+
+
+@dataclass(frozen=True)
+class PoolsOutcome:
+    """One deployment's pool plan in a pass; `summary` is what people read (store.pool_plans)."""
+
+    deployment: str
+    plan: PoolPlan
+    summary: dict
+
+
+def plan_deployment(observed: ObservedPools, policy: Policy, settings: Settings) -> PoolsOutcome:
+    """Plans both pools of the deployment `observed` describes."""
+    view = observed.view
+    plan = planner_for(policy, settings.window_seconds, settings.replica_startup_seconds).plan(view)
+    summary = _summary(view, plan, observed.is_threshold_known)
+    if not observed.is_threshold_known:
+        plan = PoolPlan(plan.at, plan.decisions, None, plan.load)
+    return PoolsOutcome(observed.deployment, plan, summary)
+
+
+def finite(value):
+    """JSON-safe: infinities (a pool predicted unable to carry its load) and NaN become None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
+def _measured(window: PoolWindow | None) -> dict:
+    if window is None:
+        return {}
+
+    def pct(summary, name):
+        return None if summary is None else getattr(summary, name)
+
+    return {"window_end": window.end,
+            "request_rate": None if window.num_arrivals is None else window.num_arrivals / window.seconds,
+            "local_prefill_share": window.local_prefill_share, "mean_input_tokens": window.mean_input_tokens,
+            "mean_output_tokens": window.mean_output_tokens, "ttft_p90": pct(window.ttft, "p90"),
+            "ttft_p99": pct(window.ttft, "p99"), "itl_p90": pct(window.itl, "p90"), "itl_p99": pct(window.itl, "p99")}
+
+
+def _summary(view: PoolsView, plan: PoolPlan, threshold_known: bool) -> dict:
+    def decision(d: PoolDecision) -> dict:
+        return {"kind": d.kind.value, "current": d.current, "target": d.target, "reason": d.reason,
+                "predicted": d.predicted_dict()}
+
+    load = None
+    if plan.load is not None:
+        load = {"request_rate": round(plan.load.request_rate, 4), "method": plan.load.method,
+                "horizon_seconds": plan.load.horizon_seconds, "is_backtested": plan.load.is_backtested,
+                "prompt_tokens": round(plan.load.prompt_tokens, 1), "output_tokens": round(plan.load.output_tokens, 1),
+                "remote_share": round(plan.load.remote_share, 4),
+                # the routers' length buckets, when counted and the policy uses them, else the mean under the ceiling
+                "prefill_sized_by": "mean prompt" if plan.load.remote_mix is None else "prompt-length mix"}
+    threshold = plan.threshold
+    return finite({
+        "at": view.now, "targets": {t.name: t.seconds for t in view.targets}, "gpu_budget": view.gpu_budget,
+        "pools": {role: {"ready": size.num_ready, "starting": size.num_starting, "draining": size.num_draining,
+                         "min": size.min_replicas, "max": size.max_replicas, "gpus_per_replica": size.gpus_per_replica,
+                         "decision": decision(plan.decision(role))} for role, size in view.pools.items()},
+        "load": load, "forecast": load | {"at": view.now} if load and load["method"] != "measured" else None,
+        "threshold": {"tokens": view.local_prefill_threshold if threshold_known else None,
+                      "decision": None if threshold is None or not threshold_known else
+                      {"current": threshold.current, "target": threshold.target, "reason": threshold.reason}},
+        "measured": _measured(view.latest)})
