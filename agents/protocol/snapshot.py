@@ -66,7 +66,8 @@ class RankCounters(_Frozen):
     """One rank's counters over one window: the placement it ran, its steps, time split, prefix cache, MTP,
     requests, latencies, routing reach and serving work."""
 
-    placement_version: int = Field(ge=0, le=MAX_VERSION, description="the placement this rank ran during the window")
+    placement_version: int = Field(ge=0, le=MAX_VERSION, description="the placement this rank ran at the window's end, "
+                                   "which its slot_tokens were counted under")
     num_steps: int = _Count
     forward_seconds: float = _Seconds
     dispatch_seconds: float = _Seconds
@@ -130,7 +131,8 @@ class Snapshot(RankCounters):
     """One rank's counters over one window.
 
     expert_tokens: [num_layers, num_experts] tokens this rank's router sent to each logical expert.
-    slot_tokens:   [num_layers, slots_per_rank] tokens this rank's expert slots processed.
+    slot_tokens:   [num_layers, slots_per_rank] tokens this rank's expert slots processed under
+                   placement_version (a window that switched tables counts its slots from the switch on).
     """
 
     protocol: Literal["moectl.v1"] = PROTOCOL_VERSION

@@ -68,6 +68,10 @@ class WindowSums:
 
     def add(self, stats: StepStats, samples: LatencySamples, num_waiting_handoffs: int = 0) -> None:
         moe = stats.moe
+        if self.num_steps and stats.placement_version != self.placement_version:
+            # a slot holds another expert under the new table: the window's slot counts are those of the table it
+            # ends on, so a change is never judged on steps that ran the one before it (controlplane/loop/verify.py)
+            self.slot_tokens = None
         self.expert_tokens = _accumulate(self.expert_tokens, moe.expert_tokens)
         self.slot_tokens = _accumulate(self.slot_tokens, moe.slot_tokens)
         self.recall_kept = _accumulate(self.recall_kept, moe.recall_kept)

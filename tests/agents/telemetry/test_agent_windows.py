@@ -83,3 +83,18 @@ def test_the_groups_and_nodes_tokens_reached_are_summed_over_steps_and_layers():
     builder.add(step(2, 21.2), RequestTimer().observe(step(2, 21.2)))
     s = builder.roll(22.0).snapshot
     assert s.routing_groups_per_token == [] and s.routing_nodes_per_token == []
+
+
+def test_a_window_that_switches_tables_counts_its_slots_under_the_new_one_only():
+    """A slot holds another expert after a switch: slot counts of both tables summed would judge the new placement
+    on steps that ran the old one."""
+    builder = WindowBuilder(identity(0, 2), SIM_MODEL, window_seconds=1.0, now=30.0)
+    for i, (now, version) in enumerate(((30.1, 0), (30.3, 0), (30.6, 1))):
+        stats = step(i, now)
+        stats.placement_version = version
+        stats.moe.slot_tokens[:, 1] = 10 * version  # the new table sends tokens to slot 1 as well
+        builder.add(stats, RequestTimer().observe(stats))
+    s = builder.roll(31.0).snapshot
+    assert s.placement_version == 1 and s.num_steps == 3
+    assert s.slot_tokens.to_numpy()[:, :2].tolist() == [[3, 10]] * 4  # the last step's, not [9, 10]
+    assert s.expert_tokens.to_numpy()[0, 0] == 12  # the router's counts do not depend on the table: all steps
