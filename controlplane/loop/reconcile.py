@@ -1,5 +1,6 @@
 """The one reconcile path (`Reconciler`): per pool, level-triggered, read -> verify -> decide once
-(`plan.decisions.decide`, pure) -> actuate knob by knob (reconcile_knobs.py, reconcile_pools.py, findings.py).
+(`plan.decisions.decide`, pure) -> what it proposes per knob (proposals.py, pure) -> written in one loop
+(reconcile_knobs.py), with the pool plan and the findings recorded (reconcile_pools.py, findings.py).
 
 Every trigger ends here: the loop's pass (`once`), and a person's or an alert's request, recorded on the pool and
 reconciled at once (`requested`). Every writer of a pool holds its lock (`store.deployments.lock_pool`); only
@@ -18,7 +19,7 @@ from opentelemetry import trace
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.actuate.fence import SOLE, Fence, NotLeader, guard
-from controlplane.actuate.knobs import PLACEMENT
+from controlplane.actuate.knobs import PLACEMENT, ROUTING
 from controlplane.actuate.pool_pass import PoolPass
 from controlplane.actuate.scaler import PoolScaler
 from controlplane.config import Settings
@@ -27,6 +28,7 @@ from controlplane.loop import findings, reconcile_knobs, reconcile_pools
 from controlplane.loop.compute import Compute, in_process
 from controlplane.loop.liveness import LoopLiveness
 from controlplane.loop.plan_ahead import PlannedAhead
+from controlplane.loop.proposals import proposals
 from controlplane.loop.prune import Pruning
 from controlplane.loop.verify import verify_pool
 from controlplane.plan.decisions import PoolInputs, decide
@@ -202,17 +204,16 @@ class Reconciler:
             serving.prune_routers(session, deployment, history_windows=settings.history_windows,
                                   limit=settings.max_prune_rows)
             with tracer.start_as_current_span("actuate"):
-                if plan.unparked is not None:
-                    parks.release(session, pool=pool, knob=PLACEMENT.kind, reason=plan.unparked, now=now)
-                action, is_new = reconcile_knobs.actuate_placement(pool_pass, plan, pending)
-                if routing is not None:
-                    reconcile_knobs.actuate_routing(pool_pass, state, routing)
-                findings.record_findings(pool_pass, mtp, decisions.prefix_hits)
-                findings.record_routing_reach(pool_pass, decisions.reach)
-                reconcile_knobs.actuate_pool_size(pool_pass)
+                for knob, why in ((PLACEMENT.kind, plan.unparked), (ROUTING.kind, routing and routing.unparked)):
+                    if why is not None:
+                        parks.release(session, pool=pool, knob=knob, reason=why, now=now)
+                reconcile_knobs.actuate_pool_size(pool_pass)  # a person's size, before the planner's
+                made = proposals(decisions, policy, state, pool.role, pending)
+                action, is_new = reconcile_knobs.actuate(pool_pass, made, pending)
                 if sized is not None:
                     reconcile_pools.record(session, deployment, sized, now=now)
-                    reconcile_pools.actuate(pool_pass, sized)
+                findings.record_findings(pool_pass, mtp, decisions.prefix_hits)
+                findings.record_routing_reach(pool_pass, decisions.reach)
                 if self.scaler is not None:
                     reconcile_knobs.sync_pool_size_or_retry(pool_pass, self.scaler, self.fence)
             result = PoolResult(plan, action, is_new, parked=tuple(sorted(parks.active(session, pool))), mtp=mtp,
