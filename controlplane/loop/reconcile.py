@@ -99,10 +99,11 @@ class PassResult:
 class Reconciler:
     """The one reconcile path and what it acts through, built once at the entry point (controlplane/cmd/serve.py).
 
-    scaler: makes pool sizes real (none: sizes are only recorded). fence: the leadership (a replica that does not
-    lead plans and writes nothing). compute: where the planner runs (controlplane/loop/compute.py). tracer: spans
-    per pass and per pool (collect -> verify -> plan -> actuate); None: the global one, a no-op unless the entry
-    point configured an exporter."""
+    `scaler`: makes pool sizes real (none: sizes are only recorded).
+    `fence`: the leadership (a replica that does not lead plans and writes nothing).
+    `compute`: where the planner runs (controlplane/loop/compute.py).
+    `tracer`: spans per pass and per pool (collect -> verify -> plan -> actuate). None: the global one, a no-op
+    unless the entry point configured an exporter."""
 
     settings: Settings
     scaler: PoolScaler | None = None
@@ -149,9 +150,9 @@ class Reconciler:
 
     def _plan_ahead(self, sessions: sessionmaker[Session], deployment_id: int, pool_id: int, *,
                     now: float) -> Reconciler:
-        """Where the pool's lock is the database's one write lock (SQLite), plans the pool with a dry run before
-        taking it, so that agents' posts are not held up for as long as the planner solves
-        (controlplane/loop/plan_ahead.py); returns the reconciler that plans under the lock."""
+        """Returns the reconciler that plans under the pool's lock. Where that lock is the database's one write
+        lock (SQLite), the pool is planned with a dry run before taking it, so that agents' posts are not held up
+        while the planner solves (controlplane/loop/plan_ahead.py)."""
         with sessions() as session:
             if not deployments.is_lock_exclusive(session):
                 return self
@@ -225,8 +226,8 @@ class Reconciler:
 
     def requested(self, session: Session, deployment: Deployment, pool: Pool, *, now: float) -> None:
         """A trigger's reconcile, once its requests are committed: handles the pool's pending requests unless
-        a concurrent reconcile already did (then a storm of deliveries costs one plan, not one each, and most
-        of the storm does not even wait for the pool's lock)."""
+        a concurrent reconcile already did. A storm of deliveries then costs one plan, not one each, and most of
+        the storm does not even wait for the pool's lock."""
         if not requests.pending(session, pool, knob=PLACEMENT.kind):
             return
         deployments.lock_pool(session, pool)

@@ -62,8 +62,8 @@ def roll_back_regression(p: PoolPass, state: PoolState, mtp: MtpDiagnosis) -> Po
 
 
 def actuate_pool_size(p: PoolPass) -> None:
-    """A person's pool size (until the pool planner decides them): each pending request is checked against the
-    policy's bounds and GPU budget, and makes an action, joins the one in flight asking the same size, or is
+    """A person's pool size (until the pool planner decides them). Each pending request is checked against the
+    policy's bounds and GPU budget. It makes an action, joins the one in flight asking the same size, or is
     refused; never while moectl stands down from the pool."""
     session, deployment, pool, policy, settings, now = p.session, p.deployment, p.pool, p.policy, p.settings, p.now
     for request in requests.pending(session, pool, knob=POOL_SIZE.kind):
