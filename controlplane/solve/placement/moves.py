@@ -1,9 +1,9 @@
 """Candidate moves that relieve a layer's most loaded ("hot") GPU, scored for every active layer at once.
 
-Three kinds, each rewriting at most two slots and keeping every expert present with no duplicate on a GPU:
-- swap: exchange a replica on the hot GPU with a lighter replica on another GPU;
-- retarget: turn a spare replica of expert a (a has >= 2) into one more replica of hot expert h;
-- chain: the compound move a retarget needs when every spare sits on a GPU that already holds h.
+There are three kinds. Each rewrites at most two slots and keeps every expert present with no duplicate on a GPU.
+- Swap: exchange a replica on the hot GPU with a lighter replica on another GPU.
+- Retarget: turn a spare replica of expert a (a has >= 2) into one more replica of hot expert h.
+- Chain: the compound move a retarget needs when every spare sits on a GPU that already holds h.
   Slot x on light GPU t holds b; spare slot y of expert a sits on GPU u. Then y <- b and x <- h:
   b relocates into the freed spare, h gains a replica on t. Without it the search stalls as soon as
   all spares share GPUs with the hot experts (the agents' default table does exactly that).
