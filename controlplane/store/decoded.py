@@ -50,10 +50,12 @@ class DecodedArrays:
 
 
 class WrittenArrays:
-    """The arrays this process last packed into each of the few newest windows' blobs, kept by the blob's bytes:
-    the pool's next post of the window reads that blob back (its read-modify-write) and, when no other process
-    wrote the row meanwhile, finds the bytes it wrote and skips their zlib and .npy decode (two a post, ~1.5 ms
-    of a DeepSeek-sized post under load). A row another process wrote has other bytes and is decoded as before.
+    """The arrays this process last packed into each of the few newest windows' blobs, kept by the blob's bytes.
+
+    The pool's next post of the window reads that blob back (its read-modify-write). When no other process
+    wrote the row meanwhile, it finds the bytes it wrote and skips their zlib and .npy decode (two a post;
+    docs/decisions/2026-12-04-skip-decoding-own-blobs.md). A row another process wrote has other bytes and is
+    decoded as before.
     Bounded to `max_windows` (pool, window) keys; what it hands out is a copy, free to change."""
 
     def __init__(self, max_windows: int = 8):
