@@ -9,14 +9,14 @@ Decode: ITL (per token) against the batch while the engine runs, KV tokens read 
 linear with non-negative coefficients, which is what a decode step costs. A window's batch and KV tokens are
 averaged over the window, idle time included, and its tokens come only while it runs. So both are read per busy
 second (a window idle half the time at one sequence is a batch of one, not half). Windows are weighted by the
-token gaps they measured, so the fit is per token as Little's law reads it. (Otherwise a mostly idle window's
-one gap, a prefill stall included, would weigh as much as a busy window's hundreds.)
+token gaps they measured, so the fit is per token as Little's law reads it. Otherwise a mostly idle window's
+one gap, a prefill stall included, would weigh as much as a busy window's hundreds.
 
 Windows in which a prefill replica finished fewer than MIN_REQUESTS prompts are left out (their
 percentiles are mostly noise); the others are weighted by their request count. Windows that begin
 or end with more than MAX_BACKLOG_SECONDS of queued work are left out too: their requests waited out an earlier
-overload, which says nothing about the steady state at this window's load. (Kept, the windows draining a burst's
-backlog read as a TTFT floor over a second, and prefill was sized for it for a quarter of an hour.) A
+overload, which says nothing about the steady state at this window's load. Kept, the windows draining a burst's
+backlog read as a TTFT floor over a second, and prefill was sized for it for a quarter of an hour. A
 replica's first `cold_start_windows` windows are left out (cold caches and kernels run slow and
 would read as lost capacity). With fewer than `min_samples` warm windows a fit is None, and the
 caller falls back (controlplane/plan/pools.py: reactive steps only, no consolidation).

@@ -54,7 +54,7 @@ def make_engine(url: str, *, timeout_seconds: float, max_idle_in_transaction_sec
     fast (the API answers 503 + Retry-After) instead of holding a connection long after its caller, an
     agent with a 5 s timeout, gave up.
 
-    max_idle_in_transaction_seconds (PostgreSQL): the server ends a session that stays this long inside a
+    `max_idle_in_transaction_seconds` (PostgreSQL): the server ends a session that stays this long inside a
     transaction without a statement. That releases its locks, and nothing it had not committed is kept. A
     replica paused (or hung) while it holds a pool's lock would otherwise block every other writer of that
     pool, its successor as leader too, for as long as it is paused."""
