@@ -1,7 +1,8 @@
-"""Arrays already decoded from their blobs, kept by the blob's bytes: every reconcile pass reads a pool's last
-`history_windows` windows (two blobs each), and all but the newest were decoded, unchanged, by the passes
-before. Decoding them again (zlib and .npy) was most of a DeepSeek-sized pass (0.2 s of 0.5 s per read of
-120 windows at 320 GPUs); looking a blob up costs hashing its bytes.
+"""Arrays already decoded from their blobs, kept by the blob's bytes.
+
+Every reconcile pass reads a pool's last `history_windows` windows (two blobs each), and all but the newest were
+decoded, unchanged, by the passes before. Decoding them again (zlib and .npy) would be most of a DeepSeek-sized
+pass (docs/decisions/2026-12-04-keep-decoded-blobs.md); looking a blob up costs hashing its bytes.
 
 Kept by content, not by row: a window that got another report has other bytes, and a row id SQLite hands out
 again after a deletion can never return another row's arrays. The arrays are read-only (they are shared by
