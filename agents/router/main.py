@@ -2,6 +2,7 @@
 (the app and its routing are in agents/router/app.py). With `--controller` it reports a window of what
 it served to the controller each window and takes the PD-aware threshold from its answer. With
 `--admin-token` instances can be added, drained and removed while it serves (agents/router/admin.py).
+
 Example:
 
   python -m agents.router --port 8800 --prefill http://127.0.0.1:8701,http://127.0.0.1:8702 \
