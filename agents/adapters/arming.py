@@ -2,8 +2,8 @@
 
 vLLM runs the policy on every rank at each rearrange (`EplbState.rearrange`, or its async worker), at the same
 steps on every rank, and each rank must return the same map. A placement that arrives between two rearranges
-could reach one rank's read before the next rearrange and another's after; so a placement is armed for the
-rearrange after next (`from_call` = the newest call recorded + 2): by then every rank has long seen it, and the
+could reach one rank's read before the next rearrange and another's after. So a placement is armed for the
+rearrange after next (`from_call` = the newest call recorded + 2). By then every rank has long seen it, and the
 ranks (within one call of each other) all pick the same entry: the newest armed one whose `from_call` has come.
 """
 

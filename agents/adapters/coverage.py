@@ -1,8 +1,8 @@
 """The check every placement passes before an adapter writes it anywhere: each logical expert keeps a replica.
 
-SGLang's loader does not check it (a logical expert without a physical slot divides by zero in its static
-dispatch, ../shared/docs/notes/engines-integration.md), and vLLM's rearrange would drop the expert's weights;
-so the adapter refuses such a table itself, before any file is written or any rank answered.
+SGLang's loader does not check it: a logical expert without a physical slot divides by zero in its static
+dispatch (../shared/docs/notes/engines-integration.md). vLLM's rearrange would drop the expert's weights.
+So the adapter refuses such a table itself, before any file is written or any rank answered.
 """
 
 from __future__ import annotations

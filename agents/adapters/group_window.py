@@ -2,9 +2,9 @@
 
 An engine outside moectl reports its group's load as per-logical-expert counts (SGLang's recorder sums them
 over the group, vLLM's rearrange all-reduces them): that is the snapshot's `expert_tokens`. Neither says what
-each physical slot processed, so `slot_tokens` is the load the running placement implies (each expert's tokens
-split evenly over its replicas, agents/protocol/placement.py), the same number the controller would derive;
-the measured imbalance is then the placement's on the measured load. The engine's own serving counters ride
+each physical slot processed. So `slot_tokens` is the load the running placement implies (each expert's tokens
+split evenly over its replicas, agents/protocol/placement.py), the same number the controller would derive.
+The measured imbalance is then the placement's on the measured load. The engine's own serving counters ride
 on rank 0's row; the other ranks' rows say only the placement they run.
 """
 

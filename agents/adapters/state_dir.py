@@ -1,11 +1,12 @@
 """The directory an engine's processes and moectl share where a plugin inside the engine picks the placement at
 the engine's own rebalance (vLLM's policy plugin, $MOECTL_VLLM_STATE_DIR; SGLang's live plugin).
 
-- `load-<call>.json`: what the plugin saw at rebalance `call`: {call, at (unix seconds), weight [layers,
-  num_logical] tokens (global, over the engine's load window), current [layers, num_replicas] the map in force
-  before it (or null), num_replicas, num_ranks, and the engine's version under its name (vllm, sglang)}. Written
-  once per call by rank 0 (every rank holds the same). vLLM's layers are its MoE layers; SGLang's every hidden one.
-- `placements.json`: the armed placements, [{version, from_call, table}], newest last, the last MAX_ARMED kept.
+`load-<call>.json`: what the plugin saw at rebalance `call`, one object with these keys. `call`; `at` (unix
+seconds); `weight` [layers, num_logical] tokens (global, over the engine's load window); `current` [layers,
+num_replicas], the map in force before it (or null); `num_replicas`; `num_ranks`; and the engine's version under
+its name (vllm, sglang). Written once per call by rank 0 (every rank holds the same). vLLM's layers are its MoE
+layers; SGLang's every hidden one.
+`placements.json`: the armed placements, [{version, from_call, table}], newest last, the last MAX_ARMED kept.
 Each file is replaced whole (written aside, then renamed), so a reader never sees half of one.
 """
 

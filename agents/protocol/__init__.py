@@ -1,12 +1,18 @@
 """The contract between agents and the controller: the only package both sides import.
 
-snapshot: moectl.v1, one rank's window (Snapshot, its RankCounters); desired: the answer it gets (DesiredState);
-group: moectl.v2, one snapshot per EP group (GroupSnapshot, RankRow); router: a router's window and the
-controller's answer to it; identity: who reports (Identity, ModelShape, Role); array: compact arrays; running: the
-placement a rank runs, for a controller that lost it; wire: the version, names and bounds every message shares;
-placement: the placement value and the numbers derived from it (replica counts, shares, per-GPU load,
-imbalance); grid: the window grid both sides file load on; http: what every server promises its clients'
-connections. Every public name is re-exported here.
+`snapshot`: moectl.v1, one rank's window (Snapshot, its RankCounters).
+`desired`: the answer it gets (DesiredState).
+`group`: moectl.v2, one snapshot per EP group (GroupSnapshot, RankRow).
+`router`: a router's window and the controller's answer to it.
+`identity`: who reports (Identity, ModelShape, Role).
+`array`: compact arrays.
+`running`: the placement a rank runs, for a controller that lost it.
+`wire`: the version, names and bounds every message shares.
+`placement`: the placement value and the numbers derived from it (replica counts, shares, per-GPU load,
+imbalance).
+`grid`: the window grid both sides file load on.
+`http`: what every server promises its clients' connections.
+Every public name is re-exported here.
 """
 
 from agents.protocol.array import MAX_ARRAY_ELEMENTS, Array

@@ -18,8 +18,8 @@ class RoutingLimits(_Frozen):
 class DesiredState(_Frozen):
     """What the controller wants a rank to run; rides the snapshot response.
 
-    slot_to_expert: [num_layers, ep_size * slots_per_rank] int64, the whole EP group's table; sent
-    only when the rank reported another placement_version. slot_share: same shape, the fraction of
+    `slot_to_expert`: [num_layers, ep_size * slots_per_rank] int64, the whole EP group's table; sent
+    only when the rank reported another placement_version. `slot_share`: same shape, the fraction of
     its expert's tokens each slot takes (absent: even split across the expert's replicas).
     """
 

@@ -7,12 +7,12 @@ window instead of 320, and the body carries one [num_layers, num_experts] matrix
 only ever summed them. Everything else is per rank, in `ranks`, with the meaning it has in a v1 `Snapshot`
 (each rank stays an agent of its own for freshness, placement versions and counters).
 
-The answer is the `DesiredState` a v1 snapshot gets (its format is unchanged), for every rank of the group:
-rank 0 hands it to the others over the same collective. v1 snapshots are still accepted at
+The answer is the `DesiredState` a v1 snapshot gets (its format is unchanged), for every rank of the group.
+Rank 0 hands it to the others over the same collective. Snapshots of v1 are still accepted at
 `POST /v1/agents/snapshot`; each endpoint refuses the other's body with a 422 naming the right one. A
-controller that never issued the newest placement version a rank ran (its database was restored or replaced)
-refuses it as it refuses a v1 snapshot's (409, code PLACEMENT_UNKNOWN); rank 0 then posts the window again with
-`running_placement`, the whole group's table for that version, and the controller adopts it.
+controller may never have issued the newest placement version a rank ran (its database was restored or
+replaced). It refuses that version as it refuses a v1 snapshot's (409, code PLACEMENT_UNKNOWN). Rank 0 then posts
+the window again with `running_placement`, the whole group's table for that version, and the controller adopts it.
 """
 
 from __future__ import annotations
@@ -55,9 +55,9 @@ class RankRow(RankCounters):
 class GroupSnapshot(_Frozen):
     """One EP group's counters over one window.
 
-    expert_tokens: [num_layers, num_experts] tokens the group's routers sent to each logical expert (summed
-    over its ranks). slot_tokens: [num_layers, ep_size * slots_per_rank] tokens each slot of the group
-    processed (rank r's slots at columns r * slots_per_rank ...). ranks: one row per rank, each rank once.
+    `expert_tokens`: [num_layers, num_experts] tokens the group's routers sent to each logical expert (summed
+    over its ranks). `slot_tokens`: [num_layers, ep_size * slots_per_rank] tokens each slot of the group
+    processed (rank r's slots at columns r * slots_per_rank ...). `ranks`: one row per rank, each rank once.
     """
 
     protocol: Literal["moectl.v2"] = GROUP_PROTOCOL_VERSION

@@ -8,18 +8,18 @@ The problem, per step and layer: GPU g's load is the tokens of every expert it h
 expert's tokens must all go to its replica GPUs. Minimise the busiest GPU's load. This is a transportation
 problem, and the GPU load vectors it can reach form (a translate of) the base polytope of the coverage function
 B -> tokens of experts with a replica in B. On such a polytope the point of least sum of squares is also the one
-of least maximum (Fujishige's lexicographically optimal base), so the split here minimises the sum of squared
-GPU loads by block coordinate descent: one expert at a time, water-fill its tokens over its GPUs given every other
-load (the integral water-fill, exact for that block). Each block step
+of least maximum (Fujishige's lexicographically optimal base). So the split here minimises the sum of squared
+GPU loads by block coordinate descent. One expert at a time, it water-fills its tokens over its GPUs given every
+other load (the integral water-fill, exact for that block). Each block step:
 
-- never raises the busiest GPU (it minimises the max over the expert's GPUs and leaves the others alone), so the
-  split, started from the fixed shares, is never worse than them on the same counts;
-- converges, in the fractional limit, to the LP optimum (Gauss-Seidel on a convex quadratic over a product of
-  simplices).
+1. Never raises the busiest GPU (it minimises the max over the expert's GPUs and leaves the others alone). So the
+   split, started from the fixed shares, is never worse than them on the same counts.
+2. Converges, in the fractional limit, to the LP optimum (Gauss-Seidel on a convex quadratic over a product of
+   simplices).
 
 In whole tokens a fixed point can stop short of the LP optimum by a token per hop of an exchange path. So the
-split comes with a certificate, `split_bound`: for any set B of GPUs, the tokens of experts held only in B must
-land in B, so max load >= tokens(B) / |B|; over B = the k busiest GPUs this is the LP optimum at its limit. The
+split comes with a certificate, `split_bound`. For any set B of GPUs, the tokens of experts held only in B must
+land in B, so max load >= tokens(B) / |B|. Over B = the k busiest GPUs this is the LP optimum at its limit. The
 gap of a split to its bound is measured, not assumed (benchmarks/results/replica-split-*.md).
 
 Shapes: ... leading dims (steps, layers), E logical experts, R the most distinct GPUs any expert is on, G GPUs.
@@ -40,8 +40,8 @@ def replica_gpus(slot_to_expert: np.ndarray, slot_share: np.ndarray | None, num_
                  num_gpus: int) -> tuple[np.ndarray, np.ndarray]:
     """A placement [L, S] -> (expert_to_gpus [L, E, R] int64, gpu_share [L, E, R] float64).
 
-    expert_to_gpus: each expert's distinct GPUs in slot order, -1 padded. gpu_share: the fixed (window) share of
-    the expert's tokens each of those GPUs takes (its slots' effective shares summed), 0 on padding.
+    `expert_to_gpus`: each expert's distinct GPUs in slot order, -1 padded. `gpu_share`: the fixed (window) share
+    of the expert's tokens each of those GPUs takes (its slots' effective shares summed), 0 on padding.
     """
     num_layers, num_slots = slot_to_expert.shape
     slots_per_gpu = num_slots // num_gpus
@@ -133,9 +133,10 @@ def water_fill(num_tokens: np.ndarray, level: np.ndarray, valid: np.ndarray) -> 
 
 
 def split_bound(expert_load: np.ndarray, expert_to_gpus: np.ndarray, gpu_load: np.ndarray) -> np.ndarray:
-    """The certificate (module doc): [..., E] tokens, [..., E, R], a split's [..., G] GPU loads -> [...] float64
-    max over k of (tokens of experts held only by the k busiest GPUs) / k, a lower bound on any split's busiest
-    GPU, equal to the LP optimum when `gpu_load` is the LP's."""
+    """The certificate (module doc): [..., E] tokens, [..., E, R], a split's [..., G] GPU loads -> [...] float64.
+
+    The result is the max over k of (tokens of experts held only by the k busiest GPUs) / k. It is a lower bound on
+    any split's busiest GPU, equal to the LP optimum when `gpu_load` is the LP's."""
     num_gpus = gpu_load.shape[-1]
     load = np.asarray(expert_load, dtype=np.float64)
     gpus = np.broadcast_to(expert_to_gpus, (*load.shape, expert_to_gpus.shape[-1]))

@@ -1,8 +1,8 @@
 """What a router reports per window, and what the controller answers it (part of moectl.v1).
 
 The router owns the deployment-level view the pool planner sizes pools from: it sees every request from
-arrival to last token, so TTFT here includes the queue, the prefill, the KV hand-off and its own routing,
-where a prefill rank's TTFT stops at its first token and a decode rank never sees one it did not prefill.
+arrival to last token. So TTFT here includes the queue, the prefill, the KV hand-off and its own routing.
+A prefill rank's TTFT stops at its first token, and a decode rank never sees one it did not prefill.
 It also knows what it sent where (the local/remote split behind the PD-aware threshold), which is why
 the threshold is answered to it and no one else.
 """
@@ -31,13 +31,15 @@ def prompt_bucket(num_tokens: int) -> int:
 
 
 class RouterWindow(_Frozen):
-    """One router's window on the controller's grid. Counts are of requests; tokens are sums; latencies
-    in seconds: ttft from arrival at the router to the first token (ttft_local: prompts the decode instance
-    prefilled itself; ttft_remote: prefill instance -> KV hand-off -> decode), itl per generated token,
-    request_seconds arrival to last token, kv_transfer prefill sent to KV received.
+    """One router's window on the controller's grid.
 
-    prompt_buckets: [NUM_PROMPT_BUCKETS] arrivals per prompt-length bucket (PROMPT_BUCKET_TOKENS, powers of two),
-    summing to num_arrivals; None from a router that does not count them (the planner then knows only the mean,
+    Counts are of requests; tokens are sums; latencies are in seconds.
+    `ttft`: from arrival at the router to the first token. `ttft_local` covers prompts the decode instance
+    prefilled itself; `ttft_remote`, prefill instance -> KV hand-off -> decode.
+    `itl`: per generated token. `request_seconds`: arrival to last token. `kv_transfer`: prefill sent to KV received.
+
+    `prompt_buckets`: [NUM_PROMPT_BUCKETS] arrivals per prompt-length bucket (PROMPT_BUCKET_TOKENS, powers of two),
+    summing to num_arrivals. None from a router that does not count them (the planner then knows only the mean,
     input_tokens / num_arrivals). The pool planner sizes the prefill pool from this mix: a few long prompts wait
     behind others and set the TTFT tail, which a mean does not show."""
 

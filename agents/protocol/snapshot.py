@@ -132,7 +132,7 @@ class Snapshot(RankCounters):
 
     expert_tokens: [num_layers, num_experts] tokens this rank's router sent to each logical expert.
     slot_tokens:   [num_layers, slots_per_rank] tokens this rank's expert slots processed under
-                   placement_version (a window that switched tables counts its slots from the switch on).
+                   placement_version. A window that switched tables counts its slots from the switch on.
     """
 
     protocol: Literal["moectl.v1"] = PROTOCOL_VERSION

@@ -5,16 +5,16 @@
 Every field is bounded, so what the controller stores and sums always fits (a tighter check of what
 was always meant, hence no new protocol version):
 
-- counts (tokens, steps, requests, drafts; every element of the load arrays and histograms) at most `MAX_COUNT` = 2^40
-  per rank and window: a rank routing 10^6 tokens/s over the longest window (3600 s) counts 3.6e9, 2^32;
-  and the controller's int64 window sums stay exact up to 2^23 reports of one window (a 1,024-GPU
-  fleet sends 2^10), while it still checks each sum (`controlplane/store/windows.py`).
-- seconds (step time sums, latencies) finite and at most `MAX_SECONDS` = 1e9, thirty years: summed over
-  any number of ranks they stay finite (two ranks of 1.7e308 summed to Infinity).
-- names at most as long as the controller's columns (instance 128, node 256, gpu_uuid 128, model name
-  128) and printable: no NUL byte (PostgreSQL's text cannot hold one) nor other control characters.
-- sizes where the controller keeps 32-bit integers: gpus_per_node at most 1024 GPUs on one node,
-  placement versions under 2^31.
+1. Counts (tokens, steps, requests, drafts; every element of the load arrays and histograms): at most
+   `MAX_COUNT` = 2^40 per rank and window. A rank routing 10^6 tokens/s over the longest window (3600 s) counts
+   3.6e9, 2^32. The controller's int64 window sums stay exact up to 2^23 reports of one window (a 1,024-GPU
+   fleet sends 2^10), while it still checks each sum (`controlplane/store/windows.py`).
+2. Seconds (step time sums, latencies): finite and at most `MAX_SECONDS` = 1e9, thirty years. Summed over
+   any number of ranks they stay finite (two ranks of 1.7e308 summed to Infinity).
+3. Names: at most as long as the controller's columns (instance 128, node 256, gpu_uuid 128, model name
+   128), and printable: no NUL byte (PostgreSQL's text cannot hold one) nor other control characters.
+4. Sizes where the controller keeps 32-bit integers: gpus_per_node at most 1024 GPUs on one node,
+   placement versions under 2^31.
 """
 
 from __future__ import annotations

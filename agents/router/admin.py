@@ -1,9 +1,9 @@
 """The router's admin API: the instances it routes to, added, drained and removed while it serves.
 
-  GET    /admin/instances                 every instance: role, rank URLs, serving or draining, in flight
-  POST   /admin/instances                 {name, role, urls}: route to it from now on (the same again: no-op)
-  POST   /admin/instances/{name}/drain    no new requests go to it; those in flight finish
-  DELETE /admin/instances/{name}          forget it; 409 while requests are in flight there, unless ?force=true
+  GET    /admin/instances                 every instance: role, rank URLs, serving or draining, in flight.
+  POST   /admin/instances                 {name, role, urls}: route to it from now on (the same again: no-op).
+  POST   /admin/instances/{name}/drain    no new requests go to it; those in flight finish.
+  DELETE /admin/instances/{name}          forget it; 409 while requests are in flight there, unless ?force=true.
 
 Every call needs `Authorization: Bearer <admin token>` (`--admin-token`); without one configured the API is
 off (403). A pool scaler (the controller's, controlplane/actuate/local.py) drains an instance, waits for

@@ -1,7 +1,9 @@
 """`moectl router`: the OpenAI-compatible front of a deployment, routing each request to worker ranks
 (the app and its routing are in agents/router/app.py). With `--controller` it reports a window of what
-it served to the controller each window and takes the PD-aware threshold from its answer; with
+it served to the controller each window and takes the PD-aware threshold from its answer. With
 `--admin-token` instances can be added, drained and removed while it serves (agents/router/admin.py).
+
+Example:
 
   python -m agents.router --port 8800 --prefill http://127.0.0.1:8701,http://127.0.0.1:8702 \
       --decode http://127.0.0.1:8711,http://127.0.0.1:8712

@@ -74,10 +74,10 @@ class ExpertParallel:
 
     def __init__(self, cfg: ModelConfig, group: EPGroup, slots_per_rank: int, device, overlap: bool = True,
                  quantize_dispatch: bool = False, gpus_per_node: int = 8, dispatch_split: str = "off"):
-        """dispatch_split: "off", "measure" or "on" (EngineConfig.dispatch_split).
-        quantize_dispatch: send int8 rows (+ fp32 scale per 128 channels) instead of activations; about half
+        """`dispatch_split`: "off", "measure" or "on" (EngineConfig.dispatch_split).
+        `quantize_dispatch`: send int8 rows (+ fp32 scale per 128 channels) instead of activations; about half
         the bytes of bf16, a quarter of fp32, within scale / 2 per element (agents/runtime/kernels/refs.py).
-        gpus_per_node: ranks per node, consecutive; it only sorts the slots a token reached into nodes."""
+        `gpus_per_node`: ranks per node, consecutive; it only sorts the slots a token reached into nodes."""
         self.cfg, self.group, self.device, self.overlap = cfg, group, device, overlap
         self.quantize_dispatch = quantize_dispatch
         self.slots_per_rank, self.dispatch_split = slots_per_rank, dispatch_split

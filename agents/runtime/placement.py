@@ -93,9 +93,10 @@ class Placement:
     def replica_gpu_tables(self, num_experts: int, num_gpus: int) -> tuple[Tensor, Tensor, Tensor]:
         """The dispatch-time split's view of this table: (expert_to_gpus, gpu_share, gpu_slot), each [L, E, R].
 
-        expert_to_gpus: each expert's distinct GPUs (ranks) in slot order, -1 padded; gpu_share: the fixed share of
-        its tokens each takes (its slots' normalised shares summed; float64); gpu_slot: the expert's first slot on
-        that GPU, where a split sends the GPU's quota (agents/protocol/replica_split.replica_gpus is the twin)."""
+        `expert_to_gpus`: each expert's distinct GPUs (ranks) in slot order, -1 padded.
+        `gpu_share`: the fixed share of its tokens each takes (its slots' normalised shares summed; float64).
+        `gpu_slot`: the expert's first slot on that GPU, where a split sends the GPU's quota
+        (agents/protocol/replica_split.replica_gpus is the twin)."""
         slots_per_gpu = self.num_slots // num_gpus
         share = self.slot_share if self.slot_share is not None else torch.ones(self.slot_to_expert.shape)
         totals = self.expert_share_sums(num_experts)  # [L, E]

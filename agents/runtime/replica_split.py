@@ -2,7 +2,7 @@
 each assignment goes to so the quotas hold exactly.
 
 The algorithm, its bound and why it is never worse than the fixed shares are agents/protocol/replica_split.py's
-(the NumPy definition the controller and the simulator use); these are its torch twins, op for op the same
+(the NumPy definition the controller and the simulator use). These are its torch twins, op for op the same
 integers (tests/contract/test_replica_split_agrees.py), so what a rank routes is what the agent reports.
 
 Shapes: B rows (MoE layers, or one), E logical experts, R the most distinct GPUs an expert is on, G GPUs,

@@ -4,9 +4,9 @@ Numbers are for an H800-class GPU serving a DeepSeek-V3-like layer; they only ne
 right way with load, imbalance and the traffic that crosses GPUs. The simulated engine (per step)
 and the simulated fleet (per window) both time their work here.
 
-The all-to-all is priced by the link each row crosses (`Links`): a row to another GPU of the same node
-goes over NVLink; a token's rows on another node cost one network copy per node (sent once, then
-forwarded inside the node, as DeepEP does), so the network part scales with the nodes a token reaches,
+The all-to-all is priced by the link each row crosses (`Links`). A row to another GPU of the same node
+goes over NVLink. A token's rows on another node cost one network copy per node (sent once, then
+forwarded inside the node, as DeepEP does). So the network part scales with the nodes a token reaches,
 which the group limit bounds (agents/sim/reach.py). Each exchange also pays a fixed time whatever
 travels (latency, synchronisation). `GPU_NODES` is the seeds' case: cross-node traffic dominates and a
 group limit cuts it. `CPU_GLOO` is this machine's: a dense all-to-all over loopback gloo whose time is
@@ -57,8 +57,8 @@ def step_times(gpu_rows: np.ndarray, num_tokens: float, traffic: Traffic, links:
     """The seconds one rank spends on `num_tokens` tokens over `num_steps` steps, every layer waiting for its
     busiest GPU.
 
-    gpu_rows: [num_layers, ep_size] token-expert rows each GPU computes over the same span (a step or a
-    window); num_tokens: tokens through this rank's dense layers (attention is data parallel). One rank
+    `gpu_rows`: [num_layers, ep_size] token-expert rows each GPU computes over the same span (a step or a
+    window). `num_tokens`: tokens through this rank's dense layers (attention is data parallel). One rank
     alone exchanges nothing.
     """
     num_layers, ep_size = gpu_rows.shape

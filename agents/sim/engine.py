@@ -3,7 +3,7 @@ routing limits staged and agreed across the EP group, requests that produce (mad
 
 Per-expert load comes from agents/sim/load.py with a swing between two kinds of text, so hot experts
 persist but move. Every rank of a group draws the same popularity (same seed, same number of steps,
-kept in lockstep by the group's agreement), routes its own tokens, and estimates what its slots
+kept in lockstep by the group's agreement). Each routes its own tokens and estimates what its slots
 receive from the whole group under the placement it runs. Step time comes from agents/sim/cost.py:
 all-to-all and expert time follow the busiest rank, so a better placement shows up as less time, as
 on real hardware. It needs no model and almost no CPU: `moectl worker --sim` runs the real agent

@@ -1,9 +1,9 @@
 """Simulated EP groups that report windows to a controller and apply what it answers.
 
-Each instance routes tokens with a `LoadModel` (agents/sim/load.py), spreads every expert's tokens over the slots that
-hold it (per the placement it runs), and posts its window over HTTP: one `Snapshot` per rank (`moectl.v1`) or
-one `GroupSnapshot` for the whole instance (`moectl.v2`, agents/protocol/group.py). All ranks of an instance
-switch placement together, at the next window, as real EP groups must. Like the real agent, the fleet
+Each instance routes tokens with a `LoadModel` (agents/sim/load.py) and spreads every expert's tokens over the
+slots that hold it (per the placement it runs). It posts its window over HTTP: one `Snapshot` per rank
+(`moectl.v1`) or one `GroupSnapshot` for the whole instance (`moectl.v2`, agents/protocol/group.py). All ranks
+of an instance switch placement together, at the next window, as real EP groups must. Like the real agent, the fleet
 registers its deployments again when the controller no longer knows them, and sends the table it runs when
 the controller no longer knows its placement version (agents/telemetry/poster.py). Fleets come in the shapes
 of agents/sim/models.py (`deepseek-v3`: prefill EP32 and decode EP320 instances).

@@ -1,8 +1,8 @@
 """Model shapes and pool layouts the simulated fleet can run, by name (`moectl sim --model NAME`).
 
 `deepseek-v3` is DeepSeek-V3's MoE as its serving was described: 58 MoE layers of 256 routed experts in 8
-groups, top-8 with at most 4 groups per token; prefill instances on 32 GPUs (EP32, 9 slots per GPU: 256 experts
-and 32 redundant) and decode instances on 320 GPUs (EP320, one expert per GPU: 256 and 64 redundant). Token
+groups, top-8 with at most 4 groups per token. Prefill instances run on 32 GPUs (EP32, 9 slots per GPU: 256
+experts and 32 redundant), decode instances on 320 GPUs (EP320, one expert per GPU: 256 and 64 redundant). Token
 rates per GPU follow the published throughput of an H800 node (about 73.7k input tokens/s in prefill and 14.8k
 output tokens/s in decode, per 8 GPUs; decode counts the MTP draft token verified beside each output token).
 """

@@ -1,12 +1,12 @@
 """The groups, GPUs and nodes simulated tokens reach: the simulator's model of group-limited routing.
 
 Each token's affinities are drawn around its layer's popularity (Gumbel noise on the log, so a token's
-top-k is a draw of k experts without replacement; optionally a preference for some groups), routed by the
-runtime's own group-limited top-k, spread over the replicas of the placement and counted as the runtime
-counts them (agents/runtime/moe_ops.py `reach`). The same tokens routed unconstrained and with the model's
-own limit say how many of their experts the limit in force kept: against the unconstrained top-k (what agents
-report as routing recall) and against the model's own picks (routing away from what the model was trained
-with costs quality, here MTP acceptance). The simulated engine samples every step; the fleet a bounded sample
+top-k is a draw of k experts without replacement; optionally a preference for some groups). The tokens are
+routed by the runtime's own group-limited top-k, spread over the replicas of the placement and counted as the
+runtime counts them (agents/runtime/moe_ops.py `reach`). The same tokens routed unconstrained and with the model's
+own limit say how many of their experts the limit in force kept. That is measured against the unconstrained top-k
+(what agents report as routing recall) and against the model's own picks. Routing away from what the model was
+trained with costs quality, here MTP acceptance. The simulated engine samples every step; the fleet a bounded sample
 of each window.
 """
 

@@ -1,12 +1,14 @@
 """`moectl sim`: a simulated fleet in real time against a controller URL.
 
-  python -m agents.sim --url http://127.0.0.1:8600 --api-token T --agent-token A [--windows N]
-  python -m agents.sim --model deepseek-v3 --prefill-instances 2 --decode-instances 3 ...   # 1,024 GPUs
-
-`--model sim-moe-64e` (the default) runs `--deployments` small decode pools; a model of agents/sim/models.py with
+`--model sim-moe-64e` (the default) runs `--deployments` small decode pools. A model of agents/sim/models.py with
 prefill and decode pools (`deepseek-v3`: EP32 and EP320) runs one deployment of that model with the instances
 asked for. Each instance posts one group snapshot per window (`--protocol v2`) or one snapshot per rank (`v1`,
 as agents before moectl.v2 do; at DeepSeek scale the simulator itself cannot build 1,024 snapshots a window).
+
+Examples:
+
+  python -m agents.sim --url http://127.0.0.1:8600 --api-token T --agent-token A [--windows N]
+  python -m agents.sim --model deepseek-v3 --prefill-instances 2 --decode-instances 3 ...   # 1,024 GPUs
 """
 
 from __future__ import annotations

@@ -4,21 +4,21 @@ closed-loop benchmark was first run on, named as such.
 
 Calibration (benchmarks/results/replica-split-2026-12-03.md re-measures each against the simulator):
 
-- SGLang + NVIDIA, "Improving DeepEP MoE Load Balance in SGLang with Waterfill and LPLB" (lmsys.org blog,
-  2026-06-26; DeepSeek-V3 FP8, 2 x 8 Hopper, EP16, DeepEP normal mode, MMLU / GPQA / GSM8K prompt pools):
-  static EPLB over no EPLB +4.9% / +13.5% / +11.5% throughput with no redundant experts, +6.0% / +12.0% / +14.6%
-  with 32; LPLB (a per-batch split of replicated experts) over static EPLB +1.5% / +0.9% / +4.3% with 16 redundant
-  experts and +2.7% / +0.8% / +7.3% with 32.
-- SGLang, "Deploying DeepSeek with PD Disaggregation and Large-scale Expert Parallelism on 96 H100 GPUs"
-  (lmsys.org blog, 2025-05-05): prefill EP32, 16,384 tokens per GPU, 50,302 tok/s per node with the real expert
-  distribution against 59,337 with "simulated perfect EPLB" (random experts): the real skew costs ~15% of
-  throughput after EPLB.
-- "Scaling Multi-Node Mixture-of-Experts Inference Using Expert Activation Patterns" (arXiv 2604.23150): DeepSeek-V3
-  traces show expert popularity shifting between task families (code, math, chat), which the mix swing models.
+1. SGLang + NVIDIA, "Improving DeepEP MoE Load Balance in SGLang with Waterfill and LPLB" (lmsys.org blog,
+   2026-06-26; DeepSeek-V3 FP8, 2 x 8 Hopper, EP16, DeepEP normal mode, MMLU / GPQA / GSM8K prompt pools).
+   Static EPLB over no EPLB: +4.9% / +13.5% / +11.5% throughput with no redundant experts, +6.0% / +12.0% / +14.6%
+   with 32. LPLB (a per-batch split of replicated experts) over static EPLB: +1.5% / +0.9% / +4.3% with 16
+   redundant experts and +2.7% / +0.8% / +7.3% with 32.
+2. SGLang, "Deploying DeepSeek with PD Disaggregation and Large-scale Expert Parallelism on 96 H100 GPUs"
+   (lmsys.org blog, 2025-05-05): prefill EP32, 16,384 tokens per GPU. It measured 50,302 tok/s per node with the
+   real expert distribution against 59,337 with "simulated perfect EPLB" (random experts). So the real skew costs
+   ~15% of throughput after EPLB.
+3. "Scaling Multi-Node Mixture-of-Experts Inference Using Expert Activation Patterns" (arXiv 2604.23150): DeepSeek-V3
+   traces show expert popularity shifting between task families (code, math, chat), which the mix swing models.
 
-`SERVING` takes per-layer Zipf exponents in [0.2, 0.5] and a per-step lognormal factor of 0.2: in the step-time
+`SERVING` takes per-layer Zipf exponents in [0.2, 0.5] and a per-step lognormal factor of 0.2. In the step-time
 model (agents/sim/cost.py) at that EP16 shape it gives EPLB over no EPLB +12% (no redundant experts) and +15%
-(32), and the split over static EPLB +3.9% (16) and +5.8% (32), inside the blog's ranges; the exponents of the
+(32). It gives the split over static EPLB +3.9% (16) and +5.8% (32), inside the blog's ranges. The exponents of the
 stress cases (0.9-1.3) put static placement at 2.5-25x instead. No public source states DeepSeek's per-layer
 exponent or its per-step dispersion directly: both are fitted to the throughput figures above, not measured.
 """

@@ -3,13 +3,13 @@ controller; the desired state it answers -> the engine, at a step boundary.
 
 Everything here runs on the engine's thread and costs a few dictionary updates per step: posting
 happens on the poster's thread, and MoE counters stay on the device until a window closes.
-Applying a placement only stages it: the engine switches at the first step where every rank of the
-group staged the same version (each rank's agent gets the same answer from the controller), so the
+Applying a placement only stages it. The engine switches at the first step where every rank of the
+group staged the same version (each rank's agent gets the same answer from the controller). So the
 group never runs two placements at once. If the controller is unreachable nothing is applied and the
 rank keeps serving on the last state it had.
 
-Given its EP group (`group`), the agents of the group report as one (moectl.v2, agents/telemetry/group.py):
-they close each window at the same step, rank 0 gathers the group's window and posts it, and shares the
+Given its EP group (`group`), the agents of the group report as one (moectl.v2, agents/telemetry/group.py).
+They close each window at the same step. Rank 0 gathers the group's window, posts it, and shares the
 answer with the other ranks, which have no poster of their own. Without it every rank posts its own
 snapshot (moectl.v1).
 """

@@ -1,10 +1,10 @@
 """An EP group's agents reporting as one (moectl.v2, agents/protocol/group.py), over the group's own collective.
 
 Every rank's agent calls these at the same point of the same step (between steps, where the engine's ranks are
-in lockstep), so the collectives line up: each tick the ranks agree on the window to be in (the latest any rank's
-clock says) and on whether rank 0 holds a new answer from the controller; when a window closes they sum its
-expert-load matrix (an all-reduce, as SGLang's expert-distribution recorder does) and rank 0 gathers each rank's
-row and slot load, and posts one body; a new answer is broadcast from rank 0, so every rank stages the same
+in lockstep), so the collectives line up. Each tick the ranks agree on the window to be in (the latest any rank's
+clock says) and on whether rank 0 holds a new answer from the controller. When a window closes they sum its
+expert-load matrix (an all-reduce, as SGLang's expert-distribution recorder does). Rank 0 then gathers each
+rank's row and slot load, and posts one body. A new answer is broadcast from rank 0, so every rank stages the same
 desired state at the same step. A tick costs one all-reduce of four integers; a window, one all-reduce of
 [num_layers, num_experts] and one gather of a few kB per rank. Ranks that sum into different windows (they
 started, or changed window length, on either side of a boundary) first move their sums to the same window.

@@ -9,8 +9,8 @@ group's rank 0) to `/v2/agents/snapshot`. A window goes out a random moment into
 (agents/protocol/grid.py `post_at`), not the instant it closes, when the whole fleet's windows close.
 
 A controller whose database was restored or replaced does not know the placement version the rank (a group:
-its newest rank) runs and refuses it (409, code PLACEMENT_UNKNOWN); the poster then sends the same window
-again with the table it runs (`running_placement`), which the controller adopts, so nobody restarts ranks
+its newest rank) runs, and refuses it (409, code PLACEMENT_UNKNOWN). The poster then sends the same window
+again with the table it runs (`running_placement`), which the controller adopts. So nobody restarts ranks
 by hand.
 """
 

@@ -1,11 +1,11 @@
 """A worker rank's HTTP side: the internal API the router calls, `/metrics` for Prometheus, `/healthz`.
 
   POST /v1/internal/generate  {request_id, prompt_token_ids, max_tokens, temperature, stop_token_ids}
-                              -> NDJSON lines {token_ids, finished, finish_reason}
+                              -> NDJSON lines {token_ids, finished, finish_reason}.
   POST /v1/internal/prefill   same body -> the KV hand-off (application/octet-stream), or NDJSON when
-                              the request finished with its first token
-  POST /v1/internal/decode    a hand-off -> NDJSON lines of the tokens after the first
-  GET  /v1/internal/load      what the router balances on
+                              the request finished with its first token.
+  POST /v1/internal/decode    a hand-off -> NDJSON lines of the tokens after the first.
+  GET  /v1/internal/load      what the router balances on.
 """
 
 from __future__ import annotations

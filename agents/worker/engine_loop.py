@@ -1,8 +1,8 @@
 """The engine's thread in a worker rank: takes requests from the HTTP side, steps the engine, feeds the
 agent, and hands each request's tokens (or its KV hand-off) back to the waiting HTTP handler.
 
-All ranks of an EP group step in lockstep (every step holds collectives), so every rank steps even
-with nothing to do, sleeping briefly when the whole group is idle; they also agree on when to stop,
+All ranks of an EP group step in lockstep (every step holds collectives). So every rank steps even
+with nothing to do, sleeping briefly when the whole group is idle. The ranks also agree on when to stop,
 so no rank leaves the others waiting in a collective.
 """
 

@@ -1,14 +1,14 @@
 """The one writer of changes: a change to a knob of a pool is an action row, and once applied a new
 version row of that knob naming the action. Whoever asked (the loop, a person, an alert):
 
-- propose: the policy's mode decides: observe records a `planned` action, approve records one
-  `awaiting_approval` holding the proposal, auto applies it at once;
-- approve/reject: a person decides a waiting proposal; one planned against a version that is no longer
-  in force is superseded instead of applied;
-- settle: the verdict on an applied change; one measured worse is rolled back by issuing the version
-  before it again, as a new version made by the same action;
-- adopt: what the fleet already runs, under a version this store never issued (its database was restored
-  or replaced while the fleet ran on), becomes that version, made by an `adopted` action; nothing is sent.
+1. `propose`: the policy's mode decides. Observe records a `planned` action, approve records one
+   `awaiting_approval` holding the proposal, auto applies it at once.
+2. `approve`/`reject`: a person decides a waiting proposal. One planned against a version that is no longer
+   in force is superseded instead of applied.
+3. `settle`: the verdict on an applied change. One measured worse is rolled back by issuing the version
+   before it again, as a new version made by the same action.
+4. `adopt`: the fleet may run a version this store never issued (its database was restored or replaced while
+   the fleet ran on). What it runs becomes that version, made by an `adopted` action; nothing is sent.
 """
 
 from __future__ import annotations

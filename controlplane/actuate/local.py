@@ -3,9 +3,9 @@
 (agents/router/admin.py). A `PoolScaler` (actuate/scaler.py), as actuate/kube.py is on Kubernetes.
 
 An instance is `starting` until every rank answers /healthz and the router has it, then `serving`. On a
-scale-down the instances that go are `leaving`: the router drains them first (no new requests), and only
-once it has no request in flight there (decodes, and prefills whose KV hand-off has not arrived) and
-their ranks hold no work is it removed from the router and the process stopped. An instance whose process
+scale-down the instances that go are `leaving`: the router drains them first (no new requests). An instance
+is removed from the router and its process stopped only once the router has no request in flight there
+(decodes, and prefills whose KV hand-off has not arrived) and its ranks hold no work. An instance whose process
 dies is forgotten, so the next pass starts another. moectl is the only writer of these pools.
 """
 
@@ -42,11 +42,11 @@ class Instance:
 
 
 class LocalScaler:
-    """deployment: the moectl deployment the pools belong to; ep_sizes: role -> ranks per instance;
-    worker_args: what every `agents.worker` gets besides role, ranks, ports and instance (controller URL,
-    window, ...); env: their environment; router, admin_token: the router's URL and admin token; run: put in
-    every instance's name (`tiny-decode-<run>0`), so a run on a kept database never takes an earlier run's
-    instance for its own (its agents' windows and warm-up are counted per instance name)."""
+    """`deployment`: the moectl deployment the pools belong to. `ep_sizes`: role -> ranks per instance.
+    `worker_args`: what every `agents.worker` gets besides role, ranks, ports and instance (controller URL,
+    window, ...). `env`: their environment. `router`, `admin_token`: the router's URL and admin token.
+    `run`: put in every instance's name (`tiny-decode-<run>0`), so a run on a kept database never takes an
+    earlier run's instance for its own (its agents' windows and warm-up are counted per instance name)."""
 
     def __init__(self, *, deployment: str, ep_sizes: dict[str, int], worker_args: list[str], env: dict[str, str],
                  router: str, admin_token: str, run: str = "", start_timeout: float = 180.0,

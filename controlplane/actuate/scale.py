@@ -3,7 +3,7 @@ each pass reads the pool's scale and, when it differs, writes it through a `Pool
 
 moectl never fights another writer of the replica count. An autoscaler of the same target (an HPA, or
 KEDA's), or replicas changed by someone else since moectl last wrote them, make it stand down from the
-pool: a `conflict` action says why and who, and nothing is written to the pool until a person resumes it
+pool. A `conflict` action says why and who. Nothing is written to the pool until a person resumes it
 (`resume`, audited on that action); then moectl's latest size is applied again. Every write and every
 refusal is reported to the platform (`PoolScaler.report`).
 """

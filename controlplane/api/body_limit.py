@@ -9,7 +9,7 @@ class BodyLimit:
     """Pure ASGI middleware: checks Content-Length, and counts chunked bodies as they stream.
 
     A chunked body is refused from inside `receive`: the 413 is sent right there and the app is told the
-    client left, and whatever the app answers to that (FastAPI: a 400 for a body it could not read) is
+    client left. Whatever the app answers to that (FastAPI: a 400 for a body it could not read) is
     dropped, so the caller sees the 413.
     """
 

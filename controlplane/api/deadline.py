@@ -3,8 +3,8 @@ waited longer than the database timeout before its first transaction is answered
 instead of starting. Its caller has likely given up (an agent waits 5 s), and doing its work late would
 only lengthen the queue behind it. A lone slow request (a busy machine) is never refused.
 
-With the database's own waits bounded the same way (`store.db.make_engine`), a request that reaches the
-database ends within about twice `db_timeout_seconds`: under the agents' timeout, so nothing is done for a
+The database's own waits are bounded the same way (`store.db.make_engine`). So a request that reaches the
+database ends within about twice `db_timeout_seconds`, under the agents' timeout: nothing is done for a
 caller that already left, and no connection is held for it.
 """
 

@@ -1,11 +1,10 @@
 """The controller's heap after start-up, frozen out of the garbage collector's full collections.
 
-A controller holds ~200k tracked objects once started (FastAPI, pydantic schemas, SQLAlchemy, numpy, the
-planner's modules); each DeepSeek-sized group post allocates thousands more, so the collector's full (oldest
-generation) collection runs every few windows and walks all of them: 125-370 ms with the interpreter stopped,
-measured in a 1,024-GPU controller on this 2-core machine, every post in flight waiting for it (the worst
-window's post p99). After `gc.freeze()` a full collection walks only what was allocated since: 6-23 ms in the
-same run. Objects frozen are never collected as garbage; the collection first clears what start-up left.
+A started controller holds many tracked objects, and each large group post allocates thousands more. So the
+collector's full (oldest generation) collection runs every few windows and walks all of them, with the
+interpreter stopped and every post in flight waiting. After `gc.freeze()` a full collection walks only what was
+allocated since. Objects frozen are never collected as garbage; the collection first clears what start-up left.
+Measured: docs/decisions/2026-12-04-freeze-startup-heap.md.
 """
 
 from __future__ import annotations

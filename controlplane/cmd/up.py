@@ -9,9 +9,9 @@ fleet (`python -m agents.sim`) instead of workers, router and workload.
 Prints one `name: URL` line per service; Ctrl-C (or SIGTERM) stops everything, children first, and
 leaves no process behind. The database (MOECTL_DATABASE_URL, else the default every command shares) is
 kept across runs: policies, tokens and the audit trail survive a restart; `--fresh` clears it first. On a
-kept database the deployment keeps its policy (`--policy` registers a new deployment's only), each pool
-starts with one instance and the loop brings it to the size moectl last decided, and the new instances are
-named apart from the earlier run's (`LocalScaler` run), whose agents go stale and then gone.
+kept database the deployment keeps its policy (`--policy` registers a new deployment's only). Each pool starts
+with one instance, and the loop brings it to the size moectl last decided. The new instances are named apart
+from the earlier run's (`LocalScaler` run), whose agents go stale and then gone.
 """
 
 from __future__ import annotations

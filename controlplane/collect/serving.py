@@ -1,8 +1,8 @@
 """Serving windows: a rank's serving counters and a router's window as flat counters, which
 controlplane/observed/serving.py merges and reads back. Pure.
 
-A router window also says the local-prefill threshold it routed by (`local_prefill_threshold`), and its arrivals
-per prompt-length bucket travel as `prompt_bucket_<i>` counters (added up like any count); a deployment window whose
+A router window also says the local-prefill threshold it routed by (`local_prefill_threshold`). Its arrivals
+per prompt-length bucket travel as `prompt_bucket_<i>` counters (added up like any count). A deployment window whose
 buckets do not add up to its arrivals (a router that does not count them) has no length mix.
 """
 

@@ -3,7 +3,7 @@ compared-and-set by (holder, term, renewed_at). The fence reads it with FOR UPDA
 guards, so on PostgreSQL a takeover waits until that write committed (SQLite serialises writers anyway).
 
 A replica paused inside such a transaction (a renewal, a fenced write) would hold a takeover off for as long
-as it is paused; on PostgreSQL its session is ended after one lease instead
+as it is paused. On PostgreSQL its session is ended after one lease instead
 (idle_in_transaction_session_timeout), and what it had not committed is lost, as it should be."""
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """Leader election, written once over a record that can be compared-and-set: a Kubernetes Lease
 (leader/lease.py) or a database row (leader/database.py). The algorithm is client-go's:
 
-- a candidate takes a record that is free, or unchanged for its holder's lease duration as measured on the
-  candidate's own monotonic clock (so clocks of different machines never meet), by compare-and-set; the
-  term grows by one with every new holder;
-- the leader renews every retry period, and trusts its leadership only for `renew_seconds` after the start
-  of its last successful renewal: shorter than the lease, so it stops writing before anyone may take over;
-- before each write it checks the record itself (`check`, the fence): a leader whose record was taken, or
+- A candidate takes a record by compare-and-set when it is free, or unchanged for its holder's lease duration.
+  That duration is measured on the candidate's own monotonic clock, so clocks of different machines never meet.
+  The term grows by one with every new holder.
+- The leader renews every retry period. It trusts its leadership only for `renew_seconds` after the start
+  of its last successful renewal: shorter than the lease, so it stops writing before anyone may take over.
+- Before each write it checks the record itself (`check`, the fence). A leader whose record was taken, or
   that could not renew in time (a long pause, a partition), writes nothing.
 """
 

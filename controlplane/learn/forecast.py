@@ -1,9 +1,9 @@
 """Next windows of a load from recent windows, by the candidate with the lowest backtest error.
 
-history: [W, L, E] tokens per window, oldest first (expert load); forecast_load gives [L, E] for the
-next window, forecast_ahead the mean over the next `horizon` windows (what a change in force for that long
-meets). forecast_series does the same for one scalar series [W] (request rate, mean prompt
-length, ...) `horizon` windows ahead: each candidate forecasts one window, then again on its own
+history: [W, L, E] tokens per window, oldest first (expert load). `forecast_load` gives [L, E] for the
+next window; `forecast_ahead` gives the mean over the next `horizon` windows (what a change in force for that
+long meets). `forecast_series` does the same for one scalar series [W] (request rate, mean prompt
+length, ...) `horizon` windows ahead. Each candidate forecasts one window, then again on its own
 forecast appended, and the choice is by the mean error over the horizon.
 """
 
@@ -137,9 +137,10 @@ MAX_TREND_FACTOR = 2.0  # the trend moves an expert's forecast at most this fact
 def forecast_ahead(history, horizon: int) -> np.ndarray:
     """Mean expected tokens per expert over the next `horizon` windows, [L, E], from history [W, L, E].
 
-    forecast_load's next window (on the last MAX_LEVEL_WINDOWS), moved along the recent trend of each
-    expert's log load to the horizon's middle, by the share of such a trend that held over the same lead in
-    the history: a load-weighted least-squares factor in [0, 1] over the last TREND_FOLDS cut points. A
+    Start from forecast_load's next window (on the last MAX_LEVEL_WINDOWS). Move it along the recent trend of
+    each expert's log load to the horizon's middle, by the share of such a trend that held over the same lead in
+    the history. That share is a load-weighted least-squares factor in [0, 1] over the last TREND_FOLDS cut
+    points. A
     random walk's trends do not hold (about 0: the next window's forecast); a swing between kinds of text
     holds for minutes (near 1). Too short a history for the backtest, or a horizon of one window: the next
     window's forecast.

@@ -2,23 +2,23 @@
 
 Prefill: TTFT (arrival to KV ready, queue included) of the requests a replica prefilled, against
 the prompt tokens/s it was offered. Queue time grows as rho/(1-rho) with the utilisation rho, in units
-of one prompt's service time, so the fit is TTFT_q = a + b * s * rho/(1-rho) + c * s with s = prompt
-tokens / capacity and non-negative a, b, c; capacity (prompt tokens per busy second) is read from the
+of one prompt's service time. So the fit is TTFT_q = a + b * s * rho/(1-rho) + c * s, with s = prompt
+tokens / capacity and non-negative a, b, c. Capacity (prompt tokens per busy second) is read from the
 windows themselves. The form extrapolates to loads not yet seen, which a scale-down must predict.
 Decode: ITL (per token) against the batch while the engine runs, KV tokens read and local-prefill tokens/s,
 linear with non-negative coefficients, which is what a decode step costs. A window's batch and KV tokens are
-averaged over the window, idle time included, and its tokens come only while it runs, so both are read per busy
-second (a window idle half the time at one sequence is a batch of one, not half); windows are weighted by the
-token gaps they measured, so the fit is per token as Little's law reads it (a mostly idle window's one gap, a
-prefill stall included, would otherwise weigh as much as a busy window's hundreds).
+averaged over the window, idle time included, and its tokens come only while it runs. So both are read per busy
+second (a window idle half the time at one sequence is a batch of one, not half). Windows are weighted by the
+token gaps they measured, so the fit is per token as Little's law reads it. Otherwise a mostly idle window's
+one gap, a prefill stall included, would weigh as much as a busy window's hundreds.
 
 Windows in which a prefill replica finished fewer than MIN_REQUESTS prompts are left out (their
-percentiles are mostly noise), the others weighted by their request count; so are windows that begin
-or end with more than MAX_BACKLOG_SECONDS of queued work: their requests waited out an earlier overload,
-which says nothing about the steady state at this window's load (kept, the windows draining a burst's
-backlog read as a TTFT floor over a second, and prefill was sized for it for a quarter of an hour). A
+percentiles are mostly noise); the others are weighted by their request count. Windows that begin
+or end with more than MAX_BACKLOG_SECONDS of queued work are left out too: their requests waited out an earlier
+overload, which says nothing about the steady state at this window's load. Kept, the windows draining a burst's
+backlog read as a TTFT floor over a second, and prefill was sized for it for a quarter of an hour. A
 replica's first `cold_start_windows` windows are left out (cold caches and kernels run slow and
-would read as lost capacity); with fewer than `min_samples` warm windows a fit is None and the
+would read as lost capacity). With fewer than `min_samples` warm windows a fit is None, and the
 caller falls back (controlplane/plan/pools.py: reactive steps only, no consolidation).
 Arrays are [n] over replica windows; seconds, tokens, tokens/s.
 """
@@ -43,7 +43,7 @@ PERCENTILES = (90, 99)
 
 def _fit(features: np.ndarray, target: np.ndarray, weight: np.ndarray | None = None) -> tuple[float, np.ndarray]:
     """(intercept, coefficients), all non-negative. The intercept is a column of ones under the same
-    constraint (sklearn leaves its own intercept free): with a feature that barely varies (a steady prompt
+    constraint (sklearn leaves its own intercept free). With a feature that barely varies (a steady prompt
     length) the two are collinear, and a free intercept runs off to -inf against a huge coefficient."""
     ones = np.column_stack([np.ones(len(target)), features])
     # inputs are checked finite by the caller; the planner refits every window, so skip re-validation
@@ -78,8 +78,8 @@ class PrefillLatency:
 
     def ttft_of_mix(self, percentile: int, request_rate: float, prompt_tokens, shares, replicas: int) -> float:
         """TTFT at `percentile` of `replicas` replicas offered `request_rate` requests/s whose prompts are
-        `prompt_tokens` [K] in `shares` [K]: the queue of prefill_queue.py at this capacity, each request's hand-off
-        and step overhead the fit's intercept (the latency a replica adds to any prompt, queue or not)."""
+        `prompt_tokens` [K] in `shares` [K]. It is the queue of prefill_queue.py at this capacity. Each request's
+        hand-off and step overhead is the fit's intercept (the latency a replica adds to any prompt, queue or not)."""
         service = np.asarray(prompt_tokens, np.float64) / self.capacity
         fitted = max((p for p in self.coefficients if p <= percentile), default=min(self.coefficients))
         return ttft_percentile(percentile, request_rate, service, shares, replicas, self.coefficients[fitted][0])
@@ -155,10 +155,13 @@ def fit_decode(age, window_seconds: float, batch, kv_tokens, local_prompt_tokens
 
 @dataclass(frozen=True)
 class PoolLatency:
-    """Both pools' fits behind one object (the LatencyModel shape of controlplane/solve/pools/capacity.py);
-    a pool without a fit answers None. kv_capacity_tokens, max_batch: one decode replica's limits;
-    max_prefill_utilisation: past it, a prefill replica's TTFT is planned as unbounded where only the mean prompt
-    is known; prefill_tail_percentile: where the length mix is known, the percentile of TTFT its tail is read at."""
+    """Both pools' fits behind one object (the LatencyModel shape of controlplane/solve/pools/capacity.py).
+
+    A pool without a fit answers None.
+    `kv_capacity_tokens`, `max_batch`: one decode replica's limits.
+    `max_prefill_utilisation`: past it, a prefill replica's TTFT is planned as unbounded where only the mean
+    prompt is known.
+    `prefill_tail_percentile`: where the length mix is known, the percentile of TTFT its tail is read at."""
 
     prefill: PrefillLatency | None
     decode: DecodeLatency | None

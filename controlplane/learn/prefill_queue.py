@@ -1,11 +1,12 @@
 """TTFT percentiles of a prefill pool serving a mix of prompt lengths: a queue with many servers. Pure NumPy.
 
-The router sends each prompt to the prefill replica with the least load (the least queued work in
-benchmarks/pdsim/router.py; what it has in flight there and the rank's reported queue in agents/router/policy.py),
-which waits about as one first-come-first-served queue in front of all `servers` replicas would: an M/G/c queue.
-A prompt of L tokens is served in L / capacity seconds, so the mix of lengths, not its mean, sets both the wait
-(Allen-Cunneen: the M/M/c wait x (1 + cv^2) / 2, cv of the service time) and the tail: a request's TTFT is its
-wait plus its own service, and the few long prompts, served for seconds, are the requests past the p99. The wait
+The router sends each prompt to the prefill replica with the least load. In benchmarks/pdsim/router.py that is
+the least queued work; in agents/router/policy.py, what it has in flight there and the rank's reported queue.
+A prompt then waits about as it would in one first-come-first-served queue in front of all `servers` replicas:
+an M/G/c queue. A prompt of L tokens is served in L / capacity seconds. So the mix of lengths, not its mean, sets
+both the wait (Allen-Cunneen: the M/M/c wait x (1 + cv^2) / 2, cv of the service time) and the tail. A request's
+TTFT is its wait plus its own service, and the few long prompts, served for seconds, are the requests past the
+p99. The wait
 of the requests that wait is taken as exponential (the M/M/c shape, at the Allen-Cunneen mean). Seconds,
 requests/s; arrays [K] over the mix's lengths.
 """

@@ -3,10 +3,10 @@
 On SQLite `store.deployments.lock_pool` is the database's one write lock: held while the planner solves a
 DeepSeek-sized pool (seconds), every agent's post waits behind it. So the loop first plans the pool with a
 dry run (no lock, no write) through a `PlannedAhead` compute, then reconciles it for real under the lock
-through the same one: the planner's call under the lock, if its inputs (policy, state, clock, flags) are
-equal to the dry run's, is answered with the plan already made; if anything changed meanwhile (a window
-completed by a late post, an action verified, a request arrived), it is planned again, under the lock, as
-it always was. Either way the plan is the one `plan.decisions.decide` gives for what is stored when the lock is held.
+through the same one. If the inputs of the planner's call under the lock (policy, state, clock, flags) are
+equal to the dry run's, it is answered with the plan already made. If anything changed meanwhile (a window
+completed by a late post, an action verified, a request arrived), it is planned again, under the lock. Either
+way the plan is the one `plan.decisions.decide` gives for what is stored when the lock is held.
 """
 
 from __future__ import annotations

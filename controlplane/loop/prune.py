@@ -1,25 +1,25 @@
 """The pruning job: deletes what is past its retention (`Settings.retain_*`), never what is in force.
 
 What goes, by kind:
-- load windows and serving windows (each instance's and each router's, `store.serving`): all but each
-  pool's (each deployment's, for routers) newest `history_windows` complete ones (what the planners and
-  the views read) and those still filling (each pool's pass also prunes its own, `reconcile.Reconciler.pool`);
-- actions: settled ones last updated over `retain_actions_seconds` ago; never one awaiting approval,
-  applied and not yet verified, or a conflict moectl stands down for, nor the newest of its pool and knob
-  (what `actuate.in_flight` reads), nor the one that last applied a pool's size (`actuate.scale`
-  measures other writers against it);
-- versions of every knob (`actuate.knobs`: placement, routing, pool size, local-prefill threshold): made
-  over `retain_versions_seconds` ago, but never the newest of those (in force, or the one the newer
-  versions replaced) nor one an open action needs (`store.actions.versions_in_use`);
-- requests: handled over `retain_requests_seconds` ago (pending ones stay);
-- alert events: received over `retain_alert_events_seconds` ago;
-- agents: silent for `retain_agents_seconds` (gone long before, `agent_gone_seconds`);
-- audit events: over `retain_audit_seconds` old.
+1. Load windows and serving windows (each instance's and each router's, `store.serving`). All go but each
+   pool's (each deployment's, for routers) newest `history_windows` complete ones (what the planners and
+   the views read) and those still filling. Each pool's pass also prunes its own (`reconcile.Reconciler.pool`).
+2. Actions: settled ones last updated over `retain_actions_seconds` ago. Never one awaiting approval,
+   applied and not yet verified, or a conflict moectl stands down for. Never the newest of its pool and knob
+   (what `actuate.in_flight` reads), nor the one that last applied a pool's size (`actuate.scale`
+   measures other writers against it).
+3. Versions of every knob (`actuate.knobs`: placement, routing, pool size, local-prefill threshold): made
+   over `retain_versions_seconds` ago. Never the newest of those (in force, or the one the newer
+   versions replaced), nor one an open action needs (`store.actions.versions_in_use`).
+4. Requests: handled over `retain_requests_seconds` ago (pending ones stay).
+5. Alert events: received over `retain_alert_events_seconds` ago.
+6. Agents: silent for `retain_agents_seconds` (gone long before, `agent_gone_seconds`).
+7. Audit events: over `retain_audit_seconds` old.
 
 Nothing younger than an hour is deleted whatever the settings say: the rails read the last hour (actions
 and moved slots per hour, findings once an hour). The loop runs the job at most once per `prune_seconds`
-(`Pruning`; with leader election only the leader, its commits fenced), each kind in its own transaction
-and at most `max_prune_rows` rows of each per run, so a run never holds a long write lock; `moectl prune`
+(`Pruning`; with leader election only the leader, its commits fenced). Each kind runs in its own transaction,
+at most `max_prune_rows` rows of each per run, so a run never holds a long write lock. `moectl prune`
 runs it until nothing is left to delete.
 """
 

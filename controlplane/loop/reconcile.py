@@ -1,5 +1,6 @@
 """The one reconcile path (`Reconciler`): per pool, level-triggered, read -> verify -> decide once
-(`plan.decisions.decide`, pure) -> actuate knob by knob (reconcile_knobs.py, reconcile_pools.py, findings.py).
+(`plan.decisions.decide`, pure) -> what it proposes per knob (proposals.py, pure) -> written in one loop
+(reconcile_knobs.py), with the pool plan and the findings recorded (reconcile_pools.py, findings.py).
 
 Every trigger ends here: the loop's pass (`once`), and a person's or an alert's request, recorded on the pool and
 reconciled at once (`requested`). Every writer of a pool holds its lock (`store.deployments.lock_pool`); only
@@ -18,7 +19,7 @@ from opentelemetry import trace
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.actuate.fence import SOLE, Fence, NotLeader, guard
-from controlplane.actuate.knobs import PLACEMENT
+from controlplane.actuate.knobs import PLACEMENT, ROUTING
 from controlplane.actuate.pool_pass import PoolPass
 from controlplane.actuate.scaler import PoolScaler
 from controlplane.config import Settings
@@ -27,6 +28,7 @@ from controlplane.loop import findings, reconcile_knobs, reconcile_pools
 from controlplane.loop.compute import Compute, in_process
 from controlplane.loop.liveness import LoopLiveness
 from controlplane.loop.plan_ahead import PlannedAhead
+from controlplane.loop.proposals import proposals
 from controlplane.loop.prune import Pruning
 from controlplane.loop.verify import verify_pool
 from controlplane.plan.decisions import PoolInputs, decide
@@ -97,10 +99,11 @@ class PassResult:
 class Reconciler:
     """The one reconcile path and what it acts through, built once at the entry point (controlplane/cmd/serve.py).
 
-    scaler: makes pool sizes real (none: sizes are only recorded). fence: the leadership (a replica that does not
-    lead plans and writes nothing). compute: where the planner runs (controlplane/loop/compute.py). tracer: spans
-    per pass and per pool (collect -> verify -> plan -> actuate); None: the global one, a no-op unless the entry
-    point configured an exporter."""
+    `scaler`: makes pool sizes real (none: sizes are only recorded).
+    `fence`: the leadership (a replica that does not lead plans and writes nothing).
+    `compute`: where the planner runs (controlplane/loop/compute.py).
+    `tracer`: spans per pass and per pool (collect -> verify -> plan -> actuate). None: the global one, a no-op
+    unless the entry point configured an exporter."""
 
     settings: Settings
     scaler: PoolScaler | None = None
@@ -147,9 +150,9 @@ class Reconciler:
 
     def _plan_ahead(self, sessions: sessionmaker[Session], deployment_id: int, pool_id: int, *,
                     now: float) -> Reconciler:
-        """Where the pool's lock is the database's one write lock (SQLite), plans the pool with a dry run before
-        taking it, so that agents' posts are not held up for as long as the planner solves
-        (controlplane/loop/plan_ahead.py); returns the reconciler that plans under the lock."""
+        """Returns the reconciler that plans under the pool's lock. Where that lock is the database's one write
+        lock (SQLite), the pool is planned with a dry run before taking it, so that agents' posts are not held up
+        while the planner solves (controlplane/loop/plan_ahead.py)."""
         with sessions() as session:
             if not deployments.is_lock_exclusive(session):
                 return self
@@ -202,17 +205,16 @@ class Reconciler:
             serving.prune_routers(session, deployment, history_windows=settings.history_windows,
                                   limit=settings.max_prune_rows)
             with tracer.start_as_current_span("actuate"):
-                if plan.unparked is not None:
-                    parks.release(session, pool=pool, knob=PLACEMENT.kind, reason=plan.unparked, now=now)
-                action, is_new = reconcile_knobs.actuate_placement(pool_pass, plan, pending)
-                if routing is not None:
-                    reconcile_knobs.actuate_routing(pool_pass, state, routing)
-                findings.record_findings(pool_pass, mtp, decisions.prefix_hits)
-                findings.record_routing_reach(pool_pass, decisions.reach)
-                reconcile_knobs.actuate_pool_size(pool_pass)
+                for knob, why in ((PLACEMENT.kind, plan.unparked), (ROUTING.kind, routing and routing.unparked)):
+                    if why is not None:
+                        parks.release(session, pool=pool, knob=knob, reason=why, now=now)
+                reconcile_knobs.actuate_pool_size(pool_pass)  # a person's size, before the planner's
+                made = proposals(decisions, policy, state, pool.role, pending)
+                action, is_new = reconcile_knobs.actuate(pool_pass, made, pending)
                 if sized is not None:
                     reconcile_pools.record(session, deployment, sized, now=now)
-                    reconcile_pools.actuate(pool_pass, sized)
+                findings.record_findings(pool_pass, mtp, decisions.prefix_hits)
+                findings.record_routing_reach(pool_pass, decisions.reach)
                 if self.scaler is not None:
                     reconcile_knobs.sync_pool_size_or_retry(pool_pass, self.scaler, self.fence)
             result = PoolResult(plan, action, is_new, parked=tuple(sorted(parks.active(session, pool))), mtp=mtp,
@@ -224,8 +226,8 @@ class Reconciler:
 
     def requested(self, session: Session, deployment: Deployment, pool: Pool, *, now: float) -> None:
         """A trigger's reconcile, once its requests are committed: handles the pool's pending requests unless
-        a concurrent reconcile already did (then a storm of deliveries costs one plan, not one each, and most
-        of the storm does not even wait for the pool's lock)."""
+        a concurrent reconcile already did. A storm of deliveries then costs one plan, not one each, and most of
+        the storm does not even wait for the pool's lock."""
         if not requests.pending(session, pool, knob=PLACEMENT.kind):
             return
         deployments.lock_pool(session, pool)

@@ -1,81 +1,53 @@
-"""What one pool's plan changes, knob by knob, inside `Reconciler.pool` (controlplane/loop/reconcile.py), under the
-pool's lock: the placement (or the in-flight action a request joins), the group limit, a person's pool size,
-the roll-back of a change that cut MTP acceptance, and the platform brought to the pool's size. Every write
-goes through `actuate.change`, versioned and audited."""
+"""What one pool's pass writes inside `Reconciler.pool` (controlplane/loop/reconcile.py), under the pool's lock:
+every knob's proposal (controlplane/loop/proposals.py) in one loop, a person's pool size, the roll-back of a
+change that cut MTP acceptance, and the platform brought to the pool's size. Every change goes through
+`actuate.change`, versioned and audited."""
 
 from __future__ import annotations
 
 import logging
 
-from agents.protocol.placement import PlacementTable
 from controlplane.actuate import change
 from controlplane.actuate.fence import Fence, NotLeader
 from controlplane.actuate.in_flight import in_flight, join
-from controlplane.actuate.knobs import KNOBS, PLACEMENT, POOL_SIZE, ROUTING
+from controlplane.actuate.knobs import KNOBS, PLACEMENT, POOL_SIZE
 from controlplane.actuate.pool_pass import PoolPass
 from controlplane.actuate.scale import standing_down, sync_pool_size
 from controlplane.actuate.scaler import PoolScaler
-from controlplane.desired import Decision, Plan
+from controlplane.loop.proposals import Proposal
 from controlplane.loop.verify import roll_back
 from controlplane.observed.pool import PoolState
 from controlplane.plan.diagnose import MtpDiagnosis
 from controlplane.plan.placement import check_pool_size
-from controlplane.solve.routing import RoutingStep
-from controlplane.store import actions, parks, pools, requests, tokens
+from controlplane.store import actions, pools, requests
 from controlplane.store.knob_versions import POOL_SIZES
 from controlplane.store.tables import Action, Request
 
 log = logging.getLogger("moectl.reconcile")
 
 
-def actuate_placement(p: PoolPass, plan: Plan, pending: list[Request]) -> tuple[Action | None, bool]:
-    """Returns the action the plan made, or the one in flight the requests joined, and whether it is new."""
-    if plan.decision != Decision.rebalance and not pending:
-        return None, False
-    alerts = [alert for request in pending for alert in request.alerts]
-    current = in_flight(p.session, p.pool, PLACEMENT.kind, **p.hold)
-    if current is not None:
-        if not pending:
-            return None, False
-        join(current, alerts=alerts, now=p.now)
-        return current, False
-    if plan.decision != Decision.rebalance:
-        return None, False
-    trigger, created_by = (pending[0].trigger, pending[0].created_by) if pending else ("loop", tokens.LOOP)
-    entry = actions.Entry(plan.reason, plan.inputs, plan.change.predicted(), trigger, created_by, alerts)
-    action = change.propose(p.session, PLACEMENT, p.pool, PlacementTable(plan.change.slot_to_expert,
-                                                                         plan.change.slot_share),
-                            entry, policy=p.policy, now=p.now)
-    return action, action is not None
-
-
-def actuate_routing(p: PoolPass, state: PoolState, step: RoutingStep) -> None:
-    """Proposes the routing limit `step` (plan_routing's, on `state`) when it changes the one in force."""
-    if step.unparked is not None:
-        parks.release(p.session, pool=p.pool, knob=ROUTING.kind, reason=step.unparked, now=p.now)
-    if not step.is_change_from(state.topk_group):
-        return
-    if in_flight(p.session, p.pool, ROUTING.kind, **p.hold) is not None:
-        return
-    policy = p.policy
-    windows_used = [w for w in state.windows if w.start >= (state.routing_changed_at or 0.0)]
-    windows_used = windows_used[-policy.sustained_windows:]
-    recall = [w.ratio("routing_recall_sum", "routing_recall_count") for w in windows_used]
-    measured_recall = [r for r in recall if r is not None]
-    at_model_limit = state.model_topk_group is None or state.effective_topk_group >= state.model_topk_group
-    # recall (against the unconstrained top-k) under the model's own limit: what later recall is judged against
-    reference = (sum(measured_recall) / len(measured_recall) if measured_recall else None) if at_model_limit \
-        else state.recall_reference
-    inputs = {"all2all_share": [round(w.all2all_share or 0.0, 4) for w in windows_used],
-              "routing_recall": [round(r, 4) for r in measured_recall], "recall_reference": reference,
-              "windows": [w.index for w in windows_used], "topk_group": state.topk_group}
-    predicted = {"topk_group_before": state.topk_group, "topk_group_after": step.topk_group}
-    if step.effect is not None:
-        predicted["effect"] = step.effect.to_json()
-    change.propose(p.session, ROUTING, p.pool, step.topk_group, actions.Entry(step.reason, inputs, predicted),
-                   policy=policy, now=p.now)
-    log.info("%s/%s: routing %s -> %s (%s)", p.deployment.name, p.pool.role, state.topk_group, step.topk_group,
-             step.reason)
+def actuate(p: PoolPass, made: list[Proposal], pending: list[Request]) -> tuple[Action | None, bool]:
+    """Writes each knob's proposal through the one writer, unless an action on that knob is in flight (the pending
+    placement requests join the placement's) or, for the pool size, moectl stands down from the pool. Returns the
+    placement action the requests are answered with, and whether it is new."""
+    answer: tuple[Action | None, bool] = (None, False)
+    if pending:
+        current = in_flight(p.session, p.pool, PLACEMENT.kind, **p.hold)
+        if current is not None:
+            join(current, alerts=[alert for request in pending for alert in request.alerts], now=p.now)
+            answer = (current, False)
+    for proposal in made:
+        if in_flight(p.session, p.pool, proposal.kind, **p.hold) is not None:
+            continue
+        if proposal.kind == POOL_SIZE.kind and standing_down(p.session, p.pool) is not None:
+            continue
+        action = change.propose(p.session, KNOBS[proposal.kind], p.pool, proposal.value, proposal.entry,
+                                policy=p.policy, now=p.now)
+        if proposal.kind == PLACEMENT.kind:
+            answer = (action, action is not None)
+        elif action is not None:
+            log.info("%s/%s: %s", p.deployment.name, p.pool.role, proposal.summary)
+    return answer
 
 
 def roll_back_regression(p: PoolPass, state: PoolState, mtp: MtpDiagnosis) -> PoolState:
@@ -90,8 +62,8 @@ def roll_back_regression(p: PoolPass, state: PoolState, mtp: MtpDiagnosis) -> Po
 
 
 def actuate_pool_size(p: PoolPass) -> None:
-    """A person's pool size (until the pool planner decides them): each pending request is checked against the
-    policy's bounds and GPU budget, and makes an action, joins the one in flight asking the same size, or is
+    """A person's pool size (until the pool planner decides them). Each pending request is checked against the
+    policy's bounds and GPU budget. It makes an action, joins the one in flight asking the same size, or is
     refused; never while moectl stands down from the pool."""
     session, deployment, pool, policy, settings, now = p.session, p.deployment, p.pool, p.policy, p.settings, p.now
     for request in requests.pending(session, pool, knob=POOL_SIZE.kind):

@@ -1,29 +1,21 @@
-"""The pool planner's part of a pass: read what the routers and the instances measured (`observe`, before it
-plans), plan both pools of a PD-disaggregated deployment (pure: controlplane/plan/pools_outcome.py), and write
-what it decided through the one writer (actuate.change), as any knob: a pool-size action per pool whose size
-it changes, and a threshold action for the PD-aware local-prefill threshold, each with the decision's reason
-and predicted effect, under the policy's mode and the one-in-flight rule. A deployment is planned only with a
-latency SLO in its policy and both a prefill and a decode pool; the plan people read (`store.pool_plans`) is
-written each pass.
+"""The pool planner's reads and its record: what the routers and the instances measured (`observe`, before it
+plans both pools of a PD-disaggregated deployment: controlplane/plan/pools_outcome.py) and the plan people read
+(`store.pool_plans`, written each pass). Its pool sizes and threshold are written as any knob's
+(controlplane/loop/proposals.py). A deployment is planned only with a latency SLO in its policy and both a
+prefill and a decode pool.
 """
 
 from __future__ import annotations
 
-import logging
-
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from controlplane.actuate import change
-from controlplane.actuate.in_flight import in_flight
 from controlplane.actuate.knobs import POOL_SIZE, PREFILL_THRESHOLD
-from controlplane.actuate.pool_pass import PoolPass
-from controlplane.actuate.scale import standing_down
 from controlplane.config import Settings
 from controlplane.desired import Policy, ReplicaBounds
 from controlplane.observed.serving import ROLES
 from controlplane.plan.pools import targets_of
-from controlplane.plan.pools_outcome import ObservedPools, PoolsOutcome, finite
+from controlplane.plan.pools_outcome import ObservedPools, PoolsOutcome
 from controlplane.solve.pools.decision import DecisionKind, PoolDecision, ThresholdDecision
 from controlplane.solve.pools.view import PoolSize, PoolsView
 from controlplane.store import actions, deployments, pool_plans, pools, prefill_thresholds, serving
@@ -32,7 +24,6 @@ from controlplane.store.tables import Action, Deployment, Pool
 from controlplane.store.timestamps import seconds
 from controlplane.store.window_reads import first_unread_index
 
-log = logging.getLogger("moectl.pools")
 DONE = (actions.APPLIED, actions.VERIFIED)
 MAX_HISTORY = 50
 
@@ -101,31 +92,3 @@ def observe(session: Session, deployment: Deployment, policy: Policy, settings: 
 
 def record(session: Session, deployment: Deployment, outcome: PoolsOutcome, *, now: float) -> None:
     pool_plans.put(session, deployment, at=now, plan=outcome.summary)
-
-
-def actuate(p: PoolPass, outcome: PoolsOutcome) -> Action | None:
-    """Writes what the plan decided for `pool` (and, for the decode pool, the threshold); returns the size
-    action made, if any. Nothing while an action on the knob is in flight or moectl stands down from it."""
-    session, deployment, pool, policy, now, hold = p.session, p.deployment, p.pool, p.policy, p.now, p.hold
-    d = outcome.plan.decision(pool.role)
-    made = None
-    if d.direction and standing_down(session, pool) is None and \
-            in_flight(session, pool, POOL_SIZE.kind, **hold) is None:
-        entry = actions.Entry(f"{d.kind.value}: {d.reason}",
-                              inputs={"kind": d.kind.value, "request_rate": finite(d.request_rate),
-                                      "measured": outcome.summary["measured"], "load": outcome.summary["load"],
-                                      "pool": {k: v for k, v in outcome.summary["pools"][pool.role].items()
-                                               if k != "decision"}},
-                              predicted=finite({"replicas_before": d.current, "replicas_after": d.target}
-                                               | d.predicted_dict()))
-        made = change.propose(session, POOL_SIZE, pool, d.target, entry, policy=policy, now=now)
-        log.info("%s/%s: %d -> %d replicas (%s: %s)", deployment.name, pool.role, d.current, d.target, d.kind.value,
-                 d.reason)
-    t = outcome.plan.threshold
-    if pool.role == prefill_thresholds.ROLE and t is not None and t.direction and \
-            in_flight(session, pool, PREFILL_THRESHOLD.kind, **hold) is None:
-        entry = actions.Entry(t.reason, finite(dict(t.measured)),
-                              {"tokens_before": t.current, "tokens_after": t.target})
-        change.propose(session, PREFILL_THRESHOLD, pool, t.target, entry, policy=policy, now=now)
-        log.info("%s: local-prefill threshold %d -> %d tokens (%s)", deployment.name, t.current, t.target, t.reason)
-    return made

@@ -4,7 +4,7 @@ Each change carries its effect (controlplane/plan/effect.py): the signal, the di
 value. Once `verify_windows` windows ran under the change, the signals are measured over them and judged:
 verified means the effect happened. A change that did not move its signal as intended, or that broke a
 floor, is rolled back by `actuate` (the version before re-issued, or `failed` when a later change already
-replaced it) and its knob is parked for the pool with the evidence (controlplane/plan/parking.py).
+replaced it). Its knob is then parked for the pool with the evidence (controlplane/plan/parking.py).
 
 Placement windows carry the placement they ran, so a placement is judged on exactly its windows;
 routing windows are taken from the limit's issue on (the loop never moves the limit again before the

@@ -117,10 +117,11 @@ class Window:
         return ratio[~np.isnan(ratio)] if (~np.isnan(ratio)).any() else None
 
     def step_imbalance(self) -> dict[str, float] | None:
-        """The step-level straggler factor (busiest GPU over mean, token-weighted over steps and MoE layers) with
-        the dispatch-time split ("split"), with the window's fixed shares ("shares") and at the per-step LP bound
-        ("bound"), and the share of the load the ranks routed by the split ("routed"); None when no agent
-        measured it (agents/protocol/snapshot.py StepLoad)."""
+        """The step-level straggler factor (busiest GPU over mean, token-weighted over steps and MoE layers).
+
+        It is given with the dispatch-time split ("split"), with the window's fixed shares ("shares") and at the
+        per-step LP bound ("bound"). "routed" is the share of the load the ranks routed by the split. None when no
+        agent measured it (agents/protocol/snapshot.py StepLoad)."""
         mean = self.counters.get("step_mean_tokens", 0.0)
         if mean <= 0:
             return None
@@ -218,9 +219,9 @@ class PoolState:
 
     def routing_recall(self, window: Window) -> float | None:
         """Routing recall against the model's own routing (its topk_group), under the limit in force. Agents
-        measure recall against the unconstrained top-k; a limit no looser than the model's own keeps a subset
+        measure recall against the unconstrained top-k. A limit no looser than the model's own keeps a subset
         of the unconstrained top-k experts the model's own limit keeps (its groups are a subset of those
-        groups), so the ratio of the two recalls is the share of those the tighter limit still keeps: exact
+        groups). So the ratio of the two recalls is the share of those the tighter limit still keeps: exact
         per token, a ratio of means over a window. 1.0 at the model's own limit."""
         raw = window.ratio("routing_recall_sum", "routing_recall_count")
         if raw is None or self.model_topk_group is None:

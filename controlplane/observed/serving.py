@@ -29,8 +29,8 @@ MAXIMA = ("busy_seconds", "num_steps", "local_prefill_threshold")
 class ReplicaWindow:
     """One replica's window.
 
-    prefill role: ttft is arrival to KV ready on the decode side (queue, prefill, hand-off) for the
-    requests it prefilled; decode role: itl is per generated token, batch and kv_tokens are
+    Prefill role: ttft is arrival to KV ready on the decode side (queue, prefill, hand-off) for the
+    requests it prefilled. Decode role: itl is per generated token, batch and kv_tokens are
     time-weighted means over the window, prefill_tokens are the short prompts it prefilled locally.
     """
 

@@ -6,13 +6,13 @@ a rebalance.
 
 Only windows that ran what is in force now are read: after a change (or its rollback) the evidence starts over.
 
-1. regression: a change made within the flap window, with acceptance at or above the floor before it and
-   under it in every window since: roll that change back.
-2. skew: some MoE layer's busiest GPU carries more than `imbalance_threshold` x its mean (a per-layer
-   straggler the mean over layers can hide): rebalance.
-3. routing: the routing limit in force is tighter than the model's own, so tokens miss experts the model
-   was trained to use: loosen toward the model's own limit.
-4. not load related: none of the above; recorded with the evidence (acceptance by draft position, the
+1. Regression: a change made within the flap window, with acceptance at or above the floor before it and
+   under it in every window since. Roll that change back.
+2. Skew: some MoE layer's busiest GPU carries more than `imbalance_threshold` x its mean (a per-layer
+   straggler the mean over layers can hide). Rebalance.
+3. Routing: the routing limit in force is tighter than the model's own, so tokens miss experts the model
+   was trained to use. Loosen toward the model's own limit.
+4. Not load related: none of the above. It is recorded with the evidence (acceptance by draft position, the
    worst layer's imbalance, the limit and recall) for people, and exported for alerting. Speculation
    that fails on prompts past the model's trained context, or at draft depths the MTP module was not
    trained for, ends here: no knob of this controller fixes it.

@@ -1,13 +1,13 @@
 """A deployment's engine (bundled, sglang, vllm) and what it can apply: the planner's rails follow from it. Pure.
 
-- bundled: moectl's runtime; its agents switch placement at a step the EP group agrees on, live.
-- sglang: the sidecar writes an --init-expert-location file and restarts the group (SGLang 0.5.23 has no request
-  that replaces its map while serving; agents/adapters/sglang/restart.py). Each change is a restart of every
-  group of the pool: its weights reload and its KV cache is lost, minutes of capacity. So changes come no closer
-  than `MIN_RESTART_SECONDS` and at most `MAX_RESTARTS_PER_HOUR` an hour, counted against the policy's own rails
-  (the tighter wins); and since a restart reloads every weight whatever moved, the moves budget does not bind a
-  change: its cost is the restart, counted as an action.
-- vllm: the plugin arms the placement for the rearrange after next; vLLM moves the weights itself (no restart),
+1. `bundled`: moectl's runtime. Its agents switch placement at a step the EP group agrees on, live.
+2. `sglang`: the sidecar writes an --init-expert-location file and restarts the group. SGLang 0.5.23 has no
+   request that replaces its map while serving (agents/adapters/sglang/restart.py). Each change is a restart of
+   every group of the pool: its weights reload and its KV cache is lost, minutes of capacity. So changes come no
+   closer than `MIN_RESTART_SECONDS` and at most `MAX_RESTARTS_PER_HOUR` an hour, counted against the policy's own
+   rails (the tighter wins). A restart reloads every weight whatever moved, so the moves budget does not bind a
+   change: its cost is the restart, counted as an action.
+3. `vllm`: the plugin arms the placement for the rearrange after next. vLLM moves the weights itself (no restart),
   no sooner than its rearrange interval: changes closer than that would be skipped by the engine.
 """
 

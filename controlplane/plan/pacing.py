@@ -69,9 +69,11 @@ def placement_allowance(policy: Policy, pool: PoolState, now: float) -> Allowanc
 
 
 def is_drifting(policy: Policy, pool: PoolState) -> bool:
-    """The placement in force has been within the policy's imbalance threshold in some window under it, the
-    latest is above it, and the load has not shifted materially since that window (parking.py's `LOAD_SHIFT`):
-    the last change did its job and the load has drifted on. A material shift (other experts hot) is a new load,
+    """The last change did its job and the load has drifted on.
+
+    The placement in force has been within the policy's imbalance threshold in some window under it, and the
+    latest is above it. The load has not shifted materially since that window (parking.py's `LOAD_SHIFT`).
+    A material shift (other experts hot) is a new load,
     answered at once. False without a change (nothing to have been undone) and while within the threshold (a
     change then is asked for, by a person, an alert or the MTP diagnosis, not drift)."""
     if pool.last_change_at is None:

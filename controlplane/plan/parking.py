@@ -1,14 +1,14 @@
 """Parking: a knob whose change was reverted stays where it is until its inputs change materially. Pure.
 
 A change that did not have its intended effect (controlplane/plan/effect.py), or that broke a floor, is
-rolled back; trying it again after each cooldown would apply and revert the same change for ever (the
-routing limit flapping 2 -> 3 -> 2 on the real runtime, a rolled-back placement re-applied every
-cooldown). So the knob is parked for the pool, with the evidence, and the loop leaves it alone until
-what the change was decided from is no longer the same: one definition for every knob, `material_change`.
+rolled back. Trying it again after each cooldown would apply and revert the same change for ever
+(docs/decisions/2026-12-04-park-reverted-knobs.md). So the knob is parked for the pool, with the evidence. The
+loop leaves it alone until what the change was decided from is no longer the same: one definition for every
+knob, `material_change`.
 
-Material: another model shape, another policy version, the token rate changed by `LOAD_RATE_FACTOR` either
-way, or (for knobs that depend on which experts are hot: the placement) the expert-load distribution moved
-by a total-variation distance of `LOAD_SHIFT` or more, mean over MoE layers; the load measured over the last
+Material: another model shape, another policy version, or the token rate changed by `LOAD_RATE_FACTOR` either
+way. For knobs that depend on which experts are hot (the placement), also the expert-load distribution moved
+by a total-variation distance of `LOAD_SHIFT` or more, mean over MoE layers. The load is measured over the last
 `LOAD_SPAN_SECONDS` of windows (observed.py), at the park and now.
 """
 

@@ -1,8 +1,8 @@
 """The planner: pure. (policy, observed pool, now) -> Plan for the placement and a step for the routing limit.
 
-Hysteresis lives here: a change needs a sustained signal, fresh data from a quorum of agents, a cooldown
-since the last change, room in the moves budget, and a predicted effect worth the change (which the change
-carries, to be verified against: controlplane/plan/effect.py). A knob parked after a reverted change stays
+Hysteresis lives here. A change needs a sustained signal, fresh data from a quorum of agents, a cooldown
+since the last change, room in the moves budget, and a predicted effect worth the change. (The change
+carries that effect, to be verified against: controlplane/plan/effect.py.) A knob parked after a reverted change stays
 put until its inputs change materially (controlplane/plan/parking.py); a knob's direction is not reversed within
 the policy's flap window.
 """
@@ -86,11 +86,11 @@ def _context(policy: Policy, pool: PoolState, windows) -> tuple[dict[str, float]
 
 def plan_pool(policy: Policy, pool: PoolState, now: float, *, is_forced: bool = False, is_asked: bool = False,
               mtp: MtpDiagnosis | None = None, algorithm: PlacementAlgorithm = MIGRATION_AWARE) -> Plan:
-    """is_forced: a person or an alert asked for a rebalance; the trigger thresholds are skipped,
-    the data hygiene, cooldown, budgets and the minimum gain still hold. is_asked: a person asked, which also
-    lifts a park (they see its evidence). mtp: the MTP diagnosis; only load skew leads to a rebalance.
-    algorithm: what solves the placement (solve/placement/algorithm.py); the policy's min_gain_per_moved_slot applies to
-    the controller's own (MigrationAware), another algorithm has no such bar."""
+    """`is_forced`: a person or an alert asked for a rebalance. The trigger thresholds are skipped;
+    the data hygiene, cooldown, budgets and the minimum gain still hold. `is_asked`: a person asked, which also
+    lifts a park (they see its evidence). `mtp`: the MTP diagnosis; only load skew leads to a rebalance.
+    `algorithm`: what solves the placement (solve/placement/algorithm.py). The policy's min_gain_per_moved_slot
+    applies to the controller's own (MigrationAware); another algorithm has no such bar."""
     unparked, shape_limit = None, ""
 
     def plan(decision: Decision, reason: str, change: PlacementChange | None = None, **inputs) -> Plan:
@@ -187,8 +187,9 @@ def plan_pool(policy: Policy, pool: PoolState, now: float, *, is_forced: bool = 
 
 def plan_routing(policy: Policy, pool: PoolState, now: float, mtp: MtpDiagnosis | None = None) -> RoutingStep:
     """The routing limit for the pool: bounded steps on sustained all-to-all share and recall, each carrying
-    its effect; no step while the last one awaits its verdict, while the knob is parked, or that would reverse
-    a change within the flap window. mtp: a routing diagnosis asks to loosen toward the model's own limit."""
+    its effect. There is no step while the last one awaits its verdict or while the knob is parked, and none that
+    would reverse a change within the flap window. `mtp`: a routing diagnosis asks to loosen toward the model's
+    own limit."""
     current = pool.topk_group
     if policy.mode == Mode.off or policy.all2all_share_target is None:
         return RoutingStep(current, "routing limits are not managed by this policy")

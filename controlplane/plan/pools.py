@@ -1,11 +1,11 @@
 """The controller's pool planner: learn from the windows, then decide with solve.pools. Pure.
 
 Each call refits the per-replica latency model from the last `model_windows` windows (cold-start
-windows left out, learn/latency.py) and, on predictive ticks only, forecasts request rate, prompt
-and output length per `bucket_seconds` bucket over `horizon_seconds` (a replica's startup plus one
-predictive interval) for scaling up, and over `hold_seconds` (startup plus the cooldown, since a pool
-scaled down cannot scale up again within it) for scaling down, with the backtest-chosen candidate
-(learn/forecast.py). It plans for the peak forecast rate plus a surge margin of backtest errors,
+windows left out, learn/latency.py). On predictive ticks only, it also forecasts request rate, prompt
+and output length per `bucket_seconds` bucket, with the backtest-chosen candidate (learn/forecast.py). For
+scaling up the forecast spans `horizon_seconds` (a replica's startup plus one predictive interval). For scaling
+down it spans `hold_seconds`: startup plus the cooldown, since a pool scaled down cannot scale up again within it.
+It plans for the peak forecast rate plus a surge margin of backtest errors,
 never below the rate measured now surely is (solve/pools/load.py sure_rate); the prompt-length mix
 (solve/pools/load.py remote_mix) is the measured one, its lengths scaled with the forecast mean.
 `targets_of` and `rules_of` read the deployment's policy.
@@ -82,13 +82,15 @@ def fit_latency(windows: tuple[PoolWindow, ...], cold_start_windows: int = COLD_
 def forecast_load(windows: tuple[PoolWindow, ...], now_load: LoadForecast, bucket_seconds: float,
                   horizon_seconds: float, hold_seconds: float, surge: float, num_folds: int,
                   warm_window: tuple[float, float] | None = None) -> LoadForecast:
-    """The load to plan for: the peak forecast rate over `horizon_seconds` plus `surge` x the
-    forecaster's backtest error over `num_folds` cut points (an upper prediction bound: wide where
-    traffic has surprised it, narrow where it has not), never under the rate measured now surely is
-    (`now_load.surely`); as hold_rate, the same over `hold_seconds` from the highest of the plausible
-    candidates (a scale-down must be safe even if the chosen one is wrong); as warm_rate, the same over
-    `warm_window` (seconds from now in which replicas asked for now warm up); the forecast mean lengths;
-    the measured remote/local split."""
+    """The load to plan for.
+
+    The rate is the peak forecast rate over `horizon_seconds` plus `surge` x the forecaster's backtest error
+    over `num_folds` cut points. (That is an upper prediction bound: wide where traffic has surprised it, narrow
+    where it has not.) It is never under the rate measured now surely is (`now_load.surely`).
+    `hold_rate`: the same over `hold_seconds`, from the highest of the plausible candidates (a scale-down must
+    be safe even if the chosen one is wrong).
+    `warm_rate`: the same over `warm_window` (seconds from now in which replicas asked for now warm up).
+    With them come the forecast mean lengths and the measured remote/local split."""
     rate, prompt, output = load_series(windows, bucket_seconds)
     if rate.size == 0:
         return now_load
@@ -125,9 +127,11 @@ MIN_LOAD_SECONDS = 20.0
 
 def planner_for(policy: Policy, window_seconds: float, startup_seconds: float) -> MoectlPoolPlanner:
     """The planner for a deployment's policy on a platform whose new replicas serve `startup_seconds` after
-    they are asked for: its horizons follow the policy's predictive interval and cooldown, its forecast
-    buckets are three windows, its load "now" spans at least MIN_LOAD_SECONDS (the defaults below are these
-    for 10 s windows and a 120 s startup)."""
+    they are asked for.
+
+    Its horizons follow the policy's predictive interval and cooldown, and its forecast buckets are three
+    windows. Its load "now" spans at least MIN_LOAD_SECONDS. (The defaults below are these for 10 s windows
+    and a 120 s startup.)"""
     rules = replace(rules_of(policy), startup_seconds=startup_seconds)
     return MoectlPoolPlanner(rules=rules, bucket_seconds=3 * window_seconds, startup_seconds=startup_seconds,
                              horizon_seconds=startup_seconds + rules.predictive_interval_seconds,

@@ -4,8 +4,8 @@ Group-limited routing keeps each token's top-k experts inside `topk_group` exper
 groups placed on nodes, inside as many nodes). The seeds' incident: a code path silently bypassed it,
 every token's experts spread over all GPUs, and throughput halved with nothing failing. Agents count, per
 window, the tokens whose top-k reached 0, 1, .. top_k groups and nodes (agents/runtime/moe_ops.py `reach`).
-A limited router never puts a token past the limit, so tokens past it mean the limit is not in effect;
-the only honest ones are steps that ran just before a tighter limit reached every rank, which
+A limited router never puts a token past the limit, so tokens past it mean the limit is not in effect.
+The only honest ones are steps that ran just before a tighter limit reached every rank, which
 SETTLE_WINDOWS and MAX_OVER_LIMIT_SHARE leave out.
 """
 

@@ -13,9 +13,9 @@ against the unconstrained top-k would demand a limit looser than the one the mod
 So the loop works between the policy's lowest limit and the model's own, never looser: routing past
 the trained limit takes the model out of its training distribution (MTP acceptance falls).
 
-The rule is a bounded step with hysteresis on the signal: tighten to the nearest limit predicted to bind
+The rule is a bounded step with hysteresis on the signal. Tighten to the nearest limit predicted to bind
 (one group at a time once limits bind) while the all-to-all
-share stays above target and recall has `RECALL_MARGIN` to spare above its floor; loosen by one only
+share stays above target and recall has `RECALL_MARGIN` to spare above its floor. Loosen by one only
 when recall falls under the floor. Loosening because the share is low would undo the cause of the
 low share and flap.
 """

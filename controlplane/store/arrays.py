@@ -1,10 +1,10 @@
 """Arrays in BLOB columns as zstd-compressed .npy bytes: dtype and shape travel with the data.
 
 Compressed because a DeepSeek-sized window is two int64 matrices of 58 x 256 and 58 x 960 (a decode pool of three
-EP320 instances: 560 kB raw, a sixth of that compressed): the database stays small, and PostgreSQL no longer
-spends its own (slower) compression on every window it rewrites. zstd at level 1, because every post rewrites
-its window's blobs: against zlib at level 1 it packs a 58 x 960 window in 1.6 ms instead of 4.0, a third
-smaller. Blobs written before (zlib, or plain .npy, which starts with the .npy magic) still read.
+EP320 instances). Compressed, the database stays small, and PostgreSQL no longer spends its own (slower)
+compression on every window it rewrites. zstd at level 1, because every post rewrites its window's blobs and it
+packs faster and smaller than zlib (docs/decisions/2026-12-04-zstd-window-blobs.md).
+Blobs written before (zlib, or plain .npy, which starts with the .npy magic) still read.
 """
 
 from __future__ import annotations

@@ -54,8 +54,8 @@ def make_engine(url: str, *, timeout_seconds: float, max_idle_in_transaction_sec
     fast (the API answers 503 + Retry-After) instead of holding a connection long after its caller, an
     agent with a 5 s timeout, gave up.
 
-    max_idle_in_transaction_seconds (PostgreSQL): the server ends a session that stays this long inside a
-    transaction without a statement, releasing its locks, and nothing it had not committed is kept. A
+    `max_idle_in_transaction_seconds` (PostgreSQL): the server ends a session that stays this long inside a
+    transaction without a statement. That releases its locks, and nothing it had not committed is kept. A
     replica paused (or hung) while it holds a pool's lock would otherwise block every other writer of that
     pool, its successor as leader too, for as long as it is paused."""
     _ensure_directory(url)
@@ -102,9 +102,10 @@ def is_ready(engine: Engine) -> str | None:
 
 
 def is_unavailable(exc: BaseException) -> bool:
-    """The database itself failed (busy, unreachable, or it ended the session): nothing of the transaction
-    was stored, and a retry may succeed. psycopg reports a session ended for idling in a transaction as an
-    InternalError on a connection SQLAlchemy then invalidates."""
+    """The database itself failed (busy, unreachable, or it ended the session).
+
+    Nothing of the transaction was stored, and a retry may succeed. psycopg reports a session ended for idling
+    in a transaction as an InternalError on a connection SQLAlchemy then invalidates."""
     return isinstance(exc, OperationalError) or (isinstance(exc, DBAPIError) and exc.connection_invalidated)
 
 

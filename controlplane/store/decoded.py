@@ -1,7 +1,8 @@
-"""Arrays already decoded from their blobs, kept by the blob's bytes: every reconcile pass reads a pool's last
-`history_windows` windows (two blobs each), and all but the newest were decoded, unchanged, by the passes
-before. Decoding them again (zlib and .npy) was most of a DeepSeek-sized pass (0.2 s of 0.5 s per read of
-120 windows at 320 GPUs); looking a blob up costs hashing its bytes.
+"""Arrays already decoded from their blobs, kept by the blob's bytes.
+
+Every reconcile pass reads a pool's last `history_windows` windows (two blobs each), and all but the newest were
+decoded, unchanged, by the passes before. Decoding them again (zlib and .npy) would be most of a DeepSeek-sized
+pass (docs/decisions/2026-12-04-keep-decoded-blobs.md); looking a blob up costs hashing its bytes.
 
 Kept by content, not by row: a window that got another report has other bytes, and a row id SQLite hands out
 again after a deletion can never return another row's arrays. The arrays are read-only (they are shared by
@@ -50,10 +51,12 @@ class DecodedArrays:
 
 
 class WrittenArrays:
-    """The arrays this process last packed into each of the few newest windows' blobs, kept by the blob's bytes:
-    the pool's next post of the window reads that blob back (its read-modify-write) and, when no other process
-    wrote the row meanwhile, finds the bytes it wrote and skips their zlib and .npy decode (two a post, ~1.5 ms
-    of a DeepSeek-sized post under load). A row another process wrote has other bytes and is decoded as before.
+    """The arrays this process last packed into each of the few newest windows' blobs, kept by the blob's bytes.
+
+    The pool's next post of the window reads that blob back (its read-modify-write). When no other process
+    wrote the row meanwhile, it finds the bytes it wrote and skips their zlib and .npy decode (two a post;
+    docs/decisions/2026-12-04-skip-decoding-own-blobs.md). A row another process wrote has other bytes and is
+    decoded as before.
     Bounded to `max_windows` (pool, window) keys; what it hands out is a copy, free to change."""
 
     def __init__(self, max_windows: int = 8):

@@ -140,9 +140,10 @@ def record_agents(session: Session, *, pool: Pool, instance: str, seen: list[Age
 
 @dataclass(frozen=True)
 class AgentCounts:
-    """A pool's agents by how long they have been silent: fresh (within the stale limit), stale (up to the
-    gone limit: still in the quorum, counted against it) and gone (past it: out of the quorum and the
-    totals; a replaced pod never comes back under its old name)."""
+    """A pool's agents by how long they have been silent.
+
+    `fresh`: within the stale limit. `stale`: up to the gone limit; still in the quorum, counted against it.
+    `gone`: past it; out of the quorum and the totals (a replaced pod never comes back under its old name)."""
 
     fresh: int
     stale: int

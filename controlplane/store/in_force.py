@@ -1,8 +1,10 @@
-"""What an agent's post is checked against and answered with, read in one query: the deployment, its pool of
-the post's role and its decode pool, the active policy, and the newest placement and routing limit of the pool
-and local-prefill threshold of the decode pool. Each part is read as its own module reads it
-(`deployments`, `policies`, `knob_versions`); one round trip instead of six, as a DeepSeek-sized pool's posts arrive
-at once and each round trip waits on the database under load (benchmarks/results/scale-2026-11-30.md)."""
+"""What an agent's post is checked against and answered with, read in one query.
+
+That is the deployment, its pool of the post's role and its decode pool, and the active policy. It is also the
+newest placement and routing limit of the pool and local-prefill threshold of the decode pool. Each part is read
+as its own module reads it (`deployments`, `policies`, `knob_versions`). It is one round trip instead of six, as
+a DeepSeek-sized pool's posts arrive at once and each round trip waits on the database under load
+(benchmarks/results/scale-2026-11-30.md)."""
 
 from __future__ import annotations
 

@@ -2,9 +2,8 @@
 
 Agents close their windows on the grid (agents/protocol/grid.py) and post them within the next window's first
 tenth (`post_at`), so every window's end brings a burst of posts. The loop passes on its own grid a little past the
-moment each window becomes readable: a pass reads a window as soon as it is complete, and does not take the
-interpreter and the cores from the burst (at 1,024 GPUs a pass beside the five group posts was the slowest posts'
-wait).
+moment each window becomes readable. So a pass reads a window as soon as it is complete, and does not take the
+interpreter and the cores from the burst (docs/decisions/2026-12-04-passes-off-the-post-burst.md).
 """
 
 from __future__ import annotations

@@ -28,9 +28,9 @@ def add_report(session: Session, *, pool: Pool, report: Report, current_version:
     window's placement, so a window's per-GPU load never mixes two placements. Raises WindowOverflow (nothing
     is added). empty: zero arrays of the window's shapes (`deployments.zeros_for`).
 
-    The window's first report inserts its row, written without reading blobs back; where another post inserted
-    it meanwhile (the instances of a pool post at once), the insert does nothing once that post committed, and
-    this report is added to its row: no post has to start over."""
+    The window's first report inserts its row, written without reading blobs back. Another post may have
+    inserted it meanwhile (the instances of a pool post at once). Then the insert does nothing once that post
+    committed, and this report is added to its row: no post has to start over."""
     key = (LoadWindow.pool_id == pool.id, LoadWindow.window_index == report.window_index)
     row = session.scalar(select(LoadWindow).where(*key).with_for_update())
     if row is None:

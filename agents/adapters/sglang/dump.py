@@ -1,11 +1,11 @@
 """A `stat` recorder dump -> one window's per-expert load. Pure: the loaded dict in, counts out.
 
 SGLang's `stat` recorder keeps a circular buffer of [buffer_size, num_hidden_layers, num_logical_experts]
-int32 counts, one row per forward pass, summed over the EP group's ranks; a dump writes it (rank 0,
+int32 counts, one row per forward pass, summed over the EP group's ranks. A dump writes it (rank 0,
 `expert_distribution_recorder_<time>.pt`, keys in names.py) and zeroes it, without rewinding the write index.
 So after the sidecar's previous dump every row not written since is zero, and the window's load is the sum
 of the rows written since: the non-zero ones. When every row is non-zero the buffer may have wrapped (more
-passes than rows since the last dump) and the oldest passes of the window were overwritten: the counts are
+passes than rows since the last dump), and the oldest passes of the window were overwritten. The counts are
 then the window's last `buffer_size` passes, flagged `is_truncated` (a longer buffer or a shorter window
 fixes it).
 """

@@ -3,9 +3,9 @@
 With `--enable-eplb`, every rank's `EPLBManager.rebalance` dumps the recorder, computes the new layout in
 `_compute_expert_location_metadata(logical_count, ...)` and moves the weights with SGLang's own
 `update_expert_location_with_recovery`, chunk by chunk. This plugin wraps that one method (an AROUND hook in
-SGLang's HookRegistry): it records the `logical_count` it is passed (rank 0, into the shared directory,
-agents/adapters/state_dir.py) for the sidecar, and when a placement is armed for this rebalance (armed ahead, as
-for vLLM: agents/adapters/arming.py, so every rank returns the same) returns SGLang's own
+SGLang's HookRegistry). It records the `logical_count` it is passed (rank 0, into the shared directory,
+agents/adapters/state_dir.py) for the sidecar. A placement may be armed for this rebalance (armed ahead, as
+for vLLM: agents/adapters/arming.py, so every rank returns the same). Then it returns SGLang's own
 `ExpertLocationMetadata.init_by_mapping` of it, after checking that every expert keeps a slot; otherwise SGLang's
 own EPLB layout. The sidecar (`moectl adapter sglang --live`) reads the records and arms the placements: no restart.
 """

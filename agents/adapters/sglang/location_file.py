@@ -1,8 +1,8 @@
 """The controller's placement -> an SGLang `--init-expert-location` JSON. Pure: a table in, a dict out.
 
 SGLang's loader (`compute_initial_expert_location_metadata`) passes a file holding `physical_to_logical_map` to
-`init_by_mapping(model_config, **data)`: that key alone (any other is a TypeError there), one row per hidden
-layer (dense layers included) of num_logical_experts + ep_num_redundant_experts slots, slot p on GPU
+`init_by_mapping(model_config, **data)`. That key goes alone (any other is a TypeError there). It has one row per
+hidden layer (dense layers included) of num_logical_experts + ep_num_redundant_experts slots, slot p on GPU
 p // slots_per_gpu, which is moectl's slot order too (agents/protocol/placement.py). Dense layers route no tokens;
 their rows get the trivial layout, which is what SGLang runs for them by default. The loader never checks that
 every logical expert has a slot, so this module does (agents/adapters/coverage.py) before anything is written.
@@ -46,9 +46,11 @@ def table_of(document: dict, model: EngineModel) -> np.ndarray:
 
 def running_table(stored: StoredPlacement | None, started_at: float, model: EngineModel,
                   num_slots: int) -> PlacementTable:
-    """The placement a server started at `started_at` (unix seconds) runs: the stored file's when it was written
-    before the server started (SGLang reads it at start only), else the default table (SGLang's trivial layout:
-    a server started before the newest file runs the one before it, whose table is not kept)."""
+    """The placement a server started at `started_at` (unix seconds) runs.
+
+    It is the stored file's when it was written before the server started (SGLang reads it at start only). Else
+    it is the default table, SGLang's trivial layout: a server started before the newest file runs the one before
+    it, whose table is not kept."""
     if stored is not None and started_at >= stored.written_at:
         return PlacementTable(table_of(stored.document, model), version=stored.version)
     return PlacementTable.default(model.shape.num_layers, model.shape.num_experts, num_slots)

@@ -1,8 +1,8 @@
 """The MoE shape of a DeepSeek-style model as SGLang lays it out: its rows are every hidden layer, ours MoE ones.
 
 SGLang's expert-location tensors (the recorder's `logical_count`, the loader's `physical_to_logical_map`) have one
-row per hidden layer, dense ones included (DeepSeek-V3: 61 rows, the first 3 dense, their rows zero in a dump);
-moectl's placement and load have one per MoE layer (58). `EngineModel` keeps both and the map between them.
+row per hidden layer, dense ones included (DeepSeek-V3: 61 rows, the first 3 dense, their rows zero in a dump).
+The placement and load of moectl have one per MoE layer (58). `EngineModel` keeps both and the map between them.
 """
 
 from __future__ import annotations

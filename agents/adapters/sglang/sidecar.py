@@ -1,14 +1,14 @@
 """The sidecar's loop beside one SGLang server: a window of load and serving counters in, placements out.
 
-On the window grid (agents/protocol/grid.py): at start it checks the server (server_check.py), starts the `stat`
-recorder once and dumps to begin a clean window; at each window's end it dumps, reads the dump (dump.py),
-reads `/metrics` (agents/adapters/serving.py) and hands one group snapshot to the agent's poster
+It runs on the window grid (agents/protocol/grid.py). At start it checks the server (server_check.py), starts the
+`stat` recorder once and dumps to begin a clean window. At each window's end it dumps, reads the dump (dump.py)
+and reads `/metrics` (agents/adapters/serving.py). It hands one group snapshot to the agent's poster
 (agents/telemetry/poster.py), which posts it and hands back the controller's answer. A dump or page of an
 unexpected shape is logged with its field and SGLang's version, and that window is not posted.
 
-The answer is applied between windows, on this thread: a new placement is checked (every expert keeps a slot),
-written where SGLang starts from (placement_store.py) and the group restarted (restart.py), at most once per
-`min_restart_seconds`; the server runs the new version once it has restarted after the file was written. A
+The answer is applied between windows, on this thread. A new placement is checked (every expert keeps a slot)
+and written where SGLang starts from (placement_store.py). The group is then restarted (restart.py), at most once
+per `min_restart_seconds`. The server runs the new version once it has restarted after the file was written. A
 server that restarted (for any reason) gets its recorder started again, and that window is skipped.
 """
 

@@ -1,11 +1,13 @@
 """The `vllm.general_plugins` entry point: vLLM's EPLB policy, wrapped. Runs in every vLLM process.
 
 vLLM looks its policy up in a hard-coded registry (`EPLB_POLICIES = {"default": ...}`, `EPLBConfig.policy` is
-Literal["default"]), so `register` replaces that entry, in place, with a class that (1) records the `weight` it
-is passed at each rearrange (global logical load [num_moe_layers, num_logical_experts], the same on every rank)
-for the sidecar, (2) returns the controller's placement when one is armed for this rearrange (arming.py: the same
-on every rank), checked to keep every expert, and (3) otherwise, or when the armed table does not fit, returns
-what vLLM's own policy returns. vLLM's rearrange then moves the weights, as it does for its own maps.
+Literal["default"]). So `register` replaces that entry, in place, with a class that does three things:
+1. Records the `weight` it is passed at each rearrange (global logical load [num_moe_layers,
+   num_logical_experts], the same on every rank) for the sidecar.
+2. Returns the controller's placement when one is armed for this rearrange (arming.py: the same
+   on every rank), checked to keep every expert.
+3. Otherwise, or when the armed table does not fit, returns what vLLM's own policy returns.
+vLLM's rearrange then moves the weights, as it does for its own maps.
 """
 
 from __future__ import annotations

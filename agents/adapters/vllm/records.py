@@ -2,7 +2,7 @@
 
 A record's `weight` is vLLM's global logical load over its load window (`EPLBConfig.window_size` steps) at one
 rearrange; a window of the grid gets the records whose rearrange fell in it, summed. `current` is the map in
-force before the newest record's rearrange, which vLLM then replaced with what the policy returned: the map it
+force before the newest record's rearrange, which vLLM then replaced with what the policy returned. So the map it
 runs now is the placement armed for that call when there was one, else unknown to us (vLLM's own policy chose).
 """
 

@@ -1,6 +1,8 @@
-"""The sidecar beside one vLLM server (one per EP group): its policy's records and `vllm:*` metrics in, one group
-snapshot per window of the grid out (over the agent's poster), and the controller's placement handed to the
-plugin's endpoint (endpoint.py), which arms it for the rearrange after next. vLLM moves the weights itself, so a
+"""The sidecar beside one vLLM server (one per EP group).
+
+Its policy's records and `vllm:*` metrics come in; one group snapshot per window of the grid goes out (over the
+agent's poster). The controller's placement is handed to the plugin's endpoint (endpoint.py), which arms it for
+the rearrange after next. vLLM moves the weights itself, so a
 change costs no restart; it takes effect at vLLM's next rearrange but one (`EPLBConfig.step_interval` steps).
 """
 

@@ -1,9 +1,9 @@
 """Grouped SwiGLU expert GEMM over block-aligned sorted assignments (vLLM fused_moe_kernel design).
 
 Two launches of one kernel:
-- gate/up (SWIGLU): act[r] = silu(A[r // top_k] @ w13[e, :I].T) * (A[r // top_k] @ w13[e, I:].T) with both
-  halves accumulated in the same program, so the [N, 2I] intermediate of vLLM's GEMM1 + silu_and_mul never exists;
-- down (MUL_W): y[r] = (act[r] @ w2[e].T) * weight[r], the routing weight applied in the epilogue.
+1. Gate/up (SWIGLU): act[r] = silu(A[r // top_k] @ w13[e, :I].T) * (A[r // top_k] @ w13[e, I:].T). Both
+   halves accumulate in the same program, so the [N, 2I] intermediate of vLLM's GEMM1 + silu_and_mul never exists.
+2. Down (MUL_W): y[r] = (act[r] @ w2[e].T) * weight[r], the routing weight applied in the epilogue.
 Rows r are flat assignment indices read from `sorted_ids` (padded per expert to BLOCK_M with the sentinel N);
 the expert of each BLOCK_M block comes from `block_bins`. Storage fp16/bf16/fp32, fp32 accumulation.
 `triton_impl` is the twin of `moe_ops.grouped_swiglu` (rows already grouped by slot, no weights).

@@ -1,6 +1,6 @@
 """Per-expert / per-slot token histogram, twin of `moe_ops.histogram`; also the per-chunk counts for `align`.
 
-Each program counts BLOCK ids with a one-hot reduction ([BLOCK, BLOCK_BINS] compare and sum) and adds the
+Each program counts BLOCK ids with a one-hot reduction ([BLOCK, BLOCK_BINS] compare and sum). It adds the
 vector to the global counts with one masked atomic per bin, instead of one contended atomic per id (all tokens on
 one expert would serialise those). Dropped ids (-1) land in an overflow bin `num_bins` that is returned separately
 or discarded. No host sync: the output is a preallocated device buffer.

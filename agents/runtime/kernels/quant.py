@@ -4,8 +4,8 @@ Symmetric, per token and per group of `group_size` channels (128 when it divides
 scale = amax / 127 (fp32), q = round_half_away(x * 127 / amax) in [-127, 127]. Wire bytes per token:
 D + 4 * D / group_size, 0.52x of bf16 and 0.26x of fp32 at D = 7168.
 
-Error bound (tested): |dequantize(quantize(x)) - x| <= scale / 2 * (1 + 2^-20) + |x| * u_out per element, where
-scale = amax_group / 127 and u_out is the output dtype's unit roundoff (0 for fp32 beyond the 2^-20 slack,
+Error bound (tested): |dequantize(quantize(x)) - x| <= scale / 2 * (1 + 2^-20) + |x| * u_out per element.
+Here scale = amax_group / 127, and u_out is the output dtype's unit roundoff (0 for fp32 beyond the 2^-20 slack,
 2^-11 for fp16). Relative to the group's largest magnitude that is 1 / 254, 0.39 %.
 """
 

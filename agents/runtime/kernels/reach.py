@@ -1,9 +1,9 @@
 """Groups and nodes each token's top-k reached, as histograms: twin of `moe_ops.reach`, in one launch.
 
-The torch twin is about ten small ops per MoE layer and step (a launch each on a GPU); this program reads
-a block of tokens' K expert and slot ids once, maps them to groups and nodes, counts each row's distinct
-values (a value counts where no earlier column of its row holds it: a [BLOCK, K, K] compare, K is small),
-and adds a one-hot sum per program to the two [K + 1] histograms with one masked atomic per bin, as
+The torch twin is about ten small ops per MoE layer and step (a launch each on a GPU). This program reads
+a block of tokens' K expert and slot ids once and maps them to groups and nodes. It counts each row's distinct
+values (a value counts where no earlier column of its row holds it: a [BLOCK, K, K] compare, K is small).
+It adds a one-hot sum per program to the two [K + 1] histograms with one masked atomic per bin, as
 histogram.py does. Dropped ids (-1) reach nothing. No host sync.
 """
 

@@ -31,11 +31,11 @@ def grouped_topk(
 def align_block_size(ids: Tensor, num_bins: int, block_m: int) -> tuple[Tensor, Tensor, Tensor]:
     """vLLM's moe_align_block_size contract, without host syncs.
 
-    ids: [T, K] bin per assignment (-1: dropped). Returns
-    sorted_ids [N + num_bins * (BM - 1)] int32: flat assignment indices grouped by bin, each bin padded to a
-        multiple of BM with the sentinel N, stable (ascending index) within a bin; dropped ids are left out;
-    block_bins [cdiv(len(sorted_ids), BM)] int32: the bin of each BM block (clamped to num_bins - 1 past the end);
-    num_post_pad [1] int32: rows in use, a multiple of BM.
+    `ids`: [T, K] bin per assignment (-1: dropped). Returns:
+    `sorted_ids` [N + num_bins * (BM - 1)] int32: flat assignment indices grouped by bin, each bin padded to a
+        multiple of BM with the sentinel N, stable (ascending index) within a bin. Dropped ids are left out.
+    `block_bins` [cdiv(len(sorted_ids), BM)] int32: the bin of each BM block (clamped to num_bins - 1 past the end).
+    `num_post_pad` [1] int32: rows in use, a multiple of BM.
     """
     flat = ids.flatten().long()  # [N]
     n = flat.numel()
@@ -75,8 +75,8 @@ def default_group_size(dim: int) -> int:
 def quantize(x: Tensor, group_size: int | None = None) -> tuple[Tensor, Tensor]:
     """int8 per-token (per group of channels) symmetric quantisation before dispatch.
 
-    x: [M, D] -> q [M, D] int8, scale [M, D // group_size] fp32 with scale = amax / 127 per group.
-    q = round_half_away(x * (127 / amax)); an all-zero group has scale 0 and q 0.
+    `x`: [M, D] -> `q` [M, D] int8, `scale` [M, D // group_size] fp32 with scale = amax / 127 per group.
+    `q` = round_half_away(x * (127 / amax)); an all-zero group has scale 0 and q 0.
     Error bound after dequantize: |x_hat - x| <= scale / 2 (+ fp32 rounding, + output-dtype rounding).
     """
     group_size = group_size or default_group_size(x.shape[1])

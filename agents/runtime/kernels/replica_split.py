@@ -1,11 +1,11 @@
 """The dispatch-time split's sweeps in one launch: twin of `agents.runtime.replica_split.balance_split`.
 
-One program per row (an MoE layer's step) keeps the row's GPU loads in registers ([BLOCK_G]) and runs every sweep
+One program per row (an MoE layer's step) keeps the row's GPU loads in registers ([BLOCK_G]). It runs every sweep
 over the replicated experts in-kernel, so a step pays one launch per layer instead of a few torch ops per expert
-and sweep (host-bound on a GPU). An expert's block step: take its tokens off its GPUs, find the water level T as
-the smallest integer with sum(max(0, T - level)) >= tokens by bisection (the torch twin sorts; both give the same
-T, so the same integers), fill every bin to T - 1 and hand the remainder out one token each, first bins first.
-The fixed-share start is the torch twin's (`fixed_split`), computed before the launch.
+and sweep (host-bound on a GPU). An expert's block step takes its tokens off its GPUs. It finds the water level T
+as the smallest integer with sum(max(0, T - level)) >= tokens, by bisection. The torch twin sorts; both give the
+same T, so the same integers. It fills every bin to T - 1 and hands the remainder out one token each, first bins
+first. The fixed-share start is the torch twin's (`fixed_split`), computed before the launch.
 """
 
 import torch

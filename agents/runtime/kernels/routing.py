@@ -1,9 +1,10 @@
 """Biased group-limited top-k routing (DeepSeek-V3 noaux_tc), twin of `moe_ops.grouped_topk`.
 
-One program routes BLOCK_T tokens with the whole [BLOCK_T, E] score tile in registers: group scores (sum of the
-top-2 biased scores per group), top `topk_group` groups, top-k over the kept experts by biased score, weights
-from the unbiased scores, renormalised and scaled. With return_recall it also counts, per token, how many of the
-unconstrained top-k (no group limit) survived, the numerator of routing recall (`moe_ops.routing_recall`).
+One program routes BLOCK_T tokens with the whole [BLOCK_T, E] score tile in registers. It computes group scores
+(sum of the top-2 biased scores per group), the top `topk_group` groups, and the top-k over the kept experts by
+biased score. Weights come from the unbiased scores, renormalised and scaled. With return_recall it also counts,
+per token, how many of the unconstrained top-k (no group limit) survived, the numerator of routing recall
+(`moe_ops.routing_recall`).
 Ties break to the lower expert index.
 """
 

@@ -37,9 +37,9 @@ def list_actions(name: DeploymentName, session: SessionDep, _: ViewerDep,
 def rebalance(name: DeploymentName, body: RebalanceIn, session: SessionDep, settings: SettingsDep, now: NowDep,
               actuation: ActuationDep, caller: OperatorDep) -> list[RebalanceOut]:
     """Plans a placement change now, skipping the trigger thresholds but not the safety rails.
-    With dry_run the plan is returned and nothing is recorded; otherwise a request is recorded on each
-    pool and reconciled at once: the policy's mode decides whether the plan is recorded (observe), waits
-    for approval (approve) or is applied (auto), and an action already in flight is joined, not doubled."""
+    With dry_run the plan is returned and nothing is recorded. Otherwise a request is recorded on each
+    pool and reconciled at once. The policy's mode decides whether the plan is recorded (observe), waits
+    for approval (approve) or is applied (auto). An action already in flight is joined, not doubled."""
     out = []
     with session.begin():
         deployment = get_or_404(session, name)

@@ -3,9 +3,9 @@
 the same way; a group's post costs one request, one read of its agents and one write of the window. Routers
 post their window and get the PD-aware local-prefill threshold back.
 
-A post naming a placement version the store never issued (the database was restored or replaced while the
-fleet ran on) is refused with code PLACEMENT_UNKNOWN until it carries the table it runs (a group's rank 0
-sends the table of the newest version its ranks ran); then that table is adopted as that version
+A post may name a placement version the store never issued (the database was restored or replaced while the
+fleet ran on). It is refused with code PLACEMENT_UNKNOWN until it carries the table it runs (a group's rank 0
+sends the table of the newest version its ranks ran). Then that table is adopted as that version
 (`api.actuation` `adopt_placement`) and the window is stored like any other."""
 
 from __future__ import annotations

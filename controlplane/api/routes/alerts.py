@@ -1,13 +1,13 @@
 """Alertmanager webhook (payload version 4): alerts that ask for a rebalance trigger one.
 
-Delivery is at-least-once and alerts come in storms, so: each (fingerprint, startsAt, status) is
-handled once; each alert that asks for a rebalance records a request on its pools, and each pool is
+Delivery is at-least-once and alerts come in storms. So each (fingerprint, startsAt, status) is
+handled once. Each alert that asks for a rebalance records a request on its pools, and each pool is
 then reconciled once (`controlplane.loop.reconcile`, on the replica that leads; elsewhere the leader's next
-pass does): its alerts join one action, or the one in flight. The policy's mode and cooldowns apply as
+pass does). Its alerts join one action, or the one in flight. The policy's mode and cooldowns apply as
 for the loop.
 
 Each alert is handled in a transaction of its own (its event and its requests), so one bad alert never
-blocks its group: one that cannot be stored as sent (too long for its column, a NUL byte, a deployment
+blocks its group. One that cannot be stored as sent (too long for its column, a NUL byte, a deployment
 label that is no deployment name) is recorded as rejected, with why. An alert is a duplicate only once
 its handling committed; a retry of one whose reconcile failed reconciles its pools again. When the
 database itself fails the delivery is answered 503, and Alertmanager's retry finds what was stored.

@@ -1,6 +1,7 @@
-"""Pool sizes, decided by a person until the pool planner decides them: ask for a size (checked against the
-policy's replica bounds and GPU budget, with a dry run), read it, and resume moectl after it stood down
-from a pool another writer scales."""
+"""Pool sizes, decided by a person until the pool planner decides them.
+
+Ask for a size (checked against the policy's replica bounds and GPU budget, with a dry run) and read it.
+Resume moectl after it stood down from a pool another writer scales."""
 
 from __future__ import annotations
 
@@ -51,9 +52,9 @@ def get_pool_size(name: DeploymentName, role: PoolRole, session: SessionDep, act
 def request_pool_size(name: DeploymentName, role: PoolRole, body: PoolSizeIn, session: SessionDep,
                       settings: SettingsDep, now: NowDep, actuation: ActuationDep, caller: OperatorDep) -> PoolSizeOut:
     """Asks the pool to run `replicas` instances. Outside the policy's bounds or GPU budget: 409, nothing
-    recorded. Otherwise a request is recorded and the pool reconciled at once, as for a rebalance: the
+    recorded. Otherwise a request is recorded and the pool reconciled at once, as for a rebalance. The
     policy's mode decides whether the change is recorded (observe), waits for approval (approve) or is applied
-    (auto), and a scaler then makes the platform run it. While an action on the pool's size is in flight a
+    (auto); a scaler then makes the platform run it. While an action on the pool's size is in flight a
     request for the same size joins it and another is refused (409), as it is while moectl stands down."""
     with session.begin():
         deployment, pool = _pool(session, name, role)

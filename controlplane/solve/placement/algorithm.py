@@ -24,9 +24,11 @@ class PlacementAlgorithm(Protocol):
               max_moved_slots: int | None = None, *, group_locality: bool = False) -> PlacementPlan:
         """Plan slot -> expert for every layer. Pure.
 
-        load: [L, E] tokens expected per expert; current: [L, S] applied table, or None for a fresh
-        start; max_moved_slots: bound on slots that may differ from `current`; group_locality: keep each
-        expert group's replicas on one node where the topology allows. An implementation that cannot
+        `load`: [L, E] tokens expected per expert.
+        `current`: [L, S] applied table, or None for a fresh start.
+        `max_moved_slots`: bound on slots that may differ from `current`.
+        `group_locality`: keep each expert group's replicas on one node where the topology allows.
+        An implementation that cannot
         honour an argument says so in its doc; the plan always reports what it moved and achieved.
         """
         ...

@@ -3,11 +3,11 @@
 Steps, cheapest first: repair invariants the applied table breaks; (with group locality) relocate
 layers that are not local while the budget lasts; local search (swap, retarget, chain moves); uneven
 slot shares, which move no weights. Local search can still end in a local optimum a fresh solve
-escapes, so for every layer left above tolerance a fresh solve is relabelled to match the applied
+escapes. So for every layer left above tolerance, a fresh solve is relabelled to match the applied
 table (GPU assignment, see `relabel`) and adopted, best gain per extra moved slot first, while the
-budget allows: first every layer that gains at least `min_gain_per_move` per extra moved slot, then
-more layers until the plan's mean imbalance is within MAX_RATIO_TO_FRESH of fresh solves' (the promise:
-with budget, never far behind a fresh solve, without paying a whole re-solve for every layer).
+budget allows. First come every layer that gains at least `min_gain_per_move` per extra moved slot, then
+more layers until the plan's mean imbalance is within MAX_RATIO_TO_FRESH of fresh solves'. The promise:
+with budget, never far behind a fresh solve, without paying a whole re-solve for every layer.
 A layer at its ratio bound (`packing.ratio_bound`: no table does better) is treated as within tolerance by
 every step: no search, no fresh solve. At one slot per GPU (the decode pool) nearly every layer reaches it
 after one stage of search, and the fresh solves and relabelling they skip were most of the solve.

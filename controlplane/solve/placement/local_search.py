@@ -22,11 +22,11 @@ def improve(table: np.ndarray, load: np.ndarray, slots_per_gpu: int,
             tolerance: float = 0.0) -> np.ndarray:
     """Return an improved copy of table [L, S].
 
-    load: [L, E] tokens; current: [L, S] applied table;
-    expert_node: [L, E] node each expert must stay on (-1: anywhere), for group locality;
-    min_gain: smallest accepted drop of a layer's max GPU load per moved slot, as a fraction of
+    `load`: [L, E] tokens. `current`: [L, S] applied table.
+    `expert_node`: [L, E] node each expert must stay on (-1: anywhere), for group locality.
+    `min_gain`: smallest accepted drop of a layer's max GPU load per moved slot, as a fraction of
         the layer's mean GPU load (a move must pay for the weights it transfers).
-    tolerance: a layer whose max/mean GPU load is within this of 1 is left alone.
+    `tolerance`: a layer whose max/mean GPU load is within this of 1 is left alone.
     """
     table = table.copy()
     num_layers, num_slots = table.shape

@@ -1,12 +1,12 @@
 """Candidate moves that relieve a layer's most loaded ("hot") GPU, scored for every active layer at once.
 
-Three kinds, each rewriting at most two slots and keeping every expert present with no duplicate on a GPU:
-- swap: exchange a replica on the hot GPU with a lighter replica on another GPU;
-- retarget: turn a spare replica of expert a (a has >= 2) into one more replica of hot expert h;
-- chain: the compound move a retarget needs when every spare sits on a GPU that already holds h.
-  Slot x on light GPU t holds b; spare slot y of expert a sits on GPU u. Then y <- b and x <- h:
-  b relocates into the freed spare, h gains a replica on t. Without it the search stalls as soon as
-  all spares share GPUs with the hot experts (the agents' default table does exactly that).
+There are three kinds. Each rewrites at most two slots and keeps every expert present with no duplicate on a GPU.
+1. Swap: exchange a replica on the hot GPU with a lighter replica on another GPU.
+2. Retarget: turn a spare replica of expert a (a has >= 2) into one more replica of hot expert h.
+3. Chain: the compound move a retarget needs when every spare sits on a GPU that already holds h.
+   Slot x on light GPU t holds b; spare slot y of expert a sits on GPU u. Then y <- b and x <- h:
+   b relocates into the freed spare, h gains a replica on t. Without it the search stalls as soon as
+   all spares share GPUs with the hot experts (the agents' default table does exactly that).
 Values are the largest load among the GPUs a move touches (conservative where exactness is costly);
 gain is the hot GPU's load minus that value. Shapes: n active layers, k slots per GPU, G GPUs,
 E experts, S slots, c swap/retarget candidates, H hot experts, C light slots, P spare slots.

@@ -46,9 +46,8 @@ def imbalance_floor(load: np.ndarray, num_slots: int, num_gpus: int) -> float | 
     """The imbalance no table of `num_slots` slots on `num_gpus` GPUs gets under for load [L, E] tokens: the
     mean over loaded layers of `ratio_bound`, in the units of a measured imbalance; None without load.
 
-    Above the policy's threshold it says the pool's shape is the limit, not the loop: DeepSeek's decode pool
-    (320 GPUs, one slot each, 256 experts) sits at 2.5-2.9 on the benchmark's skewed loads whatever the placement
-    (benchmarks/results/closed-loop-decode-3-2026-12-02.md); only more slots per GPU lift it.
+    Above the policy's threshold it says the pool's shape is the limit, not the loop; only more slots per GPU
+    lift it (docs/decisions/2026-12-02-imbalance-floor.md).
     """
     load = np.asarray(load, dtype=np.float64)
     if load.ndim != 2 or load.size == 0:  # a window that carried no expert load

@@ -1,9 +1,9 @@
 """Relabel a table's GPUs (and slots within each GPU) to keep as much of an applied table as possible.
 
 GPUs are interchangeable to the balance: permuting which physical GPU gets which set of experts changes
-no load, only the weights to transfer. Matching each new GPU to the applied GPU it shares most experts
-with (an assignment problem, solved exactly by scipy's Hungarian method) and then putting each shared
-expert back in its old slot makes the moved slots exactly sum over GPUs of (k - overlap). With group
+no load, only the weights to transfer. Each new GPU is matched to the applied GPU it shares most experts
+with (an assignment problem, solved exactly by scipy's Hungarian method). Each shared expert then goes
+back in its old slot, so the moved slots are exactly the sum over GPUs of (k - overlap). With group
 locality nodes are matched first and GPUs only within matched nodes, so the relabelled table stays local.
 Shapes: L layers, S slots, G GPUs, N nodes, k slots per GPU, E experts.
 """

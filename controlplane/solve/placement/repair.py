@@ -23,7 +23,7 @@ def repair_layer(row: np.ndarray, load: np.ndarray, slots_per_gpu: int, gpus_per
                  expert_node: np.ndarray | None = None) -> np.ndarray:
     """Valid copy of one layer's table [S] for load [E] tokens, changing as few slots as it can.
 
-    expert_node: [E] node each expert should stay on (-1: anywhere); freed slots are refilled with
+    `expert_node`: [E] node each expert should stay on (-1: anywhere). Freed slots are refilled with
     experts of their own node when one fits, so a group-local table stays local.
     """
     row = row.copy()

@@ -1,7 +1,7 @@
 """Uneven traffic split across an expert's replicas (slot_share), by water-filling.
 
 An even split leaves GPUs uneven whenever a replicated expert shares GPUs of different loads. Letting a
-replica on a light GPU take more of its expert's tokens fixes that for free (no weights move), and it
+replica on a light GPU take more of its expert's tokens fixes that for free (no weights move). It also
 recovers what the published EPLB gets by putting two copies of an expert on one GPU, without the copy.
 Each step water-fills one expert's tokens over its GPUs (lowest level first), which minimises the
 largest of those GPUs' loads and touches no other GPU, so the layer's maximum never rises; sweeps

@@ -52,21 +52,21 @@ class Topology:
 class PlacementPlan:
     """A solved placement and what it is predicted to do.
 
-    slot_to_expert: [L, S] int64 logical expert held by each slot.
-    slot_share: [L, S] float64 fraction of its expert's tokens each slot takes: > 0, summing to 1 per
-        expert and layer; uneven where a replica on a lighter GPU can take more (see `shares`).
-    gpu_load: [L, G] float64 predicted tokens per GPU.
-    imbalance: mean over loaded layers of max/mean GPU load; None when the load is all zero (the rule
+    `slot_to_expert`: [L, S] int64 logical expert held by each slot.
+    `slot_share`: [L, S] float64 fraction of its expert's tokens each slot takes: > 0, summing to 1 per
+        expert and layer. Uneven where a replica on a lighter GPU can take more (see `shares`).
+    `gpu_load`: [L, G] float64 predicted tokens per GPU.
+    `imbalance`: mean over loaded layers of max/mean GPU load. None when the load is all zero (the rule
         of agents/protocol/placement.py).
-    num_moved_slots: slots whose expert differs from `current` (0 without a current table).
-    moved_slots: [M, 2] int64 (layer, slot) pairs that change, i.e. the weights to transfer.
-    is_group_local: every layer keeps each group's replicas on one node (asked for and achieved).
-    mean_nodes_per_group: nodes a group's replicas span, mean over layers and groups; what
+    `num_moved_slots`: slots whose expert differs from `current` (0 without a current table).
+    `moved_slots`: [M, 2] int64 (layer, slot) pairs that change, i.e. the weights to transfer.
+    `is_group_local`: every layer keeps each group's replicas on one node (asked for and achieved).
+    `mean_nodes_per_group`: nodes a group's replicas span, mean over layers and groups. It is what
         locality bounds (1.0 = local) and the cross-node traffic the plan risks under group routing.
-    objective: what the table was chosen to minimise: "window_mean" (max/mean of the window's mean load, the
-        default) or "step_split" (the per-step LP optimum of a pool running the dispatch-time split,
-        solve/placement/step_split.py).
-    step_imbalance: under "step_split", the plan's sampled per-step score (busiest GPU over mean, split); None
+    `objective`: what the table was chosen to minimise. "window_mean" (the default) is the max/mean of the
+        window's mean load. "step_split" is the per-step LP optimum of a pool running the dispatch-time split
+        (solve/placement/step_split.py).
+    `step_imbalance`: under "step_split", the plan's sampled per-step score (busiest GPU over mean, split); None
         otherwise.
     """
 
@@ -122,17 +122,17 @@ def solve_placement(load, topology: Topology, current=None, max_moved_slots: int
                     min_gain_per_move: float = 0.002) -> PlacementPlan:
     """Plan slot -> expert for every layer.
 
-    load: [L, E] tokens expected per expert in the coming windows.
-    current: [L, S] int applied table, or None for a fresh start. With it, the solver starts from
+    `load`: [L, E] tokens expected per expert in the coming windows.
+    `current`: [L, S] int applied table, or None for a fresh start. With it, the solver starts from
         `current` and moves only what pays, so a small drift costs few moves.
-    max_moved_slots: bound on slots (over all layers) whose expert may differ from `current`;
-        exceeded only to repair a `current` that breaks an invariant (missing expert, duplicate).
-    group_locality: keep each group's replicas on one node (needs E % G == 0, G % N == 0 and a
-        node's slots to fit its experts; otherwise solved globally, as EPLB does, and the plan
-        says so). With `current`, a layer not yet local is relocated only if the budget allows.
-    tolerance: a layer within this of perfect max/mean is left alone; default 0.001 fresh, 0.01
+    `max_moved_slots`: bound on slots (over all layers) whose expert may differ from `current`.
+        It is exceeded only to repair a `current` that breaks an invariant (missing expert, duplicate).
+    `group_locality`: keep each group's replicas on one node. This needs E % G == 0, G % N == 0 and a
+        node's slots to fit its experts; otherwise the layer is solved globally, as EPLB does, and the plan
+        says so. With `current`, a layer not yet local is relocated only if the budget allows.
+    `tolerance`: a layer within this of perfect max/mean is left alone. Default 0.001 fresh, 0.01
         with `current` (moving weights stalls serving; 1% is not worth it).
-    min_gain_per_move: with `current`, each moved slot must lower its layer's max GPU load by at
+    `min_gain_per_move`: with `current`, each moved slot must lower its layer's max GPU load by at
         least this fraction of the layer's mean.
     """
     load, current = _validate(load, topology, current, max_moved_slots)
@@ -151,8 +151,9 @@ def plan_of(table: np.ndarray, share: np.ndarray | None, load: np.ndarray, topol
             current: np.ndarray | None = None, *, is_group_local: bool = False) -> PlacementPlan:
     """The plan of any solved table [L, S] for load [L, E] tokens: what it is predicted to do and move.
 
-    share: [L, S] slot_share, or None for an even split; is_group_local: locality was asked for, and
-    the plan says so only if the table keeps every group's replicas on one node.
+    `share`: [L, S] slot_share, or None for an even split.
+    `is_group_local`: locality was asked for. The plan says so only if the table keeps every group's replicas
+    on one node.
     """
     placement = PlacementTable(table, share)
     gpu_load = placement.gpu_load(load, topology.num_gpus)

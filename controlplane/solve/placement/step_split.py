@@ -2,16 +2,16 @@
 
 Such a pool does not run the window's shares: every step re-splits its replicated experts' tokens over their
 replicas, so what a placement decides is which GPUs can absorb a step's surprise, not how the window's mean
-divides. Its objective is the per-step LP optimum over the window's steps, not the window mean's max/mean: the
-sum over steps and layers of the split's busiest GPU over the sum of the mean GPU (token-weighted, since an MoE
-step lasts as long as its busiest GPU).
+divides. Its objective is the per-step LP optimum over the window's steps, not the window mean's max/mean. That
+is the sum over steps and layers of the split's busiest GPU over the sum of the mean GPU. (It is token-weighted,
+since an MoE step lasts as long as its busiest GPU.)
 
-The controller keeps window sums, not steps, so the steps are sampled: each expert's count in a step is a Poisson
-draw around its share of a step's tokens (a step of n tokens routes n * top_k assignments; the counts of real
+The controller keeps window sums, not steps, so the steps are sampled. Each expert's count in a step is a Poisson
+draw around its share of a step's tokens (a step of n tokens routes n * top_k assignments). The counts of real
 steps are over-dispersed against this, so the sampled objective under-states the per-step swing, never invents
-it). The solver is the window-mean one, asked to place for the load's per-step peaks (mean + z standard
-deviations of a step) at a few z; every candidate is scored on the same sampled steps and the best is kept, so the
-objective never picks worse than the window-mean plan it includes (z = 0) on those steps.
+it. The solver is the window-mean one, asked to place for the load's per-step peaks (mean + z standard
+deviations of a step) at a few z. Every candidate is scored on the same sampled steps and the best is kept. So the
+objective never picks worse on those steps than the window-mean plan it includes (z = 0).
 Shapes: L layers, E experts, S slots, G GPUs, N sampled steps; loads in tokens.
 """
 

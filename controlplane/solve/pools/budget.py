@@ -1,8 +1,8 @@
 """One GPU budget for both pools: sum(replicas x GPUs per replica) <= budget.
 
-When what the pools want fits, they get it. When it does not, each pool keeps what it has (up to what
-it wants, never under its minimum; if even that is over a budget that shrank, replicas go where they
-hurt least) and the GPUs left go one replica at a time to the pool where more replicas buy the most:
+When what the pools want fits, they get it. When it does not, each pool keeps what it has, up to what
+it wants and never under its minimum. If even that is over a budget that shrank, replicas go where they
+hurt least. The GPUs left go one replica at a time to the pool where more replicas buy the most:
 the largest drop in its worst predicted latency/target ratio per GPU.
 Without predictions (no model yet) the replicas left go to the pool furthest below what it wants.
 """

@@ -1,11 +1,11 @@
 """Predicted TTFT and ITL of a pool at N replicas under a load, and the fewest replicas meeting targets.
 
 Prefill: the prompt tokens/s the prefill pool gets, spread evenly, against the model's per-replica
-TTFT; where the routers' prompt-length buckets give the mix of its prompts (`LoadForecast.remote_mix`, used with
-PoolRules.size_prefill_by_mix), the model answers for the whole pool as a queue of that mix instead, and the
+TTFT. The routers' prompt-length buckets may give the mix of its prompts (`LoadForecast.remote_mix`, used with
+PoolRules.size_prefill_by_mix). Then the model answers for the whole pool as a queue of that mix instead, and the
 strictest TTFT target is also held at the model's tail percentile (the longest prompts, which barely may wait).
 Decode: a replica's batch B settles where B = demand x ITL(B) (Little's law: sequences in the
-batch = tokens/s they need x seconds per token); no settled B under the batch and KV limits means the
+batch = tokens/s they need x seconds per token). No settled B under the batch and KV limits means the
 pool cannot carry the load at that size. B is averaged over time, idle included, while ITL is that of the
 steps that run, at least one sequence each: under one sequence, B is the share of time the engine runs. The
 model is any object with this module's `LatencyModel` shape (controlplane/learn/latency.py fits one).
@@ -106,10 +106,12 @@ class LoadForecast:
 
 def predict_prefill(model: LatencyModel, load: LoadForecast, replicas: int,
                     targets: tuple[SloTarget, ...]) -> dict[str, float] | None:
-    """target name -> predicted seconds with `replicas` prefill replicas; None without a prefill model. With the
-    remote prompts' length mix known, the queue of that mix (no utilisation ceiling), and the strictest TTFT target
-    (the bound a request that meets the SLO stays within) predicted at the model's tail percentile when that is
-    later: a few long prompts that wait are the requests past it, which the p99 of the mix does not show."""
+    """target name -> predicted seconds with `replicas` prefill replicas; None without a prefill model.
+
+    With the remote prompts' length mix known, the prediction is the queue of that mix (no utilisation ceiling).
+    The strictest TTFT target (the bound a request that meets the SLO stays within) is then predicted at the
+    model's tail percentile when that is later. A few long prompts that wait are the requests past it, which the
+    p99 of the mix does not show."""
     tokens_per_second = load.request_rate * load.remote_share * load.remote_prompt_tokens / max(replicas, 1)
     mix = None if load.remote_mix is None else (np.asarray(load.remote_mix.tokens), np.asarray(load.remote_mix.shares))
     if mix is not None:  # the rate of tokens the mix's lengths carry
@@ -175,9 +177,10 @@ def predict_decode(model: LatencyModel, load: LoadForecast, replicas: int,
 
 def cold_itl(model: LatencyModel, load: LoadForecast, replicas: int, slowdown: float) -> float | None:
     """ITL p99 of a decode replica still warming up (`slowdown` x slower steps) that carries the per-replica
-    batch of a pool of `replicas`: the router balances requests in flight, so a new replica fills to the
-    others' batch at once, and every request there must stay within the bound, so its tail is what counts;
-    None without a decode model."""
+    batch of a pool of `replicas`; None without a decode model.
+
+    The router balances requests in flight, so a new replica fills to the others' batch at once. Every request
+    there must stay within the bound, so its tail is what counts."""
     batch = settled_batch(model, load, replicas)
     if batch is None or batch == float("inf"):
         return batch

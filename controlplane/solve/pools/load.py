@@ -25,9 +25,11 @@ _BUCKET_TOKENS = np.concatenate([[_BOUNDS[0] / 2], (_BOUNDS[1:] - _BOUNDS[:-1]) 
 
 
 def remote_mix(windows: tuple[PoolWindow, ...], remote_share: float) -> PromptMix | None:
-    """The prompt lengths the prefill pool gets: the routers' buckets over the newest windows that hold
-    MIX_ARRIVALS arrivals (all of them if fewer), less the shortest (1 - remote_share) of the prompts (what the
-    decode pool prefills locally: those under the threshold); bucket lengths scaled so that the mix's mean is
+    """The prompt lengths the prefill pool gets.
+
+    They are the routers' buckets over the newest windows that hold MIX_ARRIVALS arrivals (all of them if
+    fewer), less the shortest (1 - remote_share) of the prompts. (Those are what the decode pool prefills
+    locally: the prompts under the threshold.) Bucket lengths are scaled so that the mix's mean is
     the measured mean prompt. None when a window in that span has no buckets (a router that does not count them)
     or there is no remote prompt."""
     counts, tokens, arrivals = np.zeros(_BUCKET_TOKENS.size), 0.0, 0
@@ -128,9 +130,11 @@ def load_series(windows: tuple[PoolWindow, ...], bucket_seconds: float) -> tuple
 
 def burst_peak_rate(windows: tuple[PoolWindow, ...], seconds: float, bucket_seconds: float, min_rise: float,
                     rise_seconds: float) -> float | None:
-    """requests/s: the highest rate of a complete `bucket_seconds` bucket over the last `seconds` of measured
-    windows that is at least `min_rise` x the lowest bucket in the `rise_seconds` before it (a burst: the rate
-    jumped, and may jump again; a smooth rise or fall, as over a day, is no such peak); None when there is none."""
+    """requests/s: the highest burst rate over the last `seconds` of measured windows; None when there is none.
+
+    A burst is a complete `bucket_seconds` bucket whose rate is at least `min_rise` x the lowest bucket in the
+    `rise_seconds` before it. The rate jumped, and may jump again; a smooth rise or fall, as over a day, is no
+    such peak."""
     rate, _, _ = load_series(windows, bucket_seconds)
     num_rise = max(1, math.ceil(rise_seconds / bucket_seconds))
     first = max(1, rate.size - max(1, math.ceil(seconds / bucket_seconds)))

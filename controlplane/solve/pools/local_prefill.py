@@ -2,10 +2,10 @@
 
 Prompts up to the threshold prefill on the decode instance (no prefill queue, no KV hand-off), at the
 price of a longer decode step for every sequence batched with them, on replicas that cost more GPUs.
-So: only while the prefill pool's TTFT is close to its target and decode has ample ITL headroom
-(capacity that would idle otherwise), move the threshold up one step; when decode's
-ITL nears its target, or the local path has become the slower one, move it down one step; never
-outside [min_tokens, max_tokens], never back within the cooldown of the last move. Measurements are
+So the threshold moves up one step only while the prefill pool's TTFT is close to its target and decode has
+ample ITL headroom (capacity that would idle otherwise). It moves down one step when decode's ITL nears its
+target, or the local path has become the slower one. It never leaves [min_tokens, max_tokens], and never moves
+back within the cooldown of the last move. Measurements are
 medians over the last `num_windows` windows, so one noisy window cannot move it.
 """
 

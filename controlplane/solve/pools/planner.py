@@ -1,26 +1,26 @@
 """Replicas per pool (prefill, decode) against TTFT and ITL targets. Pure: view, model and loads in, plan out.
 
 Every window:
-- hold both pools when the latest window is stale or a needed measurement is missing (never read
-  as zero load), and hold a pool that fewer than a quorum of its ready replicas reported for;
-- reactive (reactive.py): a measured percentile over its target adds one replica to the pool
-  that caused it (TTFT: the prefill pool when its replicas' own TTFT is over target or decode is not
-  short of KV room, the decode pool when requests wait for KV room; ITL and local-prefill TTFT: the
-  decode pool); and when the model says the load measured now, backlog included, needs more
-  replicas than the pool has, it goes there at once, without waiting for the breach.
+- Hold: both pools when the latest window is stale or a needed measurement is missing (never read
+  as zero load). Also a pool that fewer than a quorum of its ready replicas reported for.
+- Reactive (reactive.py): a measured percentile over its target adds one replica to the pool
+  that caused it. For TTFT that is the prefill pool when its replicas' own TTFT is over target or decode is not
+  short of KV room, and the decode pool when requests wait for KV room. For ITL and local-prefill TTFT it is the
+  decode pool. When the model says the load measured now, backlog included, needs more
+  replicas than the pool has, the pool goes there at once, without waiting for the breach.
 Every `predictive_interval_seconds`, on the clock's grid:
-- predictive: the fewest replicas whose predicted percentiles stay within the plan margin x target at
-  the forecast load (the peak over a horizon covering startup) — a jump up, not a step;
-- consolidate: the fewest replicas M (at most `max_step_down_share` of the pool fewer) for which the
-  model predicts every target within the (smaller) consolidate margin at the load they would carry
-  (load x N/M, the forecast's hold rate included, and never less than the highest recent burst measured,
-  pool_load.burst_peak_rate: no forecaster sees a burst coming, and a scale-down made less than cooldown +
-  startup before one cannot be undone in time), and only on a forecast chosen by backtest (a short history
-  cannot promise the load stays down); a consolidation the pool had to undo is not made again at the load that
-  undid it (undone.py).
-A decode scale-up is sized so that its new replicas, which run `cold_slowdown` x slower while they warm
-up and fill to the others' batch at once, keep their ITL within the bound (at the load forecast for
-their warm-up minute, or the load measured now on a reactive step).
+- Predictive: the fewest replicas whose predicted percentiles stay within the plan margin x target at
+  the forecast load (the peak over a horizon covering startup). It is a jump up, not a step.
+- Consolidate: the fewest replicas M (at most `max_step_down_share` of the pool fewer) for which the
+  model predicts every target within the (smaller) consolidate margin at the load they would carry.
+  That load is load x N/M, the forecast's hold rate included. It is never less than the highest recent burst
+  measured (pool_load.burst_peak_rate). No forecaster sees a burst coming, and a scale-down made less than
+  cooldown + startup before one cannot be undone in time. Consolidation happens only on a forecast chosen by
+  backtest (a short history cannot promise the load stays down). A consolidation the pool had to undo is not
+  made again at the load that undid it (undone.py).
+A decode scale-up is sized so that its new replicas keep their ITL within the bound. (They run `cold_slowdown` x
+slower while they warm up and fill to the others' batch at once.) The load is that forecast for
+their warm-up minute, or the load measured now on a reactive step.
 Hysteresis: a pool never moves against its last change within `cooldown_seconds` (zero flaps); the
 joint GPU budget (budget.py) is applied last. Every decision carries its reason and the
 predicted effect on the binding SLO.

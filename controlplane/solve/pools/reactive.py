@@ -4,8 +4,8 @@ how far one goes up when a breach is measured or the load measured now outgrows 
 A breach counts when the latest window is over target and either far over (`severe_breach` x) or over
 in another of the last `breach_windows` windows too: one window a few percent over is noise, not a
 capacity shortage. The step is one replica, or as many as the model says the load now needs (the backlog
-there will be when new replicas serve, to be served within `drain_seconds` after that), at most
-`max_reactive_share` of the pool more; none while replicas already starting cover it, none when one
+there will be when new replicas serve, to be served within `drain_seconds` after that). It is at most
+`max_reactive_share` of the pool more. There is none while replicas already starting cover it, and none when one
 more replica is predicted to hardly change the breached percentile (long prompts' own prefill time, not
 a queue). An ITL breach that only decode replicas still warming up measure is not one (is_warming_up).
 Without a breach, the load now moves a pool only when it needs more replicas at the rate its counts surely
@@ -91,10 +91,11 @@ def _backlog(window: PoolWindow, prompt_tokens: float) -> float:
 
 
 def _with_backlog(load: LoadForecast, view: PoolsView, role: PoolRole, rules: PoolRules) -> LoadForecast:
-    """The measured load plus the backlog there will be when the pool's next replicas serve: the queue
-    measured now, still growing at the rate it grew over the latest window until then (the replicas
-    already starting, else `startup_seconds` from now), to be served within `drain_seconds` after that on
-    top of new arrivals. Sized on the queue alone, a jump is short by what arrives while its replicas
+    """The measured load plus the backlog there will be when the pool's next replicas serve.
+
+    The backlog is the queue measured now, still growing at the rate it grew over the latest window until then
+    (the replicas already starting, else `startup_seconds` from now). It is to be served within `drain_seconds`
+    after that, on top of new arrivals. Sized on the queue alone, a jump is short by what arrives while its replicas
     start, and the pool creeps up one late step at a time."""
     windows = view.windows
     now = _backlog(windows[-1], load.remote_prompt_tokens)
