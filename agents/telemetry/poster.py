@@ -93,9 +93,10 @@ class SnapshotPoster:
                 snapshot = self.queue.get(timeout=0.2)
             except queue.Empty:
                 continue
+            body = snapshot.model_dump_json()  # before the wait: the post leaves at its moment, retries reuse it
             self._wait_for_turn(snapshot)
             while not self.stopping.is_set():
-                reason = self._post(snapshot)
+                reason = self._post(snapshot, body)
                 if reason is None:
                     num_failures = 0
                     break
@@ -114,12 +115,13 @@ class SnapshotPoster:
         at = post_at(snapshot.window_start + snapshot.window_seconds, snapshot.window_seconds, self.rng.random())
         self.stopping.wait(min(max(0.0, at - self.clock()), spread))
 
-    def _post(self, snapshot: Snapshot | GroupSnapshot) -> str | None:
-        """One attempt; returns None on success, else a failure reason (a bounded enum)."""
+    def _post(self, snapshot: Snapshot | GroupSnapshot, body: str) -> str | None:
+        """One attempt of `snapshot`, encoded as `body`; returns None on success, else a failure reason (a bounded
+        enum)."""
         is_group = isinstance(snapshot, GroupSnapshot)
         try:
             response = self.client.post("/v2/agents/snapshot" if is_group else "/v1/agents/snapshot",
-                                        content=snapshot.model_dump_json(),
+                                        content=body,
                                         headers={"Content-Type": "application/json"})
         except httpx.TimeoutException:
             return "timeout"
@@ -135,7 +137,8 @@ class SnapshotPoster:
                 log.warning("the controller never issued placement v%d (database restored or replaced?): "
                             "sending the table this rank runs for it to adopt", snapshot.placement_version)
                 self.on_failure("placement_unknown")
-                return self._post(snapshot.model_copy(update={"running_placement": table}))
+                adopted = snapshot.model_copy(update={"running_placement": table})
+                return self._post(adopted, adopted.model_dump_json())
         if response.status_code != 200:
             level = logging.WARNING if response.status_code not in RETRY_STATUSES else logging.INFO
             log.log(level, "snapshot refused: %d %s", response.status_code, response.text[:300])
