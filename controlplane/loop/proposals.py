@@ -61,8 +61,7 @@ def proposals(decisions: Decisions, policy: Policy, state: PoolState, role: str,
 
 def _routing(step: RoutingStep, state: PoolState, num_windows: int) -> Proposal:
     """The group limit `step` moves to, with the windows it judged the one in force on."""
-    windows_used = [w for w in state.windows if w.start >= (state.routing_changed_at or 0.0)]
-    windows_used = windows_used[-num_windows:]
+    windows_used = state.routing_windows()[-num_windows:]
     recall = [w.ratio("routing_recall_sum", "routing_recall_count") for w in windows_used]
     measured_recall = [r for r in recall if r is not None]
     at_model_limit = state.model_topk_group is None or state.effective_topk_group >= state.model_topk_group

@@ -78,7 +78,7 @@ def _windows_under(action: Action, state: PoolState) -> list[Window] | None:
                 and w.num_slot_reports == w.num_reports]
     if action.version != state.routing_version:
         return None
-    return [w for w in state.windows if w.start >= (state.routing_changed_at or 0.0)]
+    return state.routing_windows()
 
 
 def _effect_of_unplanned(action: Action, policy: Policy) -> Effect | None:

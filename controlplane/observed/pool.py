@@ -263,6 +263,10 @@ class PoolState:
             share = expert_share(np.sum([w.expert_tokens for w in windows], axis=0))
         return KnobInputs(self.model_key, self.policy_version, tokens / seconds if seconds > 0 else None, share)
 
+    def routing_windows(self) -> list[Window]:
+        """Windows from the routing limit's last change on (all of them when it never changed), oldest first."""
+        return [w for w in self.windows if w.start >= (self.routing_changed_at or 0.0)]
+
     def current_windows(self) -> tuple[Window, ...]:
         """Complete windows measured entirely under the issued placement, oldest first."""
         return tuple(w for w in self.windows

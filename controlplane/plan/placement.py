@@ -199,8 +199,7 @@ def plan_routing(policy: Policy, pool: PoolState, now: float, mtp: MtpDiagnosis 
     if last is not None and last.status == "applied":
         return RoutingStep(current, f"action {last.action_id} awaits its verdict")
     # judge the limit in force on windows that ran under it only
-    since = pool.routing_changed_at or 0.0
-    windows = [w for w in pool.windows if w.start >= since][-policy.sustained_windows:]
+    windows = pool.routing_windows()[-policy.sustained_windows:]
     shares = [w.all2all_share for w in windows]
     recall = [pool.routing_recall(w) for w in windows]
     if len(windows) < policy.sustained_windows or any(s is None for s in shares):
