@@ -1,10 +1,13 @@
 """A test marked `exclusive` runs with no other test beside it, even on two xdist workers, and the others still
-run side by side; the wait for the lock is not in a test's timeout (tests/support/exclusive.py)."""
+run side by side; the wait for the lock is not in a test's timeout; two test runs' rank-process groups never run
+at once (tests/support/exclusive.py)."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -75,3 +78,41 @@ def test_the_wait_for_an_exclusive_test_is_not_in_the_timeout(pytester: pytest.P
     result.assert_outcomes(passed=2)
     (_, start_a, end_a), (_, start_b, end_b) = sorted(json.loads(line) for line in spans.read_text().splitlines())
     assert end_a <= start_b or end_b <= start_a  # one after the other, so one of them waited 1.5 s
+
+
+RANK_AND_PLAIN = '''
+import json, os, time
+from support.processes import RANK_PROCESSES
+
+def record(name):
+    start = time.monotonic()
+    time.sleep(1.5)
+    with open(os.environ["SPANS"], "a") as out:
+        out.write(json.dumps([os.environ["RUN"] + name, start, time.monotonic()]) + "\\n")
+
+@RANK_PROCESSES
+def test_ranks():
+    record("ranks")
+
+def test_plain():
+    record("plain")
+'''
+
+
+def test_two_runs_on_one_machine_never_run_their_rank_groups_at_once(pytester: pytest.Pytester, tmp_path):
+    pytester.makeini("[pytest]\nmarkers =\n    exclusive: alone\n")
+    pytester.makepyfile(test_ranks=RANK_AND_PLAIN)
+    spans = tmp_path / "spans"
+    environ = {**os.environ, "SPANS": str(spans), "MOECTL_EXCLUSIVE_DIR": str(tmp_path),
+               "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, "-m", "pytest", "-p", "support.exclusive", "-p", "no:cacheprovider", "-n", "2", "-q"]
+    runs = [subprocess.Popen(command, cwd=pytester.path, env={**environ, "RUN": run}, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True) for run in ("a", "b")]
+    outputs = [run.communicate(timeout=120)[0] for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], outputs
+    rows = [json.loads(line) for line in spans.read_text().splitlines()]
+    (_, start_a, end_a), (_, start_b, end_b) = sorted(r for r in rows if r[0].endswith("ranks"))
+    assert end_a <= start_b or end_b <= start_a, rows  # the two runs' rank groups one after the other
+    plain = [r for r in rows if r[0].endswith("plain")]
+    ranks = [(start_a, end_a), (start_b, end_b)]
+    assert any(p[1] < end and start < p[2] for p in plain for start, end in ranks), rows  # the rest run beside them

@@ -5,6 +5,11 @@ while it runs; an exclusive one waits for the holders to finish and holds the lo
 pair per machine, in MOECTL_EXCLUSIVE_DIR (default: the temp dir); a test run that a test starts (pytester)
 locks apart, in a directory of that test's, or it would wait for the lock its parent holds.
 
+A test that starts a group of rank processes (`RANK_PROCESSES`, support/processes.py) also holds the machine's
+rank lock alone: xdist_group keeps one run's groups on one worker, and this lock keeps two runs' groups apart
+(two suites side by side on 2 cores each ran one at once, and the load reached 23). It is taken before the
+shared lock, so a test waiting for it does not hold up an exclusive test.
+
 The locks are taken around the whole test protocol, outside pytest-timeout's timer: a test's timeout counts its
 own setup, call and teardown, not the minutes it waited for an exclusive test on the other worker."""
 
@@ -18,6 +23,8 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
+
+from support.processes import RANK_GROUP
 
 
 @contextmanager
@@ -35,6 +42,8 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     where = Path(os.environ.get("MOECTL_EXCLUSIVE_DIR") or tempfile.gettempdir())
     turnstile, room = (where / f"moectl-tests-exclusive.{n}" for n in ("turnstile", "lock"))
     with ExitStack() as held:
+        if _is_rank_group(item):
+            held.enter_context(_flock(where / "moectl-tests-rank.lock", fcntl.LOCK_EX))
         if item.get_closest_marker("exclusive") is None:
             with _flock(turnstile, fcntl.LOCK_EX):  # a waiting exclusive test holds it: no new test slips in first
                 pass
@@ -45,6 +54,11 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
         nested = held.enter_context(tempfile.TemporaryDirectory(prefix="moectl-exclusive-"))
         held.enter_context(_environ("MOECTL_EXCLUSIVE_DIR", nested))
         yield
+
+
+def _is_rank_group(item: pytest.Item) -> bool:
+    group = item.get_closest_marker("xdist_group")
+    return group is not None and group.args[:1] == (RANK_GROUP,)
 
 
 @contextmanager

@@ -12,8 +12,10 @@ import pytest
 
 # a module of tests that each start a group of rank processes running the model: under xdist (make test) they run
 # one after another on one worker, not two groups at once on two cores, where each group's windows ran late enough
-# to fail its timed assertions and a timed-out test left its ranks running under the next
-RANK_PROCESSES = pytest.mark.xdist_group("rank_processes")
+# to fail its timed assertions and a timed-out test left its ranks running under the next; support/exclusive.py
+# keeps two test runs' groups apart on one machine too
+RANK_GROUP = "rank_processes"
+RANK_PROCESSES = pytest.mark.xdist_group(RANK_GROUP)
 
 
 def die_with_parent() -> None:
