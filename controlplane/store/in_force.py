@@ -19,7 +19,7 @@ from controlplane.desired import Policy
 from controlplane.store import policies, prefill_thresholds
 from controlplane.store.decoded import unpack_for
 from controlplane.store.knob_versions import PLACEMENTS, PREFILL_THRESHOLDS, ROUTING_LIMITS
-from controlplane.store.tables import Deployment, Placement, Pool, PrefillThreshold, RoutingLimit
+from controlplane.store.tables import Deployment, KnobVersion, Placement, Pool
 from controlplane.store.tables import Policy as PolicyRow
 from controlplane.store.versions import Version
 
@@ -43,13 +43,14 @@ def _query() -> Select:
     # built once: the statement object costs more Python to build (aliases, correlated subqueries) than the
     # database takes to answer it
     pool, decode = aliased(Pool), aliased(Pool)
-    return (select(Deployment, pool, decode, PolicyRow, Placement, RoutingLimit, PrefillThreshold)
+    routing, threshold = aliased(KnobVersion), aliased(KnobVersion)
+    return (select(Deployment, pool, decode, PolicyRow, Placement, routing, threshold)
             .outerjoin(pool, and_(pool.deployment_id == Deployment.id, pool.role == bindparam("role")))
             .outerjoin(decode, and_(decode.deployment_id == Deployment.id, decode.role == prefill_thresholds.ROLE))
             .outerjoin(PolicyRow, policies.is_active(Deployment.id))
-            .outerjoin(Placement, PLACEMENTS.is_newest(pool.id))
-            .outerjoin(RoutingLimit, ROUTING_LIMITS.is_newest(pool.id))
-            .outerjoin(PrefillThreshold, PREFILL_THRESHOLDS.is_newest(decode.id))
+            .outerjoin(Placement, PLACEMENTS.is_newest(Placement, pool.id))
+            .outerjoin(routing, ROUTING_LIMITS.is_newest(routing, pool.id))
+            .outerjoin(threshold, PREFILL_THRESHOLDS.is_newest(threshold, decode.id))
             .where(Deployment.name == bindparam("name")))
 
 
@@ -62,6 +63,6 @@ def read(session: Session, deployment_name: str, role: str) -> InForce | None:
     policy_version, policy = policies.of_row(policy_row)
     return InForce(deployment, pool_row, decode_row, policy_version, policy,
                    PLACEMENTS.of_row(placement, unpack_for(session)) if placement is not None else None,
-                   routing.topk_group if routing is not None else None,
+                   ROUTING_LIMITS.of_row(routing).value if routing is not None else None,
                    prefill_thresholds.tokens_in_force(
                        PREFILL_THRESHOLDS.of_row(threshold) if threshold is not None else None, policy))

@@ -103,15 +103,18 @@ class Placement(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
-class RoutingLimit(Base):
-    """The routing limit agents are told to apply, versioned per pool like placements; version 0 issues none."""
+class KnobVersion(Base):
+    """A version of one of a pool's scalar knobs (`knob`: the actions' kind), versioned per pool like placements:
+    the routing limit (max groups per token), the pool size (instances) or the local-prefill threshold (tokens,
+    on the decode pool). Version 0 (value None) exists from the pool's creation: moectl has not set it."""
 
-    __tablename__ = "routing_limits"
-    __table_args__ = (UniqueConstraint("pool_id", "version"),)
+    __tablename__ = "knob_versions"
+    __table_args__ = (UniqueConstraint("pool_id", "knob", "version"),)
     id: Mapped[int] = mapped_column(primary_key=True)
     pool_id: Mapped[int] = mapped_column(ForeignKey("pools.id", ondelete="CASCADE"), index=True)
+    knob: Mapped[str] = mapped_column(String(32))
     version: Mapped[int] = mapped_column(Integer)
-    topk_group: Mapped[int | None] = mapped_column(Integer, nullable=True)  # max groups per token; None: model's own
+    value: Mapped[int | None] = mapped_column(Integer, nullable=True)
     action_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
@@ -133,34 +136,6 @@ class KnobPark(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     released_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     release_reason: Mapped[str] = mapped_column(Text, default="")
-
-
-class PoolSize(Base):
-    """The number of instances a pool should run, versioned per pool like placements. Version 0 (None) means
-    moectl has not sized the pool: whatever runs stays, and no scaler writes it."""
-
-    __tablename__ = "pool_sizes"
-    __table_args__ = (UniqueConstraint("pool_id", "version"),)
-    id: Mapped[int] = mapped_column(primary_key=True)
-    pool_id: Mapped[int] = mapped_column(ForeignKey("pools.id", ondelete="CASCADE"), index=True)
-    version: Mapped[int] = mapped_column(Integer)
-    replicas: Mapped[int | None] = mapped_column(Integer, nullable=True)  # instances; None: not sized by moectl
-    action_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-
-
-class PrefillThreshold(Base):
-    """The PD-aware local-prefill threshold (tokens) the routers are told, versioned on the decode pool like
-    placements; version 0 (None) leaves it to the policy's `local_prefill_threshold`, or the router's default."""
-
-    __tablename__ = "prefill_thresholds"
-    __table_args__ = (UniqueConstraint("pool_id", "version"),)
-    id: Mapped[int] = mapped_column(primary_key=True)
-    pool_id: Mapped[int] = mapped_column(ForeignKey("pools.id", ondelete="CASCADE"), index=True)
-    version: Mapped[int] = mapped_column(Integer)
-    tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    action_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
 class ReplicaWindow(Base):

@@ -1,7 +1,8 @@
 """A knob's versions per pool (placements, routing limits, pool sizes, prefill thresholds) are rows of one
 shape: pool_id, version, action_id (the action that made it), created_at, and the columns its value is kept
 in. `Versioned` reads and writes that shape once for every knob; a knob brings only its `Codec` (value <->
-columns). Version 0, the agents' default, exists from the pool's creation, so the latest always exists."""
+columns), and its name where its table holds several knobs (`KnobVersion`). Version 0, the agents' default,
+exists from the pool's creation, so the latest always exists."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import numpy as np
 from sqlalchemy import ColumnElement, and_, func, select
 from sqlalchemy.orm import Session, aliased
+from sqlalchemy.orm.util import AliasedClass
 
 from controlplane.store.arrays import unpack
 from controlplane.store.batches import delete_some
@@ -27,6 +29,7 @@ class VersionRow(Protocol):
 
     pool_id: Any
     version: Any
+    knob: Any  # only in a table of several knobs' versions
     action_id: Any
     created_at: Any
 
@@ -62,10 +65,12 @@ class Column(Generic[V]):
 
 @dataclass(frozen=True)
 class Versioned(Generic[V]):
-    """One knob's versions: `row_type` its table, `codec` how its value is kept there."""
+    """One knob's versions: `row_type` its table, `codec` how its value is kept there, `knob` its rows' name in
+    a table of several knobs (None: the table is this knob's alone)."""
 
     row_type: type[VersionRow]
     codec: Codec[V]
+    knob: str | None = None
 
     def of_row(self, row: VersionRow, decode: Decode = unpack) -> Version[V]:
         """decode: `store.decoded.unpack_for`'s, for a reader that never writes into the arrays."""
@@ -73,42 +78,49 @@ class Versioned(Generic[V]):
 
     def add(self, session: Session, *, pool: Pool, version: int, value: V, action_id: int | None,
             now: float) -> None:
+        mine = {} if self.knob is None else {"knob": self.knob}
         session.add(self.row_type(pool_id=pool.id, version=version, action_id=action_id, created_at=utc(now),
-                                  **self.codec.to_columns(value)))
+                                  **mine, **self.codec.to_columns(value)))
         session.flush()
 
     def latest(self, session: Session, pool: Pool) -> Version[V]:
         rows = self.row_type
-        row = session.scalar(select(rows).where(rows.pool_id == pool.id).order_by(rows.version.desc()).limit(1))
+        row = session.scalar(select(rows).where(*self._of(rows, pool.id)).order_by(rows.version.desc()).limit(1))
         if row is None:
-            raise LookupError(f"pool {pool.id} has no {rows.__tablename__}")
+            raise LookupError(f"pool {pool.id} has no {self.knob or rows.__tablename__} versions")
         return self.of_row(row)
 
     def get(self, session: Session, pool: Pool, version: int) -> Version[V] | None:
         rows = self.row_type
-        row = session.scalar(select(rows).where(rows.pool_id == pool.id, rows.version == version))
+        row = session.scalar(select(rows).where(*self._of(rows, pool.id), rows.version == version))
         return None if row is None else self.of_row(row)
 
     def recent(self, session: Session, pool: Pool, *, since: float) -> list[Version[V]]:
         """The versions made at or after `since`, oldest first."""
         rows = self.row_type
-        found = session.scalars(select(rows).where(rows.pool_id == pool.id, rows.created_at >= utc(since))
+        found = session.scalars(select(rows).where(*self._of(rows, pool.id), rows.created_at >= utc(since))
                                 .order_by(rows.version))
         return [self.of_row(row) for row in found]
 
-    def is_newest(self, pool_id: ColumnElement[int]) -> ColumnElement[bool]:
-        """Join criterion: the row is the newest version of the pool whose id `pool_id` is (a column of another
-        table of the query, e.g. an aliased Pool's id; the max is correlated to it)."""
-        rows, other = self.row_type, aliased(self.row_type)
-        newest = select(func.max(other.version)).where(other.pool_id == pool_id).scalar_subquery()
-        return and_(rows.pool_id == pool_id, rows.version == newest)
+    def is_newest(self, rows: type[VersionRow] | AliasedClass, pool_id: ColumnElement[int]) -> ColumnElement[bool]:
+        """Join criterion: `rows` (this knob's table, or an alias of it where the query joins it twice) is the
+        newest version of the pool whose id `pool_id` is (a column of another table of the query, e.g. an
+        aliased Pool's id; the max is correlated to it)."""
+        other = aliased(self.row_type)
+        newest = select(func.max(other.version)).where(*self._of(other, pool_id)).scalar_subquery()
+        return and_(*self._of(rows, pool_id), rows.version == newest)
 
     def prune(self, session: Session, pool: Pool, *, before: float, keep: set[int], limit: int) -> int:
         """Deletes the pool's versions made before `before`, except the newest of those (in force, or the one
         the newer versions replaced) and those in `keep`. Returns how many went."""
         rows = self.row_type
-        old = (rows.pool_id == pool.id, rows.created_at < utc(before))
+        old = (*self._of(rows, pool.id), rows.created_at < utc(before))
         newest_old = session.scalar(select(rows.version).where(*old).order_by(rows.version.desc()).limit(1))
         if newest_old is None:
             return 0
         return delete_some(session, rows, *old, rows.version < newest_old, rows.version.not_in(keep), limit=limit)
+
+    def _of(self, rows: Any, pool_id: Any) -> tuple[ColumnElement[bool], ...]:
+        """The criteria of this knob's rows of the pool `pool_id` (an id or a column)."""
+        mine = (rows.pool_id == pool_id,)
+        return mine if self.knob is None else (*mine, rows.knob == self.knob)

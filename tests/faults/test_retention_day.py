@@ -22,17 +22,17 @@ from controlplane.store.tables import (
     Action,
     Agent,
     AlertEvent,
+    KnobVersion,
     LoadWindow,
     Placement,
     Request,
-    RoutingLimit,
 )
 
 HOUR, RETAIN = 3600.0, 2 * 3600.0
 WINDOW = 240.0  # four-minute windows: the day in half the posts (its rows made still dwarf those kept)
 NUM_WINDOWS = int(24 * HOUR / WINDOW)
 PER_HOUR = int(HOUR / WINDOW)
-TABLES = {"actions": Action, "placements": Placement, "routing_limits": RoutingLimit, "requests": Request,
+TABLES = {"actions": Action, "placements": Placement, "knob_versions": KnobVersion, "requests": Request,
           "alert_events": AlertEvent, "agents": Agent, "load_windows": LoadWindow}
 
 

@@ -13,7 +13,7 @@ from controlplane.actuate import change
 from controlplane.actuate.knobs import PLACEMENT, POOL_SIZE, ROUTING
 from controlplane.desired import Mode, Policy, VerifyOutcome
 from controlplane.store import actions
-from controlplane.store.tables import Action, Placement, PoolSize, RoutingLimit
+from controlplane.store.tables import Action
 
 NOW = 1_800_000_000.0
 NUM_LAYERS, NUM_SLOTS = 2, 10
@@ -27,7 +27,6 @@ def table(seed: int) -> PlacementTable:
 
 # per knob: two values unlike each other and unlike version 0, and how to tell values apart
 KNOBS = {"placement": (PLACEMENT, table(1), table(2)), "routing": (ROUTING, 1, 2), "pool_size": (POOL_SIZE, 3, 5)}
-VERSION_ROWS = {PLACEMENT: Placement, ROUTING: RoutingLimit, POOL_SIZE: PoolSize}
 PREDICTED = {ROUTING: "topk_group_after", POOL_SIZE: "replicas_after"}  # knobs whose proposal is the prediction
 
 
@@ -44,14 +43,21 @@ def propose(session, knob, pool, deployment, value, mode: Mode, now: float = NOW
     return change.propose(session, knob, pool, value, entry, policy=Policy(mode=mode), now=now)
 
 
+def version_rows(knob):
+    """The knob's table, and the criteria of its rows there (a table may hold several knobs' versions)."""
+    rows = knob.versions.row_type
+    return rows, [rows.knob == knob.versions.knob] if knob.versions.knob is not None else []
+
+
 def num_versions(session, knob) -> int:
-    return session.scalar(select(func.count()).select_from(VERSION_ROWS[knob]))
+    rows, mine = version_rows(knob)
+    return session.scalar(select(func.count()).select_from(rows).where(*mine))
 
 
 def made_by(session, knob, version: int) -> int | None:
     """The action the version row names."""
-    row = VERSION_ROWS[knob]
-    return session.scalar(select(row.action_id).where(row.version == version))
+    rows, mine = version_rows(knob)
+    return session.scalar(select(rows.action_id).where(*mine, rows.version == version))
 
 
 @pytest.fixture(params=list(KNOBS))

@@ -8,16 +8,19 @@ from datetime import UTC, datetime
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import create_engine, inspect, select, text
+from sqlalchemy import DateTime, create_engine, inspect, text
 from sqlalchemy.exc import IntegrityError
 
 from controlplane.store.db import downgrade, upgrade
-from controlplane.store.tables import Base, RoutingLimit
+from controlplane.store.tables import Base
 from controlplane.store.timestamps import seconds
 
-TABLES = {"deployments", "pools", "agents", "load_windows", "placements", "routing_limits", "pool_sizes", "policies",
-          "actions", "requests", "tokens", "alert_events", "leaders", "knob_parks", "audit_events",
-          "prefill_thresholds", "replica_windows", "router_windows", "pool_plans"}
+TABLES = {"deployments", "pools", "agents", "load_windows", "placements", "knob_versions", "policies", "actions",
+          "requests", "tokens", "alert_events", "leaders", "knob_parks", "audit_events", "replica_windows",
+          "router_windows", "pool_plans"}
+# the last revision with a table per scalar knob (routing_limits, pool_sizes, prefill_thresholds)
+BEFORE_KNOB_VERSIONS = "2026_12_03_deployment_engine"
+TS = DateTime(timezone=True)
 
 
 def tables(url: str) -> set[str]:
@@ -68,11 +71,10 @@ def test_routing_limit_columns_become_versions_and_come_back(database_url):
                               " VALUES (:id, 1, 1, :kind, 'loop', 'auto', :status, '', :inputs, '{}', '{}', :v,"
                               " 'loop', :t, :t)"), {"id": action_id, "kind": kind, "status": status, "v": version,
                                                     "inputs": json.dumps({"topk_group": topk_group}), "t": created})
-    upgrade(database_url)
+    upgrade(database_url, BEFORE_KNOB_VERSIONS)
     with engine.connect() as conn:
-        versions = conn.execute(select(RoutingLimit.pool_id, RoutingLimit.version, RoutingLimit.topk_group,
-                                       RoutingLimit.action_id, RoutingLimit.created_at)
-                                .order_by(RoutingLimit.pool_id, RoutingLimit.version)).all()
+        versions = conn.execute(text("SELECT pool_id, version, topk_group, action_id, created_at FROM routing_limits"
+                                     " ORDER BY pool_id, version").columns(created_at=TS)).all()
         actions = dict(conn.execute(text("SELECT id, version FROM actions")).all())
         based_on = conn.scalar(text("SELECT based_on_version FROM actions WHERE id = 2"))
     assert [v[:4] for v in versions] == [(1, 0, None, None), (1, 1, 3, 1), (2, 0, None, None)]
@@ -128,7 +130,7 @@ def test_pools_get_pool_size_version_0_and_a_downgrade_supersedes_waiting_size_p
             conn.execute(text("INSERT INTO pools (id, deployment_id, role, ep_size, slots_per_rank, gpus_per_node,"
                               " created_at) VALUES (:id, 1, :role, 2, 2, 8, :t)"), {"id": pool_id, "role": role,
                                                                                    "t": created})
-    upgrade(database_url)
+    upgrade(database_url, BEFORE_KNOB_VERSIONS)
     with engine.begin() as conn:
         sizes = conn.execute(text("SELECT pool_id, version, replicas, action_id FROM pool_sizes ORDER BY pool_id"))
         assert [tuple(s) for s in sizes] == [(1, 0, None, None), (2, 0, None, None)]
@@ -142,3 +144,41 @@ def test_pools_get_pool_size_version_0_and_a_downgrade_supersedes_waiting_size_p
         statuses = dict(conn.execute(text("SELECT id, status FROM actions")).all())
     engine.dispose()
     assert statuses == {1: "superseded", 2: "awaiting_approval"}
+
+
+def test_the_scalar_knobs_versions_move_into_one_table_and_back(database_url):
+    """Each scalar knob's versions (routing limit, pool size, local-prefill threshold) become rows of
+    knob_versions named by the knob, with their value, action and time; a downgrade puts each back in its own
+    table, and a version written after the upgrade goes back with them."""
+    upgrade(database_url, BEFORE_KNOB_VERSIONS)
+    created, changed = datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 12, 1, 8, 0, 0, 500000, tzinfo=UTC)
+    engine = create_engine(database_url)
+    old = {"routing_limits": ("routing", "topk_group", 3), "pool_sizes": ("pool_size", "replicas", 2),
+           "prefill_thresholds": ("local_prefill_threshold", "tokens", 512)}
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO deployments (id, name, model, created_at) VALUES (1, 'd', '{}', :t)"),
+                     {"t": created})
+        conn.execute(text("INSERT INTO pools (id, deployment_id, role, ep_size, slots_per_rank, gpus_per_node,"
+                          " created_at) VALUES (1, 1, 'decode', 2, 2, 8, :t)"), {"t": created})
+        for table, (_, column, value) in old.items():
+            conn.execute(text(f"INSERT INTO {table} (pool_id, version, {column}, action_id, created_at) VALUES"
+                              " (1, 0, NULL, NULL, :t), (1, 1, :v, 7, :at)"),
+                         {"t": created, "v": value, "at": changed})
+    upgrade(database_url)
+    select_versions = text("SELECT knob, version, value, action_id, created_at FROM knob_versions"
+                           " ORDER BY knob, version").columns(created_at=TS)
+    with engine.begin() as conn:
+        rows = [tuple(r[:4]) + (seconds(r[4]),) for r in conn.execute(select_versions)]
+        conn.execute(text("INSERT INTO knob_versions (pool_id, knob, version, value, action_id, created_at) VALUES"
+                          " (1, 'routing', 2, NULL, 8, :at)"), {"at": changed})
+    made, moved = created.timestamp(), changed.timestamp()
+    assert rows == sorted(row for knob, _, value in old.values()
+                          for row in [(knob, 0, None, None, made), (knob, 1, value, 7, moved)])
+    downgrade(database_url, BEFORE_KNOB_VERSIONS)
+    with engine.connect() as conn:
+        back = {table: [tuple(r) for r in conn.execute(text(f"SELECT version, {column}, action_id FROM {table}"
+                                                             " ORDER BY version"))]
+                for table, (_, column, _) in old.items()}
+    engine.dispose()
+    assert back == {"routing_limits": [(0, None, None), (1, 3, 7), (2, None, 8)],
+                    "pool_sizes": [(0, None, None), (1, 2, 7)], "prefill_thresholds": [(0, None, None), (1, 512, 7)]}

@@ -10,7 +10,7 @@ from support.store import EP_SIZE, MODEL, SLOTS_PER_RANK, make_pool
 
 from agents.protocol import default_slot_to_expert
 from agents.protocol.placement import PlacementTable
-from controlplane.store.knob_versions import PLACEMENTS, ROUTING_LIMITS
+from controlplane.store.knob_versions import PLACEMENTS, POOL_SIZES, PREFILL_THRESHOLDS, ROUTING_LIMITS
 
 NOW = 1_800_000_000.0
 
@@ -33,6 +33,25 @@ def test_routing_limits_keep_every_version(sessions):
         latest = ROUTING_LIMITS.latest(session, pool)
         assert (latest.version, latest.value, latest.action_id, latest.created_at) == (2, None, 12, NOW + 20)
         assert ROUTING_LIMITS.get(session, pool, 1).value == 3 and ROUTING_LIMITS.get(session, pool, 5) is None
+
+
+def test_knobs_sharing_a_table_keep_their_versions_apart(sessions):
+    """The routing limit, pool size and threshold share one table: each numbers its own versions and reads only
+    its own; pruning one leaves the others."""
+    with sessions() as session, session.begin():
+        _, pool = make_pool(session, now=NOW)
+        ROUTING_LIMITS.add(session, pool=pool, version=1, value=3, action_id=11, now=NOW + 10)
+        POOL_SIZES.add(session, pool=pool, version=1, value=4, action_id=12, now=NOW + 20)
+        ROUTING_LIMITS.add(session, pool=pool, version=2, value=2, action_id=13, now=NOW + 30)
+        latest = {knob: versions.latest(session, pool)
+                  for knob, versions in [("routing", ROUTING_LIMITS), ("size", POOL_SIZES), ("threshold",
+                                                                                             PREFILL_THRESHOLDS)]}
+        assert {k: (v.version, v.value) for k, v in latest.items()} == {"routing": (2, 2), "size": (1, 4),
+                                                                         "threshold": (0, None)}
+        assert [v.version for v in POOL_SIZES.recent(session, pool, since=NOW)] == [0, 1]
+        assert ROUTING_LIMITS.prune(session, pool, before=NOW + 40, keep=set(), limit=10) == 2  # v0 and v1
+        assert [v.version for v in POOL_SIZES.recent(session, pool, since=NOW)] == [0, 1]
+        assert PREFILL_THRESHOLDS.get(session, pool, 0).value is None
 
 
 @pytest.mark.parametrize("add", [
