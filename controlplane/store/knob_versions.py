@@ -1,6 +1,6 @@
-"""Every knob's versions per pool (store/versions.py), by what its value is kept in: a placement in two
-.npy blobs in its own table (store/placements.py), the others a number in the shared `KnobVersion` table (None
-in version 0: not set by moectl). A new scalar knob is one more line here, no table nor migration."""
+"""Every knob's versions per pool (store/versions.py). A placement is two .npy blobs in its own table
+(store/placements.py). The others are a number in the shared `KnobVersion` table (None in version 0: not set by
+moectl), so a new one-number knob is one more line here, with no table nor migration."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A knob's versions per pool (placements, routing limits, pool sizes, prefill thresholds) are rows of one
 shape: pool_id, version, action_id (the action that made it), created_at, and the columns its value is kept
-in. `Versioned` reads and writes that shape once for every knob; a knob brings only its `Codec` (value <->
+in. `Versioned` reads and writes that shape once for every knob. A knob brings only its `Codec` (value <->
 columns), and its name where its table holds several knobs (`KnobVersion`). Version 0, the agents' default,
 exists from the pool's creation, so the latest always exists."""
 
@@ -103,9 +103,9 @@ class Versioned(Generic[V]):
         return [self.of_row(row) for row in found]
 
     def is_newest(self, rows: type[VersionRow] | AliasedClass, pool_id: ColumnElement[int]) -> ColumnElement[bool]:
-        """Join criterion: `rows` (this knob's table, or an alias of it where the query joins it twice) is the
-        newest version of the pool whose id `pool_id` is (a column of another table of the query, e.g. an
-        aliased Pool's id; the max is correlated to it)."""
+        """Join criterion: `rows` is this knob's newest version of the pool whose id `pool_id` is. `rows` is the
+        knob's table, or an alias of it where a query joins it twice. `pool_id` is a column of another table of
+        the query, e.g. an aliased Pool's id; the max is correlated to it."""
         other = aliased(self.row_type)
         newest = select(func.max(other.version)).where(*self._of(other, pool_id)).scalar_subquery()
         return and_(*self._of(rows, pool_id), rows.version == newest)
