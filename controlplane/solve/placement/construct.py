@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from controlplane.solve.placement.local_search import improve
-from controlplane.solve.placement.locality import balance_groups, expert_node_of, solve_local
+from controlplane.solve.placement.local_search import Search, improve
+from controlplane.solve.placement.locality import Locality, balance_groups, expert_node_of, solve_local
 from controlplane.solve.placement.packing import pack, replicate
 
 FRESH_TOLERANCE = 0.001  # a fresh solve moves nothing, so it polishes until 0.1% of perfect
@@ -29,5 +29,5 @@ def solve_fresh(load: np.ndarray, topology, is_local: bool, tolerance: float = F
         expert_node = expert_node_of(group_to_node, load.shape[1])
     else:
         table = pack(load, replicate(load, topology.num_slots, topology.num_gpus), topology.num_gpus, k)
-    return improve(table, load, k, expert_node=expert_node, gpus_per_node=gpn,
-                   min_gain=1e-9, tolerance=tolerance, num_partner_gpus=NUM_PARTNER_GPUS, num_spares=NUM_SPARES)
+    return improve(table, load, k, locality=None if expert_node is None else Locality(expert_node, gpn),
+                   search=Search(num_partner_gpus=NUM_PARTNER_GPUS, num_spares=NUM_SPARES, tolerance=tolerance))

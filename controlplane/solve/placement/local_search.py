@@ -9,24 +9,34 @@ Shapes: L layers, E experts, S slots, G GPUs, k slots per GPU.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from agents.protocol.placement import even_share, gpu_load, replica_counts, slot_load
-from controlplane.solve.placement.moves import best_moves
+from controlplane.solve.placement.locality import Locality
+from controlplane.solve.placement.moves import SearchArrays, best_moves
 
 
-def improve(table: np.ndarray, load: np.ndarray, slots_per_gpu: int,
-            current: np.ndarray | None = None, max_moved_slots: int | None = None,
-            expert_node: np.ndarray | None = None, gpus_per_node: int = 1, max_rounds: int = 2000,
-            num_partner_gpus: int = 4, num_spares: int = 16, min_gain: float = 1e-9,
-            tolerance: float = 0.0) -> np.ndarray:
+@dataclass(frozen=True)
+class Search:
+    """How long the local search looks, how wide, and which moves it takes."""
+
+    max_rounds: int = 2000
+    num_partner_gpus: int = 4  # the lightest GPUs a hot GPU's replicas may move to, per round
+    num_spares: int = 16  # the cheapest spare replicas per layer a retarget may take
+    # smallest accepted drop of a layer's max GPU load per moved slot, as a fraction of the layer's mean GPU
+    # load (a move must pay for the weights it transfers)
+    min_gain: float = 1e-9
+    tolerance: float = 0.0  # a layer whose max/mean GPU load is within this of 1 is left alone
+
+
+def improve(table: np.ndarray, load: np.ndarray, slots_per_gpu: int, current: np.ndarray | None = None,
+            max_moved_slots: int | None = None, locality: Locality | None = None,
+            search: Search = Search()) -> np.ndarray:
     """Return an improved copy of table [L, S].
 
-    `load`: [L, E] tokens. `current`: [L, S] applied table.
-    `expert_node`: [L, E] node each expert must stay on (-1: anywhere), for group locality.
-    `min_gain`: smallest accepted drop of a layer's max GPU load per moved slot, as a fraction of
-        the layer's mean GPU load (a move must pay for the weights it transfers).
-    `tolerance`: a layer whose max/mean GPU load is within this of 1 is left alone.
+    `load`: [L, E] tokens. `current`: [L, S] applied table. `locality`: None without group locality.
     """
     table = table.copy()
     num_layers, num_slots = table.shape
@@ -42,16 +52,17 @@ def improve(table: np.ndarray, load: np.ndarray, slots_per_gpu: int,
     budget = np.inf if max_moved_slots is None or current is None else float(max_moved_slots)
     if current is not None:
         budget -= (table != current).sum()
-    threshold = min_gain * load.sum(axis=1) / num_gpus
-    ceiling = (1.0 + tolerance) * load.sum(axis=1) / num_gpus
+    threshold = search.min_gain * load.sum(axis=1) / num_gpus
+    ceiling = (1.0 + search.tolerance) * load.sum(axis=1) / num_gpus
     is_active = np.ones(num_layers, dtype=bool)
-    num_partners = min(num_partner_gpus, num_gpus - 1)
-    for _ in range(max_rounds):
+    num_partners = min(search.num_partner_gpus, num_gpus - 1)
+    arrays = SearchArrays(table, load, counts, slots, gpus, is_on_gpu, slots_per_gpu)
+    for _ in range(search.max_rounds):
         layers = np.flatnonzero(is_active)
         if len(layers) == 0 or num_partners < 1:
             break
-        move = best_moves(layers, table, load, counts, slots, gpus, is_on_gpu, slots_per_gpu,
-                          num_partners, min(num_spares, num_slots), expert_node, gpus_per_node, current, threshold)
+        move = best_moves(layers, arrays, locality, current, num_partners, min(search.num_spares, num_slots),
+                          threshold)
         is_good = (move["gain"] > threshold[layers] * np.maximum(move["cost"], 1)) \
             & (gpus[layers].max(axis=1) > ceiling[layers])
         is_active[layers[~is_good]] = False

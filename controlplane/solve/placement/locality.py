@@ -9,9 +9,23 @@ Shapes: L layers, E experts, G groups (E/G consecutive experts each), N nodes, S
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from controlplane.solve.placement.packing import pack, replicate
+
+
+@dataclass(frozen=True)
+class Locality:
+    """Where group locality lets a layer's experts go: expert_node [L, E] the node each must stay on (-1:
+    anywhere), nodes of `gpus_per_node` GPUs each."""
+
+    expert_node: np.ndarray
+    gpus_per_node: int
+
+    def of_layers(self, layers: np.ndarray) -> Locality:
+        return Locality(self.expert_node[layers], self.gpus_per_node)
 
 
 def is_feasible(num_experts: int, num_slots: int, num_groups: int, num_nodes: int,

@@ -14,25 +14,43 @@ E experts, S slots, c swap/retarget candidates, H hot experts, C light slots, P 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+
+from controlplane.solve.placement.locality import Locality
 
 NUM_KINDS = 3
 SWAP, RETARGET, CHAIN = range(NUM_KINDS)
 
 
-def best_moves(layers, table, load, counts, slot_load, gpu_load, is_on_gpu, slots_per_gpu, num_partners,
-               num_spares, expert_node, gpus_per_node, current, min_gain) -> dict[str, np.ndarray]:
+@dataclass(frozen=True)
+class SearchArrays:
+    """A table's numbers the local search keeps current as it moves slots, per layer (updated in place)."""
+
+    table: np.ndarray  # [L, S] slot -> expert
+    load: np.ndarray  # [L, E] tokens
+    counts: np.ndarray  # [L, E] replicas per expert
+    slot_load: np.ndarray  # [L, S] tokens, on an even split
+    gpu_load: np.ndarray  # [L, G] tokens
+    is_on_gpu: np.ndarray  # [L, G, E]
+    slots_per_gpu: int
+
+
+def best_moves(layers: np.ndarray, arrays: SearchArrays, locality: Locality | None, current: np.ndarray | None,
+               num_partners: int, num_spares: int, min_gain: np.ndarray) -> dict[str, np.ndarray]:
     """One best move per active layer: kind, up to two (slot, new expert) writes, gain and cost.
 
     Slots not written are -1. Cost is the change in slots differing from `current` (0 without it).
     min_gain: [L] smallest useful gain per moved slot, in tokens; chains are tried only below it.
     """
-    n, k = len(layers), slots_per_gpu
+    n, k = len(layers), arrays.slots_per_gpu
     rows = np.arange(n)[:, None]
     # is_on_gpu [L, G, E] is read in place through on_rows: a copy of its active rows cost more than a round
-    tbl, sl, gl, cnt, w = table[layers], slot_load[layers], gpu_load[layers], counts[layers], load[layers]
+    tbl, sl, gl = arrays.table[layers], arrays.slot_load[layers], arrays.gpu_load[layers]
+    cnt, w = arrays.counts[layers], arrays.load[layers]
     cur = None if current is None else current[layers]
-    node_of = None if expert_node is None else expert_node[layers]
+    node_of, gpus_per_node = (None, 1) if locality is None else (locality.expert_node[layers], locality.gpus_per_node)
     num_slots = tbl.shape[1]
     hot = gl.argmax(axis=1)
     hot_load = gl[np.arange(n), hot]
@@ -46,7 +64,7 @@ def best_moves(layers, table, load, counts, slot_load, gpu_load, is_on_gpu, slot
         spare_cost = np.where(slot_count >= 2, np.take_along_axis(w, tbl, axis=1) / (slot_count - 1)
                               + slot_gpu_load, np.inf)
     cheap_spare = np.argpartition(spare_cost, num_spares - 1, axis=1)[:, :num_spares]  # [n, P], any order
-    ctx = dict(n=n, k=k, rows=rows, tbl=tbl, sl=sl, gl=gl, cnt=cnt, w=w, on=is_on_gpu, on_rows=layers[:, None],
+    ctx = dict(n=n, k=k, rows=rows, tbl=tbl, sl=sl, gl=gl, cnt=cnt, w=w, on=arrays.is_on_gpu, on_rows=layers[:, None],
                cur=cur, node_of=node_of, hot=hot, hot_load=hot_load, gpus_per_node=gpus_per_node)
     move = _pick(_swap_and_retarget(ctx, hot_slots, np.concatenate([on_light, cheap_spare], axis=1)))
     # chains cost a 4-D candidate array, so only layers that simple moves cannot help pay for them
