@@ -34,7 +34,7 @@ from controlplane.solve.placement.algorithm import MigrationAware, PlacementAlgo
 from controlplane.solve.placement.packing import imbalance_floor
 from controlplane.solve.placement.solver import Topology
 from controlplane.solve.placement.step_split import solve_for_split
-from controlplane.solve.routing import RECALL_TOLERANCE, RoutingStep, limit_range, plan_topk_group
+from controlplane.solve.routing import RECALL_TOLERANCE, GroupLimits, RoutingStep, plan_topk_group
 
 MAX_FORECAST_WINDOWS = 48  # 4 minutes of 5 s windows: the level's and the trend's history (learn/forecast.py)
 MIGRATION_AWARE = MigrationAware()
@@ -211,20 +211,18 @@ def plan_routing(policy: Policy, pool: PoolState, now: float, mtp: MtpDiagnosis 
     still_parked, unparked = parked_reason(pool, KnobKind.routing, with_expert_share=False)
     if still_parked:
         return RoutingStep(current, still_parked)
+    limits = GroupLimits(pool.num_groups, pool.num_experts, pool.top_k, pool.model_topk_group,
+                         policy.topk_group_min, policy.topk_group_max)
     if mtp is not None and mtp.cause == Cause.routing:
-        _, highest = limit_range(num_groups=pool.num_groups, num_experts=pool.num_experts, top_k=pool.top_k,
-                                 model_limit=pool.model_topk_group, min_groups=policy.topk_group_min,
-                                 max_groups=policy.topk_group_max)
+        _, highest = limits.range()
         groups = pool.effective_topk_group
         before = pool.signals(windows)["mtp_acceptance"] or 0.0
         step = RoutingStep(groups + 1, mtp.reason, Effect("mtp_acceptance", +1, before, policy.mtp_acceptance_floor,
                                                           RECALL_TOLERANCE)) if groups < highest else None
     else:
-        step = plan_topk_group(current=current, default=pool.model_topk_group, num_groups=pool.num_groups,
-                               num_experts=pool.num_experts, top_k=pool.top_k, all2all_share=shares,
+        step = plan_topk_group(current=current, limits=limits, all2all_share=shares,
                                recall=[r for r in recall if r is not None], target=policy.all2all_share_target,
-                               recall_floor=policy.routing_recall_floor, min_groups=policy.topk_group_min,
-                               max_groups=policy.topk_group_max)
+                               recall_floor=policy.routing_recall_floor)
     step = step or RoutingStep(current, "routing limits hold")
     if not step.is_change_from(current):
         return replace(step, unparked=unparked)

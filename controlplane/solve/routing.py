@@ -68,24 +68,33 @@ def predicted_share(share: float, groups_from: int, groups_to: int, num_groups: 
     return exchange / (exchange + 1.0 - share)
 
 
-def limit_range(*, num_groups: int, num_experts: int, top_k: int, model_limit: int | None,
-                min_groups: int | None, max_groups: int | None) -> tuple[int, int]:
-    """[lowest, highest] groups per token the loop may set: top_k must fit (topk_group * experts_per_group >=
-    top_k), the policy's range, and never looser than the model's own limit."""
-    lowest = max(min_groups or 1, math.ceil(top_k / (num_experts // num_groups)))
-    highest = min(max_groups or num_groups, model_limit or num_groups, num_groups)
-    return lowest, highest
+@dataclass(frozen=True)
+class GroupLimits:
+    """What bounds a pool's topk_group: the model's shape and its own limit (`model_limit`, None: every group),
+    and the policy's range (None: unbounded)."""
+
+    num_groups: int
+    num_experts: int
+    top_k: int
+    model_limit: int | None = None
+    min_groups: int | None = None
+    max_groups: int | None = None
+
+    def range(self) -> tuple[int, int]:
+        """[lowest, highest] groups per token the loop may set: top_k must fit (topk_group * experts_per_group >=
+        top_k), the policy's range, and never looser than the model's own limit."""
+        lowest = max(self.min_groups or 1, math.ceil(self.top_k / (self.num_experts // self.num_groups)))
+        highest = min(self.max_groups or self.num_groups, self.model_limit or self.num_groups, self.num_groups)
+        return lowest, highest
 
 
-def plan_topk_group(*, current: int | None, num_groups: int, num_experts: int, top_k: int,
-                    all2all_share: list[float], recall: list[float], target: float,
-                    recall_floor: float, min_groups: int | None = None, max_groups: int | None = None,
-                    default: int | None = None) -> RoutingStep:
+def plan_topk_group(*, current: int | None, limits: GroupLimits, all2all_share: list[float], recall: list[float],
+                    target: float, recall_floor: float) -> RoutingStep:
     """all2all_share, recall: the recent windows' values, oldest first (sustained); recall against the
     model's own routing. current: the limit the controller issued (None: none, so the model routes with
-    `default`, its own limit, or with every group)."""
-    lowest, highest = limit_range(num_groups=num_groups, num_experts=num_experts, top_k=top_k, model_limit=default,
-                                  min_groups=min_groups, max_groups=max_groups)
+    its own limit, or with every group)."""
+    num_groups, top_k, default = limits.num_groups, limits.top_k, limits.model_limit
+    lowest, highest = limits.range()
     if lowest > highest:
         return RoutingStep(current, f"no legal topk_group: range [{lowest}, {highest}]")
     groups = current or default or num_groups

@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.solve.routing import groups_reached, plan_topk_group, predicted_share
+from controlplane.solve.routing import GroupLimits, groups_reached, plan_topk_group, predicted_share
 
-BASE = dict(num_groups=8, num_experts=64, top_k=6, target=0.3, recall_floor=0.9)
+SHAPE = dict(num_groups=8, num_experts=64, top_k=6)
+
+
+def plan(current, shares, recall, default=None, **limits):
+    """The rule at target 0.3 and recall floor 0.9, for a model of SHAPE (as `limits` change it)."""
+    return plan_topk_group(current=current, limits=GroupLimits(**(SHAPE | limits), model_limit=default),
+                           all2all_share=shares, recall=recall, target=0.3, recall_floor=0.9)
 
 
 @pytest.mark.parametrize("current, shares, recall, extra, expected", [
@@ -22,14 +28,14 @@ BASE = dict(num_groups=8, num_experts=64, top_k=6, target=0.3, recall_floor=0.9)
     (5, [0.1, 0.1], [1.0, 1.0], {}, 5),  # under target: a low share is no reason to loosen
 ])
 def test_steps(current, shares, recall, extra, expected):
-    step = plan_topk_group(current=current, all2all_share=shares, recall=recall, **(BASE | extra))
+    step = plan(current, shares, recall, **extra)
     assert step.topk_group == expected, step.reason
     assert step.is_change_from(current) == (expected != current)
 
 
 def test_steps_start_from_the_models_own_limit():
     # the model routes with 2 of 8 groups when told nothing: tightening goes to 1, never "up" to 7
-    step = plan_topk_group(current=None, default=2, all2all_share=[0.5, 0.5], recall=[1.0, 1.0], **BASE)
+    step = plan(None, [0.5, 0.5], [1.0, 1.0], default=2)
     assert step.topk_group == 1, step.reason
 
 
@@ -39,18 +45,17 @@ def test_steps_start_from_the_models_own_limit():
     (1, [0.5, 0.5], 2),  # under the floor below it: loosen, up to the model's own
 ])
 def test_the_models_own_limit_is_the_loosest(current, recall, expected):
-    step = plan_topk_group(current=current, default=2, all2all_share=[0.2, 0.2], recall=recall, **BASE)
+    step = plan(current, [0.2, 0.2], recall, default=2)
     assert step.topk_group == expected, step.reason
 
 
 def test_a_tightening_carries_its_predicted_effect():
-    step = plan_topk_group(current=None, default=4, all2all_share=[0.36, 0.34], recall=[1.0, 1.0],
-                           **(BASE | {"top_k": 8}))
+    step = plan(None, [0.36, 0.34], [1.0, 1.0], default=4, top_k=8)
     effect = step.effect
     assert step.topk_group == 3 and effect.signal == "all2all_share" and effect.direction == -1
     assert effect.before == pytest.approx(0.35) and effect.predicted == pytest.approx(predicted_share(0.35, 4, 3, 8, 8))
     assert 0.25 < effect.predicted < 0.3 and effect.floors == {"routing_recall": 0.9}
-    loosen = plan_topk_group(current=3, default=4, all2all_share=[0.2, 0.2], recall=[0.8, 0.8], **BASE)
+    loosen = plan(3, [0.2, 0.2], [0.8, 0.8], default=4)
     assert loosen.topk_group == 4 and loosen.effect.signal == "routing_recall" and loosen.effect.predicted == 1.0
 
 
