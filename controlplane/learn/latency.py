@@ -25,6 +25,7 @@ Arrays are [n] over replica windows; seconds, tokens, tokens/s.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -85,11 +86,17 @@ class PrefillLatency:
         return ttft_percentile(percentile, request_rate, service, shares, replicas, self.coefficients[fitted][0])
 
 
-def fit_prefill(age, window_seconds: float, prompt_tokens, busy_seconds, num_prefilled, queued_tokens, ttft_p90,
-                ttft_p99, queued_before=None, *, cold_start_windows: int = COLD_START_WINDOWS,
-                min_samples: int = MIN_SAMPLES) -> PrefillLatency | None:
+def fit_prefill(columns: Mapping[str, np.ndarray], window_seconds: float, *,
+                cold_start_windows: int = COLD_START_WINDOWS, min_samples: int = MIN_SAMPLES) -> PrefillLatency | None:
     """Replica windows of the prefill pool -> PrefillLatency, or None with too few warm windows.
-    queued_tokens: prompt tokens queued at each window's end; queued_before: at its start (None: not known)."""
+
+    columns: name -> [windows], as `PoolWindow.columns` names them: age_windows, prefill_tokens (prompt tokens),
+    busy_seconds, num_prefilled, queued_tokens (at each window's end), ttft_p90, ttft_p99, and queued_before
+    (prompt tokens queued at each window's start; absent: not known)."""
+    age, ttft_p90, ttft_p99 = columns["age_windows"], columns["ttft_p90"], columns["ttft_p99"]
+    prompt_tokens, busy_seconds = columns["prefill_tokens"], columns["busy_seconds"]
+    num_prefilled, queued_tokens, queued_before = (columns["num_prefilled"], columns["queued_tokens"],
+                                                   columns.get("queued_before"))
     tokens, busy = np.asarray(prompt_tokens, np.float64), np.asarray(busy_seconds, np.float64)
     count, queued = np.asarray(num_prefilled, np.float64), np.asarray(queued_tokens, np.float64)
     mask = _usable(age, cold_start_windows, ttft_p90, ttft_p99) & (count >= MIN_REQUESTS) & (busy > 0)
@@ -129,12 +136,18 @@ class DecodeLatency:
         return a + per_sequence * batch + per_kv * kv_tokens + per_local * local_tokens_per_second
 
 
-def fit_decode(age, window_seconds: float, batch, kv_tokens, local_prompt_tokens, itl_mean, itl_p90, itl_p99,
-               num_gaps=None, busy_seconds=None, *, cold_start_windows: int = COLD_START_WINDOWS,
-               min_samples: int = MIN_SAMPLES) -> DecodeLatency | None:
+def fit_decode(columns: Mapping[str, np.ndarray], window_seconds: float, *,
+               cold_start_windows: int = COLD_START_WINDOWS, min_samples: int = MIN_SAMPLES) -> DecodeLatency | None:
     """Replica windows of the decode pool -> DecodeLatency, or None with too few warm windows.
-    num_gaps: token gaps each window's ITL was measured over (the fit's weights; None: equal);
-    busy_seconds: time each window ran steps (None: busy throughout)."""
+
+    columns: name -> [windows], as `PoolWindow.columns` names them: age_windows, batch, kv_tokens,
+    prefill_tokens (prompt tokens prefilled locally), itl_mean, itl_p90, itl_p99; itl_count (token gaps each
+    window's ITL was measured over: the fit's weights; absent: equal) and busy_seconds (time each window ran
+    steps; absent: busy throughout)."""
+    age, batch, kv_tokens, local_prompt_tokens = (columns["age_windows"], columns["batch"], columns["kv_tokens"],
+                                                  columns["prefill_tokens"])
+    itl_mean, itl_p90, itl_p99 = columns["itl_mean"], columns["itl_p90"], columns["itl_p99"]
+    num_gaps, busy_seconds = columns.get("itl_count"), columns.get("busy_seconds")
     batch = np.asarray(batch, np.float64)
     mask = _usable(age, cold_start_windows, itl_mean, itl_p90, itl_p99) & (batch > 0)
     if mask.sum() < min_samples:

@@ -69,12 +69,9 @@ def fit_latency(windows: tuple[PoolWindow, ...], cold_start_windows: int = COLD_
         return {name: np.concatenate([t[name] for t in tables]) for name in tables[0]}
 
     p, d = stacked("prefill"), stacked("decode")
-    prefill = fit_prefill(p["age_windows"], window_seconds, p["prefill_tokens"], p["busy_seconds"], p["num_prefilled"],
-                          p["queued_tokens"], p["ttft_p90"], p["ttft_p99"], _queued_before(windows),
+    prefill = fit_prefill(p | {"queued_before": _queued_before(windows)}, window_seconds,
                           cold_start_windows=cold_start_windows, min_samples=min_samples)
-    decode = fit_decode(d["age_windows"], window_seconds, d["batch"], d["kv_tokens"], d["prefill_tokens"],
-                        d["itl_mean"], d["itl_p90"], d["itl_p99"], d["itl_count"], d["busy_seconds"],
-                        cold_start_windows=cold_start_windows, min_samples=min_samples)
+    decode = fit_decode(d, window_seconds, cold_start_windows=cold_start_windows, min_samples=min_samples)
     latest = decode_windows[-1].of_role("decode")[-1]
     return PoolLatency(prefill, decode, latest.kv_capacity_tokens, latest.max_batch)
 

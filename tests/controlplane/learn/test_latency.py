@@ -31,9 +31,12 @@ def concat(*parts: dict) -> dict:
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
-def fit(data: dict, **kwargs):
-    return fit_prefill(data["age"], WINDOW, data["prompt_tokens"], data["busy_seconds"], data["num_prefilled"],
-                       data["queued_tokens"], data["ttft_p90"], data["ttft_p99"], **kwargs)
+def fit(data: dict, queued_before=None, **kwargs):
+    columns = {"age_windows": data["age"], "prefill_tokens": data["prompt_tokens"]} | {
+        name: data[name] for name in ("busy_seconds", "num_prefilled", "queued_tokens", "ttft_p90", "ttft_p99")}
+    if queued_before is not None:
+        columns["queued_before"] = queued_before
+    return fit_prefill(columns, WINDOW, **kwargs)
 
 
 def test_prefill_learns_capacity_and_ttft_against_load():
@@ -99,9 +102,13 @@ def decode_windows(num: int, rng, age, slow: float = 1.0) -> dict:
     return dict(age=np.full(num, age), batch=batch, kv=kv, local=local, mean=step, p90=step * 1.1, p99=step * 1.4)
 
 
-def fit_d(data: dict, **kwargs):
-    return fit_decode(data["age"], WINDOW, data["batch"], data["kv"], data["local"], data["mean"], data["p90"],
-                      data["p99"], **kwargs)
+def fit_d(data: dict, gaps=None, **kwargs):
+    columns = {"age_windows": data["age"], "batch": data["batch"], "kv_tokens": data["kv"],
+               "prefill_tokens": data["local"], "itl_mean": data["mean"], "itl_p90": data["p90"],
+               "itl_p99": data["p99"]}
+    if gaps is not None:
+        columns["itl_count"] = gaps
+    return fit_decode(columns, WINDOW, **kwargs)
 
 
 def test_decode_learns_the_step_cost_and_ignores_cold_windows():
@@ -121,8 +128,7 @@ def test_decode_weighs_windows_by_the_token_gaps_they_measured():
     data = concat(busy, idle)
     gaps = np.concatenate([np.full(60, 500.0), np.full(60, 1.0)])
     expected = 0.012 + 0.0006 * 40 + 1e-7 * 50_000 + 2e-6 * 1000
-    weighted = fit_decode(data["age"], WINDOW, data["batch"], data["kv"], data["local"], data["mean"], data["p90"],
-                          data["p99"], gaps)
+    weighted = fit_d(data, gaps)
     assert weighted.itl("mean", 40, 50_000, 1000) == pytest.approx(expected, rel=0.05)
     assert fit_d(data).itl("mean", 40, 50_000, 1000) > 1.5 * expected
 
