@@ -76,24 +76,35 @@ def fit_latency(windows: tuple[PoolWindow, ...], cold_start_windows: int = COLD_
     return PoolLatency(prefill, decode, latest.kv_capacity_tokens, latest.max_batch)
 
 
-def forecast_load(windows: tuple[PoolWindow, ...], now_load: LoadForecast, bucket_seconds: float,
-                  horizon_seconds: float, hold_seconds: float, surge: float, num_folds: int,
+@dataclass(frozen=True)
+class ForecastSpans:
+    """How far ahead the pool planner forecasts its load, on which grid, and with how much headroom."""
+
+    bucket_seconds: float = 30.0
+    horizon_seconds: float = 300.0  # a replica's startup plus one predictive interval
+    hold_seconds: float = 420.0  # a replica's startup plus the cooldown in which a scale-down cannot be undone
+    surge: float = 0.5  # backtest errors of headroom over the forecast peak
+    num_folds: int = 12  # cut points the rate forecast is backtested on: the last six minutes' surprises
+
+
+def forecast_load(windows: tuple[PoolWindow, ...], now_load: LoadForecast, spans: ForecastSpans,
                   warm_window: tuple[float, float] | None = None) -> LoadForecast:
     """The load to plan for.
 
     The rate is the peak forecast rate over `horizon_seconds` plus `surge` x the forecaster's backtest error
-    over `num_folds` cut points. (That is an upper prediction bound: wide where traffic has surprised it, narrow
-    where it has not.) It is never under the rate measured now surely is (`now_load.surely`).
+    over `num_folds` cut points (`spans`). (That is an upper prediction bound: wide where traffic has surprised
+    it, narrow where it has not.) It is never under the rate measured now surely is (`now_load.surely`).
     `hold_rate`: the same over `hold_seconds`, from the highest of the plausible candidates (a scale-down must
     be safe even if the chosen one is wrong).
     `warm_rate`: the same over `warm_window` (seconds from now in which replicas asked for now warm up).
     With them come the forecast mean lengths and the measured remote/local split."""
+    bucket_seconds, surge = spans.bucket_seconds, spans.surge
     rate, prompt, output = load_series(windows, bucket_seconds)
     if rate.size == 0:
         return now_load
-    horizon = max(1, int(np.ceil(horizon_seconds / bucket_seconds)))
-    hold = max(horizon, int(np.ceil(hold_seconds / bucket_seconds)))
-    rate_ahead = forecast_series(rate, hold, num_folds)
+    horizon = max(1, int(np.ceil(spans.horizon_seconds / bucket_seconds)))
+    hold = max(horizon, int(np.ceil(spans.hold_seconds / bucket_seconds)))
+    rate_ahead = forecast_series(rate, hold, spans.num_folds)
     prompt_ahead = forecast_series(prompt, horizon).values
     output_ahead = forecast_series(output, horizon).values
     error = 0.0 if np.isnan(rate_ahead.error) else rate_ahead.error
@@ -111,7 +122,8 @@ def forecast_load(windows: tuple[PoolWindow, ...], now_load: LoadForecast, bucke
         warm = max(float(rate_ahead.values[first:last].max()) + surge * error, floor)
     scale = float(prompt_ahead.max() / prompt[-1]) if prompt[-1] > 0 else 1.0
     return LoadForecast(peak, now_load.remote_share, now_load.remote_prompt_tokens * scale,
-                        now_load.local_prompt_tokens * scale, max(float(output_ahead.max()), 1.0), horizon_seconds,
+                        now_load.local_prompt_tokens * scale, max(float(output_ahead.max()), 1.0),
+                        spans.horizon_seconds,
                         f"{rate_ahead.method}+{surge:g}x{error:.1f}", is_backtested=rate_ahead.is_backtested,
                         hold_rate=held, warm_rate=warm,
                         remote_mix=None if now_load.remote_mix is None else now_load.remote_mix.scaled(scale))
@@ -130,9 +142,10 @@ def planner_for(policy: Policy, window_seconds: float, startup_seconds: float) -
     windows. Its load "now" spans at least MIN_LOAD_SECONDS. (The defaults below are these for 10 s windows
     and a 120 s startup.)"""
     rules = replace(rules_of(policy), startup_seconds=startup_seconds)
-    return MoectlPoolPlanner(rules=rules, bucket_seconds=3 * window_seconds, startup_seconds=startup_seconds,
-                             horizon_seconds=startup_seconds + rules.predictive_interval_seconds,
-                             hold_seconds=startup_seconds + rules.cooldown_seconds,
+    spans = ForecastSpans(bucket_seconds=3 * window_seconds,
+                          horizon_seconds=startup_seconds + rules.predictive_interval_seconds,
+                          hold_seconds=startup_seconds + rules.cooldown_seconds)
+    return MoectlPoolPlanner(rules=rules, spans=spans, startup_seconds=startup_seconds,
                              load_windows=max(2, math.ceil(MIN_LOAD_SECONDS / window_seconds)))
 
 
@@ -141,12 +154,8 @@ class MoectlPoolPlanner:
     name: str = "moectl"
     rules: PoolRules = field(default_factory=PoolRules)
     model_windows: int = 180
-    bucket_seconds: float = 30.0
+    spans: ForecastSpans = field(default_factory=ForecastSpans)
     startup_seconds: float = 120.0  # a replica asked for now serves this much later
-    horizon_seconds: float = 300.0  # a replica's startup plus one predictive interval
-    hold_seconds: float = 420.0  # a replica's startup plus the cooldown in which a scale-down cannot be undone
-    surge: float = 0.5  # backtest errors of headroom over the forecast peak
-    num_folds: int = 12  # cut points the rate forecast is backtested on: the last six minutes' surprises
     load_windows: int = 2  # the load "now" is measured over this many windows
     rate_noise_sigmas: float = 1.0  # a reactive step without a breach acts on the rate less this many standard errors
 
@@ -160,8 +169,7 @@ class MoectlPoolPlanner:
         latest = view.latest
         if latest is not None and now_load is not None and \
                 is_predictive_tick(view.now, latest.seconds, self.rules.predictive_interval_seconds):
-            forecast = forecast_load(view.windows, now_load, self.bucket_seconds, self.horizon_seconds,
-                                     self.hold_seconds, self.surge, self.num_folds,
+            forecast = forecast_load(view.windows, now_load, self.spans,
                                      (self.startup_seconds,
                                       self.startup_seconds + self.rules.cold_start_windows * latest.seconds))
         return plan_pools(view, model, now_load, forecast, self.rules)

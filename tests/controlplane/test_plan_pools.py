@@ -12,6 +12,7 @@ from support.pools import view, window
 from controlplane.desired import LatencySlo, Policy
 from controlplane.learn.latency import COLD_START_WINDOWS
 from controlplane.plan.pools import (
+    ForecastSpans,
     MoectlPoolPlanner,
     _queued_before,
     fit_latency,
@@ -69,7 +70,7 @@ def test_measured_load_and_its_series():
     rate, prompt, output = load_series(windows, 60.0)
     # buckets (0, 60] ... (540, 600]; the window ending at 300 is the first at 20 req/s
     assert rate.tolist() == pytest.approx([10.0] * 4 + [(5 * 10 + 20) / 6] + [20.0] * 5)
-    forecast = forecast_load(windows, now, 60.0, 300.0, 420.0, 1.0, 4)
+    forecast = forecast_load(windows, now, ForecastSpans(60.0, 300.0, 420.0, 1.0, 4))
     assert forecast.request_rate >= now.request_rate and forecast.held >= forecast.request_rate
 
 
@@ -106,11 +107,11 @@ def test_the_forecast_is_floored_at_the_rate_the_counts_surely_exceed_not_at_a_n
     assert now.request_rate == pytest.approx(12.0)
     sure = replace(now, sure_rate=sure_rate(windows, 2, 1.0))
     assert sure.surely == pytest.approx((240 - 240**0.5) / 20)
-    forecast = forecast_load(windows, sure, 60.0, 300.0, 420.0, 0.0, 4, (120.0, 180.0))
+    forecast = forecast_load(windows, sure, ForecastSpans(60.0, 300.0, 420.0, 0.0, 4), (120.0, 180.0))
     assert forecast.request_rate == pytest.approx(sure.surely)
     assert forecast.warm_rate == pytest.approx(sure.surely) and forecast.held == pytest.approx(sure.surely)
     # without a sure rate, the measured one is the floor (never above it either: a long span can say more)
-    assert forecast_load(windows, now, 60.0, 300.0, 420.0, 0.0, 4).request_rate == pytest.approx(12.0)
+    assert forecast_load(windows, now, ForecastSpans(60.0, 300.0, 420.0, 0.0, 4)).request_rate == pytest.approx(12.0)
     assert replace(now, sure_rate=13.0).surely == pytest.approx(12.0)
 
 
