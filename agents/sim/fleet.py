@@ -1,12 +1,10 @@
 """Simulated EP groups that report windows to a controller and apply what it answers.
 
 Each instance routes tokens with a `LoadModel` (agents/sim/load.py) and spreads every expert's tokens over the
-slots that hold it (per the placement it runs). It posts its window over HTTP: one `Snapshot` per rank
-(`moectl.v1`) or one `GroupSnapshot` for the whole instance (`moectl.v2`, agents/protocol/group.py). All ranks
-of an instance switch placement together, at the next window, as real EP groups must. Like the real agent, the fleet
-registers its deployments again when the controller no longer knows them, and sends the table it runs when
-the controller no longer knows its placement version (agents/telemetry/poster.py). Fleets come in the shapes
-of agents/sim/models.py (`deepseek-v3`: prefill EP32 and decode EP320 instances).
+slots that hold it (per the placement it runs). Its window is one `Snapshot` per rank (`moectl.v1`) or one
+`GroupSnapshot` for the whole instance (`moectl.v2`, agents/protocol/group.py); agents/sim/fleet_client.py posts
+them over HTTP. All ranks of an instance switch placement together, at the next window, as real EP groups must.
+Fleets come in the shapes of agents/sim/models.py (`deepseek-v3`: prefill EP32 and decode EP320 instances).
 """
 
 from __future__ import annotations
@@ -14,12 +12,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-import httpx
 import numpy as np
 import torch
 
 from agents.protocol import (
-    PLACEMENT_UNKNOWN,
     Array,
     DesiredState,
     Identity,
@@ -29,7 +25,6 @@ from agents.protocol import (
     RunningPlacement,
     Snapshot,
     StepLoad,
-    error_code,
     replica_split,
 )
 from agents.protocol.group import GroupSnapshot, RankRow
@@ -249,56 +244,3 @@ def deepseek_fleet(num_gpus: int, *, seed: int = 0) -> list[SimInstance]:
     instance; 1,024 -> three decode and two prefill EP32 instances)."""
     return layout_fleet(layout_for_gpus("deepseek-v3", num_gpus), deployment="deepseek-v3", seed=seed)
 
-
-class FleetClient:
-    """Talks to the controller for a fleet: registers deployments, posts windows, applies answers.
-    protocol: "v1" posts a snapshot per rank, "v2" one group snapshot per instance."""
-
-    def __init__(self, client: httpx.Client, *, api_token: str, agent_token: str, protocol: str = "v1"):
-        if protocol not in ("v1", "v2"):
-            raise ValueError(f"protocol {protocol!r}: v1 (a snapshot per rank) or v2 (one per EP group)")
-        self.client, self.api_token, self.agent_token, self.protocol = client, api_token, agent_token, protocol
-        self.policies: dict[str, dict | None] = {}  # deployment -> the policy this client registered it with
-
-    def register(self, fleet: list[SimInstance], policy: dict | None = None) -> None:
-        for deployment, model in {(i.deployment, i.model) for i in fleet}:
-            body = {"model": model.model_dump()} | ({"policy": policy} if policy else {})
-            response = self.client.put(f"/v1/deployments/{deployment}", json=body,
-                                       headers={"Authorization": f"Bearer {self.api_token}"})
-            response.raise_for_status()
-            self.policies[deployment] = policy
-
-    def post_window(self, fleet: list[SimInstance], window_start: float, window_seconds: float,
-                    num_tokens: int | None = None) -> None:
-        """Every rank posts (v1), or every instance once (v2); each instance then applies the answer (all its
-        ranks agree on it). num_tokens: per instance (default: its layout's rate)."""
-        for instance in fleet:
-            if self.protocol == "v2":
-                answer = self._post(instance, instance.group_window(window_start, window_seconds, num_tokens))
-                answers = [] if answer is None else [answer]
-            else:
-                answers = [a for s in instance.window(window_start, window_seconds, num_tokens)
-                           if (a := self._post(instance, s)) is not None]
-            if answers and len({a.placement_version for a in answers}) == 1:
-                instance.apply(answers[0])
-
-    def _post(self, instance: SimInstance, snapshot: Snapshot | GroupSnapshot) -> DesiredState | None:
-        response = self._send(snapshot)
-        if response.status_code == 404 and instance.deployment in self.policies:  # the controller forgot it
-            self.register([instance], self.policies[instance.deployment])
-            response = self._send(snapshot)
-        if response.status_code == 409 and error_code(response.content) == PLACEMENT_UNKNOWN:
-            log.warning("%s: the controller never issued placement v%d; sending the table the instance runs",
-                        instance.instance, instance.placement_version)
-            response = self._send(snapshot.model_copy(update={"running_placement": instance.running_placement()}))
-        if response.status_code != 200:
-            who = "group" if isinstance(snapshot, GroupSnapshot) else f"rank {snapshot.identity.rank}"
-            log.warning("%s %s: %d %s", instance.instance, who, response.status_code, response.text[:200])
-            return None
-        return DesiredState.model_validate_json(response.content)
-
-    def _send(self, snapshot: Snapshot | GroupSnapshot) -> httpx.Response:
-        path = "/v2/agents/snapshot" if isinstance(snapshot, GroupSnapshot) else "/v1/agents/snapshot"
-        return self.client.post(path, content=snapshot.model_dump_json(),
-                                headers={"Authorization": f"Bearer {self.agent_token}",
-                                         "Content-Type": "application/json"})

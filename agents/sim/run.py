@@ -25,7 +25,8 @@ import httpx
 from agents.protocol import Role
 from agents.protocol.grid import window_index, window_start
 from agents.sim.cost import LINKS
-from agents.sim.fleet import FleetClient, SimInstance, layout_fleet, make_fleet
+from agents.sim.fleet import SimInstance, layout_fleet, make_fleet
+from agents.sim.fleet_client import FleetClient
 from agents.sim.models import MODELS
 
 log = logging.getLogger("moectl.sim")

@@ -7,9 +7,7 @@ import functools
 from sqlalchemy.orm import Session
 
 from controlplane.api import pool_overview
-from controlplane.api.schemas import (
-    ActionOut,
-    AgentsHealth,
+from controlplane.api.overview_schemas import (
     DiagnosisOut,
     Latency,
     Overview,
@@ -19,6 +17,7 @@ from controlplane.api.schemas import (
     RoutingReachOut,
     WindowPoint,
 )
+from controlplane.api.schemas import ActionOut, AgentsHealth
 from controlplane.config import Settings
 from controlplane.desired import KnobKind, Policy
 from controlplane.observed.pool import PoolState, Window, acceptance_by_position

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from controlplane.api.schemas import PoolPlanOut, PoolPoint, PoolSizing
+from controlplane.api.overview_schemas import PoolPlanOut, PoolPoint, PoolSizing
 from controlplane.config import Settings
 from controlplane.store import pool_plans, serving
 from controlplane.store.knob_versions import POOL_SIZES

@@ -9,7 +9,7 @@ import numpy as np
 from support.auth import AGENT_TOKEN, API_TOKEN
 from support.fleet import run_windows, start_fleet
 
-from agents.sim.fleet import FleetClient
+from agents.sim.fleet_client import FleetClient
 from controlplane.loop.compute import in_process
 from controlplane.loop.plan_ahead import PlannedAhead, is_same
 from controlplane.loop.reconcile import Reconciler

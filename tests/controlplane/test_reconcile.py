@@ -47,7 +47,7 @@ def test_spans_follow_collect_plan_actuate(client, sessions, settings, clock):
 def test_a_broken_pool_is_isolated(client, sessions, settings, clock, monkeypatch):
     fleets = [start_fleet(client, {"mode": "auto", "cooldown_seconds": 0}, seed=s) for s in (1, 2)]
     fleets[1][0].deployment = "sim-b"  # a second deployment
-    from agents.sim.fleet import FleetClient
+    from agents.sim.fleet_client import FleetClient
     FleetClient(client, api_token="test-operator-token", agent_token="test-agent-token").register(fleets[1])
     run_windows(client, sessions, settings, clock, fleets[0] + fleets[1], 3, reconcile=False)
     import controlplane.plan.decisions as decisions

@@ -23,7 +23,8 @@ from support.servers import free_port, require_binary
 
 from agents.protocol import Role, replica_split
 from agents.protocol.placement import default_slot_to_expert
-from agents.sim.fleet import DEFAULT_MODEL, FleetClient, SimInstance, make_fleet
+from agents.sim.fleet import DEFAULT_MODEL, SimInstance, make_fleet
+from agents.sim.fleet_client import FleetClient
 from agents.sim.load import LoadModel
 from controlplane.cmd.serve import Controller
 from controlplane.config import Settings

@@ -2,8 +2,8 @@
 placement v8 were refused `409 placement_version 8 was never issued` forever, their windows dropped, the
 overview at 0 agents. Now the fleet registers again where it must, sends the table it runs, the controller
 adopts it as that version (an `adopted` action) and the loop goes on from there; ranks left on different
-versions converge on the highest. The simulated fleet (agents/sim/fleet.py) posting per rank (moectl.v1) and
-per EP group (moectl.v2: rank 0 sends the table of the newest version its ranks ran), and real agents over
+versions converge on the highest. The simulated fleet (agents/sim/fleet_client.py) posting per rank (moectl.v1)
+and per EP group (moectl.v2: rank 0 sends the table of the newest version its ranks ran), and real agents over
 simulated engines against a real controller restarted on another database, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ from support.processes import RANK_PROCESSES
 from support.ranks import make_group, run_group
 from support.servers import free_port
 
-from agents.sim.fleet import FleetClient, SimInstance, make_fleet
+from agents.sim.fleet import SimInstance, make_fleet
+from agents.sim.fleet_client import FleetClient
 from agents.sim.load import LoadModel
 from controlplane.api.app import create_app
 from controlplane.cmd.serve import Controller

@@ -15,7 +15,8 @@ from support.alerts import alert, payload
 from support.auth import AGENT_TOKEN, API_TOKEN, operator
 from support.fleet import run_windows
 
-from agents.sim.fleet import FleetClient, make_fleet
+from agents.sim.fleet import make_fleet
+from agents.sim.fleet_client import FleetClient
 from agents.sim.load import LoadModel
 from controlplane.loop.prune import Pruning
 from controlplane.store.tables import (

@@ -8,7 +8,8 @@ from __future__ import annotations
 from support.auth import AGENT_TOKEN, API_TOKEN, agent, operator
 from support.fleet import run_windows
 
-from agents.sim.fleet import FleetClient, make_fleet
+from agents.sim.fleet import make_fleet
+from agents.sim.fleet_client import FleetClient
 from controlplane.loop.reconcile import Reconciler
 
 POLICY = {"mode": "auto", "cooldown_seconds": 0, "imbalance_threshold": 1.01}

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from agents.protocol import ModelShape
 from agents.sim.cost import CPU_GLOO, GPU_NODES
-from agents.sim.fleet import FleetClient, make_fleet
+from agents.sim.fleet import make_fleet
+from agents.sim.fleet_client import FleetClient
 from controlplane.loop.reconcile import Reconciler
 from support.auth import AGENT_TOKEN, API_TOKEN
 

@@ -13,7 +13,8 @@ from typing import TypeVar
 
 import httpx
 
-from agents.sim.fleet import FleetClient, SimInstance, make_fleet
+from agents.sim.fleet import SimInstance, make_fleet
+from agents.sim.fleet_client import FleetClient
 from controlplane.cmd.serve import Controller
 from controlplane.config import Settings
 from support.auth import AGENT_TOKEN, API_TOKEN

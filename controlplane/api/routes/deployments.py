@@ -8,7 +8,8 @@ from sqlalchemy.orm import Session
 
 from controlplane.api import overview
 from controlplane.api.deps import AdminDep, DeploymentName, NowDep, PoolRole, SessionDep, SettingsDep, ViewerDep
-from controlplane.api.schemas import DeploymentIn, DeploymentSummary, Overview, PoolLoad
+from controlplane.api.overview_schemas import Overview
+from controlplane.api.schemas import DeploymentIn, DeploymentSummary, PoolLoad
 from controlplane.store import deployments, pools
 from controlplane.store.knob_versions import PLACEMENTS
 from controlplane.store.tables import Deployment
