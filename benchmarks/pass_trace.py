@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 from fastapi.testclient import TestClient
 
-from agents.sim.fleet import FleetClient, SimInstance, make_fleet
+from agents.sim.fleet import SimInstance, make_fleet
+from agents.sim.fleet_client import FleetClient
 from controlplane.api.app import create_app
 from controlplane.config import Settings
 from controlplane.loop import reconcile
