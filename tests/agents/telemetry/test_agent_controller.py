@@ -112,6 +112,8 @@ def test_serving_survives_a_controller_restart_and_the_agents_reconnect(settings
 
 
 @pytest.mark.slow
+# its assertion is a thread's wake-up (0.3 s): beside another suite at load average 10, a post left 0.46 s late
+@pytest.mark.exclusive
 def test_a_fleets_posts_of_a_window_are_spread_over_the_first_tenth_of_the_next(controller):
     """Eight ranks close a window at the same instant; their posters send it at random moments within
     POST_SPREAD_WINDOWS of the window's end (agents/protocol/grid.py), and every post is answered."""
@@ -143,9 +145,11 @@ def test_a_fleets_posts_of_a_window_are_spread_over_the_first_tenth_of_the_next(
     posters = [SnapshotPoster(controller.url, AGENT_TOKEN, on_answer=on_answer(rank), on_failure=print,
                               rng=random.Random(rank), transport=SendClock(rank)) for rank in range(len(snapshots))]
     post_ats = [post_at(end, window_seconds, random.Random(rank).random()) for rank in range(len(snapshots))]
+    for poster in posters:  # running before the window closes, as an agent's poster is
+        poster.start()
     time.sleep(max(0.0, end - time.time()))  # the window closes on every rank at once
     for poster, snapshot in zip(posters, snapshots, strict=True):
-        poster.start().submit(snapshot)
+        poster.submit(snapshot)
     until("every rank's post answered", lambda: len(answered) == len(snapshots), timeout=10, interval=0.05)
     for poster in posters:
         poster.stop()
