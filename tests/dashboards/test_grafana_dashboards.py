@@ -367,7 +367,9 @@ def _has_finite_value(result: list) -> bool:
 def test_every_query_is_valid_and_returns_data(prometheus):
     pending = {(name, where): substitute(expr) for name, where, expr in queries()}
     assert len(pending) >= 50
-    invalid, deadline = {}, time.monotonic() + 90
+    # the predicted-latency panel has data once the planner has fitted a latency model on enough warm windows:
+    # 20-45 s alone, and over 90 s beside another suite (load average ~8)
+    invalid, deadline = {}, time.monotonic() + 240
     while pending and time.monotonic() < deadline:
         for key, expr in list(pending.items()):
             error, result = _query(prometheus, expr)
@@ -378,7 +380,7 @@ def test_every_query_is_valid_and_returns_data(prometheus):
                 del pending[key]
         time.sleep(1)
     assert not invalid, "invalid PromQL:\n" + "\n".join(f"{k}: {v}" for k, v in invalid.items())
-    assert not pending, "no data after 90s:\n" + "\n".join(f"{k[0]} {k[1]}: {v}" for k, v in pending.items())
+    assert not pending, "no data after 240s:\n" + "\n".join(f"{k[0]} {k[1]}: {v}" for k, v in pending.items())
 
 
 @pytest.mark.slow
