@@ -90,9 +90,9 @@ def fit_prefill(columns: Mapping[str, np.ndarray], window_seconds: float, *,
                 cold_start_windows: int = COLD_START_WINDOWS, min_samples: int = MIN_SAMPLES) -> PrefillLatency | None:
     """Replica windows of the prefill pool -> PrefillLatency, or None with too few warm windows.
 
-    columns: name -> [windows], as `PoolWindow.columns` names them: age_windows, prefill_tokens (prompt tokens),
-    busy_seconds, num_prefilled, queued_tokens (at each window's end), ttft_p90, ttft_p99, and queued_before
-    (prompt tokens queued at each window's start; absent: not known)."""
+    `columns`: name -> [windows], named as in `PoolWindow.columns`. They are age_windows, prefill_tokens (prompt
+    tokens), busy_seconds, num_prefilled, queued_tokens (at each window's end), ttft_p90 and ttft_p99. With them
+    may come queued_before: prompt tokens queued at each window's start (absent: not known)."""
     age, ttft_p90, ttft_p99 = columns["age_windows"], columns["ttft_p90"], columns["ttft_p99"]
     prompt_tokens, busy_seconds = columns["prefill_tokens"], columns["busy_seconds"]
     num_prefilled, queued_tokens, queued_before = (columns["num_prefilled"], columns["queued_tokens"],
@@ -140,10 +140,10 @@ def fit_decode(columns: Mapping[str, np.ndarray], window_seconds: float, *,
                cold_start_windows: int = COLD_START_WINDOWS, min_samples: int = MIN_SAMPLES) -> DecodeLatency | None:
     """Replica windows of the decode pool -> DecodeLatency, or None with too few warm windows.
 
-    columns: name -> [windows], as `PoolWindow.columns` names them: age_windows, batch, kv_tokens,
-    prefill_tokens (prompt tokens prefilled locally), itl_mean, itl_p90, itl_p99; itl_count (token gaps each
-    window's ITL was measured over: the fit's weights; absent: equal) and busy_seconds (time each window ran
-    steps; absent: busy throughout)."""
+    `columns`: name -> [windows], named as in `PoolWindow.columns`. They are age_windows, batch, kv_tokens,
+    prefill_tokens (prompt tokens prefilled locally), itl_mean, itl_p90 and itl_p99. With them may come
+    itl_count, the token gaps each window's ITL was measured over: the fit's weights (absent: equal). And
+    busy_seconds, the time each window ran steps (absent: busy throughout)."""
     age, batch, kv_tokens, local_prompt_tokens = (columns["age_windows"], columns["batch"], columns["kv_tokens"],
                                                   columns["prefill_tokens"])
     itl_mean, itl_p90, itl_p99 = columns["itl_mean"], columns["itl_p90"], columns["itl_p99"]
