@@ -29,7 +29,6 @@ class VersionRow(Protocol):
 
     pool_id: Any
     version: Any
-    knob: Any  # only in a table of several knobs' versions
     action_id: Any
     created_at: Any
 
