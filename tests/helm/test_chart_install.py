@@ -14,7 +14,7 @@ import yaml
 from kubernetes.client import AppsV1Api, BatchV1Api, CoreV1Api
 from sqlalchemy import create_engine, text
 from support import servers
-from support.chart import CHART, CI_VALUES, DERIVED_KINDS, RELEASE, read_back, render, stored
+from support.chart import CHART, CI_VALUES, DERIVED_KINDS, RELEASE, read_back, render, stored, until_stored
 from support.kube.kubelet import run_pod_here
 from support.kube.objects import status_of
 from support.servers import until
@@ -73,8 +73,7 @@ def test_install_is_accepted_and_uninstall_leaves_nothing(kube_cluster, kube_nam
         kept = {"PersistentVolumeClaim": {f"{RELEASE}-data"}} if any(
             o["kind"] == "PersistentVolumeClaim" for o in objects) else {}
         expected = {kind: names | kept.get(kind, set()) for kind, names in before.items()}
-        until("the garbage collector to remove what the workloads made",
-              lambda: stored(admin, kube_namespace, chart_kinds) == expected, 60)
+        until_stored(kube_cluster, admin, kube_namespace, chart_kinds, expected, 60)
 
 
 def test_a_kept_volume_is_adopted_by_a_reinstall_and_goes_once_not_kept(kube_cluster, kube_namespace, chart_kinds):
@@ -97,7 +96,7 @@ def test_a_kept_volume_is_adopted_by_a_reinstall_and_goes_once_not_kept(kube_clu
                               "database.sqlite.persistence.keepOnUninstall=false")
         assert "helm.sh/resource-policy" not in claim().metadata.annotations
         kube_cluster.run_helm("uninstall", RELEASE, "-n", kube_namespace, "--wait", "--timeout", "60s")
-        until("nothing left", lambda: stored(admin, kube_namespace, chart_kinds) == before, 60)
+        until_stored(kube_cluster, admin, kube_namespace, chart_kinds, before, 60)
 
 
 def test_upgrade_keeps_the_generated_tokens(kube_cluster, kube_namespace):

@@ -21,6 +21,7 @@ from kubernetes.client import (
     EventsV1Api,
 )
 from support.chart import CHART, RELEASE
+from support.kube.fixture import fresh_namespace
 from support.kube.objects import deployment, status_of
 from support.servers import until
 
@@ -78,11 +79,8 @@ def exec_status(client: kubernetes.client.ApiClient, namespace: str, pod: str) -
 
 @pytest.fixture
 def serving_namespace(kube_cluster):
-    name = f"s-{uuid.uuid4().hex[:10]}"
-    with kube_cluster.api_client() as admin:
-        CoreV1Api(admin).create_namespace(kubernetes.client.V1Namespace(metadata=meta(name=name)))
+    with fresh_namespace(kube_cluster) as name:
         yield name
-        CoreV1Api(admin).delete_namespace(name)
 
 
 def test_the_service_account_can_size_its_pools_and_nothing_else(kube_cluster, kube_namespace, serving_namespace,

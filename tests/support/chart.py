@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -52,3 +53,20 @@ def read_back(api_client: kubernetes.client.ApiClient, obj: dict, namespace: str
     resource = DynamicClient(api_client).resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
     return resource.get(name=obj["metadata"]["name"],
                         namespace=obj["metadata"].get("namespace", namespace)).to_dict()
+
+
+def until_stored(cluster: KubeCluster, api_client: kubernetes.client.ApiClient, namespace: str,
+                 kinds: Iterable[tuple[str, str]], expected: dict[str, set[str]], timeout: float) -> None:
+    """Waits until `stored(...) == expected`; fails after `timeout` s naming each object left over or missing,
+    with the controller-manager's log tail (its garbage collector removes what the workloads made)."""
+    kinds = list(kinds)
+    deadline = time.monotonic() + timeout
+    while (now := stored(api_client, namespace, kinds)) != expected and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if now != expected:
+        left = {kind: sorted(names - expected.get(kind, set())) for kind, names in now.items()}
+        missing = {kind: sorted(names - now.get(kind, set())) for kind, names in expected.items()}
+        raise AssertionError(
+            f"after {timeout:.0f}s, left over: {({k: v for k, v in left.items() if v})}, "
+            f"missing: {({k: v for k, v in missing.items() if v})}\n"
+            f"kube-controller-manager log:\n{cluster.log_tail('kube-controller-manager', 40)}")

@@ -15,7 +15,7 @@ import shutil
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import kubernetes
@@ -25,6 +25,9 @@ from support.kube import build
 from support.kube.client import KubeCluster
 from support.kube.cluster import running_cluster
 from support.kube.health import death
+from support.servers import until
+
+NAMESPACE_READY_S = 60.0
 
 
 class KubeClusterDied(UserWarning):
@@ -98,12 +101,26 @@ def kube_cluster(kube_cluster_keeper: ClusterKeeper) -> KubeCluster:
     return cluster
 
 
-@pytest.fixture
-def kube_namespace(kube_cluster: KubeCluster) -> Iterator[str]:
-    """A fresh namespace for one test, deleted after it (the namespace controller empties it)."""
+@contextmanager
+def fresh_namespace(cluster: KubeCluster) -> Iterator[str]:
+    """A new namespace, deleted on exit (the namespace controller empties it). It is handed over once the
+    controller-manager has given it what every namespace gets (the `default` ServiceAccount and the
+    kube-root-ca.crt ConfigMap): on busy cores that takes seconds, and a test that lists the namespace before
+    and after would otherwise count them as its own."""
     name = f"t-{uuid.uuid4().hex[:10]}"
-    with kube_cluster.api_client() as admin:
+    with cluster.api_client() as admin:
         core = kubernetes.client.CoreV1Api(admin)
         core.create_namespace(kubernetes.client.V1Namespace(metadata=kubernetes.client.V1ObjectMeta(name=name)))
+        until(f"the controller-manager to give namespace {name} its default ServiceAccount and root CA",
+              lambda: core.list_namespaced_service_account(name, field_selector="metadata.name=default").items
+              and core.list_namespaced_config_map(name, field_selector="metadata.name=kube-root-ca.crt").items,
+              NAMESPACE_READY_S)
         yield name
         core.delete_namespace(name)
+
+
+@pytest.fixture
+def kube_namespace(kube_cluster: KubeCluster) -> Iterator[str]:
+    """A fresh namespace for one test (`fresh_namespace`)."""
+    with fresh_namespace(kube_cluster) as name:
+        yield name
