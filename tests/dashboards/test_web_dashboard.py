@@ -1,5 +1,5 @@
 """The web dashboard in headless Chromium (Debian `chromium`, driven by Playwright; no browser download)
-against a real controller (HTTP, reconcile loop thread) fed by simulated EP groups in real time.
+against a real controller process (`python -m controlplane serve`) fed by simulated EP groups in real time.
 
 One controller and one browser per module; each test gets a fresh browser context (its own
 sessionStorage, so its own token). Screenshots go to test-artifacts/.
@@ -18,16 +18,15 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from support.controllers import replica
 from support.fleet import CPU
-from support.servers import free_port, require_binary
+from support.servers import require_binary
 
 from agents.protocol import Role, replica_split
 from agents.protocol.placement import default_slot_to_expert
 from agents.sim.fleet import DEFAULT_MODEL, SimInstance, make_fleet
 from agents.sim.fleet_client import FleetClient
 from agents.sim.load import LoadModel
-from controlplane.cmd.serve import Controller
-from controlplane.config import Settings
 
 pytestmark = pytest.mark.slow
 
@@ -78,18 +77,20 @@ class LiveFleet:
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
-    settings = Settings(database_url=f"sqlite:///{tmp_path_factory.mktemp('web') / 'web.db'}", port=free_port(),
-                        api_token=ADMIN, agent_token=AGENT, window_seconds=WINDOW_SECONDS, reconcile_seconds=0.5)
-    controller = Controller(settings)
-    controller.start()
-    fleet = LiveFleet(controller.url)
-    fleet.thread.start()
-    try:
-        yield controller.url, fleet
-    finally:
-        fleet.stop.set()
-        fleet.thread.join(timeout=10)
-        controller.stop()
+    """A controller process (as a user runs one: in the test's own process, its loop and API shared the GIL with
+    the fleet's thread, which fell two minutes behind its windows on a loaded machine) and the live fleet."""
+    workdir = tmp_path_factory.mktemp("web")
+    env = {"MOECTL_DATABASE_URL": f"sqlite:///{workdir / 'web.db'}", "MOECTL_API_TOKEN": ADMIN,
+           "MOECTL_AGENT_TOKEN": AGENT, "MOECTL_WINDOW_SECONDS": f"{WINDOW_SECONDS:g}",
+           "MOECTL_RECONCILE_SECONDS": "0.5"}
+    with replica("web", env, workdir) as controller:
+        fleet = LiveFleet(controller.url)
+        fleet.thread.start()
+        try:
+            yield controller.url, fleet
+        finally:
+            fleet.stop.set()
+            fleet.thread.join(timeout=10)
 
 
 @pytest.fixture(scope="module")
