@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import yaml
 from kubernetes.dynamic import DynamicClient
 
 from support.kube.client import KubeCluster
+from support.servers import until
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "moectl"
 CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
@@ -60,13 +60,14 @@ def until_stored(cluster: KubeCluster, api_client: kubernetes.client.ApiClient, 
     """Waits until `stored(...) == expected`; fails after `timeout` s naming each object left over or missing,
     with the controller-manager's log tail (its garbage collector removes what the workloads made)."""
     kinds = list(kinds)
-    deadline = time.monotonic() + timeout
-    while (now := stored(api_client, namespace, kinds)) != expected and time.monotonic() < deadline:
-        time.sleep(0.5)
-    if now != expected:
+    try:
+        until("the namespace to hold what is expected", lambda: stored(api_client, namespace, kinds) == expected,
+              timeout)
+    except AssertionError:
+        now = stored(api_client, namespace, kinds)
         left = {kind: sorted(names - expected.get(kind, set())) for kind, names in now.items()}
         missing = {kind: sorted(names - now.get(kind, set())) for kind, names in expected.items()}
         raise AssertionError(
             f"after {timeout:.0f}s, left over: {({k: v for k, v in left.items() if v})}, "
             f"missing: {({k: v for k, v in missing.items() if v})}\n"
-            f"kube-controller-manager log:\n{cluster.log_tail('kube-controller-manager', 40)}")
+            f"kube-controller-manager log:\n{cluster.log_tail('kube-controller-manager', 40)}") from None
