@@ -39,10 +39,12 @@ def main(rank: int, size: int, dist_port: int, url: str, seconds: float) -> None
         if group.agree_max([int(time.monotonic() > deadline)])[0]:  # the ranks leave together
             break
     time.sleep(1.0)  # rank 0's poster sends the last window
+    # counted once the poster has stopped: a post still waiting for its answer is counted by the controller
+    # already, and close() waits for that answer
+    agent.close()
     print(json.dumps({"rank": rank, "windows": num_windows, "has_poster": agent.poster is not None,
                       "posted": agent.poster.num_posted if agent.poster else 0, "switches": switches,
                       "version": engine.placement.version}), flush=True)
-    agent.close()
     if size > 1:
         dist.destroy_process_group()
 

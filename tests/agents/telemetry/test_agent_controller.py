@@ -55,31 +55,55 @@ def test_agents_report_and_switch_placement_together(controller):
     assert registry.snapshots._value.get() >= 2
 
 
+class HeldTransport(httpx.HTTPTransport):
+    """The real transport, held until the test lets it go; it notes which threads send through it."""
+
+    def __init__(self):
+        super().__init__()
+        self.is_entered, self.is_released, self.threads = threading.Event(), threading.Event(), set()
+        self.num_let_go = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.threads.add(threading.get_ident())
+        self.is_entered.set()
+        self.is_released.wait(30)
+        self.num_let_go += 1
+        return super().handle_request(request)
+
+
 def test_a_dead_controller_never_blocks_a_step_and_the_rank_keeps_its_state():
     url = f"http://127.0.0.1:{free_port()}"  # nobody listens
-    clock = [5000.0]
-    engines, agents = make_group(url, poster_kwargs={"min_backoff": 0.05, "max_backoff": 0.2, "max_queue": 2},
-                                 clock=lambda: clock[0])
+    clock, transport = [5000.0], HeldTransport()
+    engines, agents = make_group(url, poster_kwargs={"min_backoff": 0.05, "max_backoff": 0.2, "max_queue": 2,
+                                                     "transport": transport}, clock=lambda: clock[0])
     agent, engine = agents[0], engines[0]
     engine.group = ThreadGroup(1).rank(0)  # run rank 0 alone
+
+    def step() -> None:
+        _, stats = engine.step()
+        agent.on_step(stats)
+        agent.tick()
+        clock[0] += 0.25  # a window closes every 4 steps
+
     agents[1].close()
-    worst = 0.0
     try:
-        for _ in range(40):
-            _, stats = engine.step()
-            started = time.perf_counter()
-            agent.on_step(stats)
-            agent.tick()
-            worst = max(worst, time.perf_counter() - started)
-            clock[0] += 0.25  # a window closes every 4 steps
         deadline = time.monotonic() + 10
-        while agent.exporter.failures["connect"]._value.get() < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        while not transport.is_entered.is_set() and time.monotonic() < deadline:
+            step()
+            time.sleep(0.01)
+        assert transport.is_entered.is_set(), "no window was posted"
+        # a post hangs (no answer, no refusal), and the rank steps on: 10 more windows, into a queue of 2
+        for _ in range(40):
+            step()
+        assert transport.num_let_go == 0  # every step ran while the first post still hung
+        transport.is_released.set()  # now the posts reach the port nobody listens on
+        until("two refused posts", lambda: agent.exporter.failures["connect"]._value.get() >= 2, timeout=10,
+              interval=0.05)
     finally:
+        transport.is_released.set()
         agent.close()
-    assert worst < 0.05, worst  # the posts happen on the poster's thread
-    assert agent.exporter.failures["connect"]._value.get() >= 2
-    assert agent.exporter.failures["queue_full"]._value.get() >= 1  # 10 windows into a queue of 2
+    assert transport.threads == {agent.poster.thread.ident}  # the posts happen on the poster's thread
+    assert agent.exporter.failures["queue_full"]._value.get() >= 1
     assert engine.placement.version == 0 and agent.exporter.snapshots._value.get() == 0
 
 
