@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import os
 import pathlib
 import platform
@@ -272,6 +273,15 @@ def initial_table(shape: Shape, load: LoadModel) -> PlacementTable:
     return PlacementTable(plan.slot_to_expert, plan.slot_share)
 
 
+@functools.lru_cache(maxsize=8)
+def starting_point(shape: Shape, workload: Workload, seed: int) -> tuple[PlacementTable, Traffic]:
+    """The starting table and the traffic sampled under it, the same for every strategy on this workload and
+    seed: made once, not once per strategy (the sampling is most of a short run's time)."""
+    load = LoadModel(shape.num_layers, shape.num_experts, shape.top_k, seed=seed, **workload.load_kwargs())
+    table = initial_table(shape, load)
+    return table, sampled_traffic(shape, table, load.popularity(0.0), np.random.default_rng([seed, 2]))
+
+
 def sampled_traffic(shape: Shape, table: PlacementTable, popularity: np.ndarray,
                     rng: np.random.Generator) -> Traffic:
     """What the all-to-all carries under the shape's group limit, sampled once from the starting placement as
@@ -332,8 +342,7 @@ def simulate(shape: Shape, workload: Workload, strategy, hours: float, seed: int
     load = LoadModel(shape.num_layers, shape.num_experts, shape.top_k, seed=seed, **workload.load_kwargs())
     rng = np.random.default_rng([seed, 1])
     step_rng = np.random.default_rng([seed, 3])  # apart from the windows', so they stay what they were
-    table = initial_table(shape, load)
-    traffic = sampled_traffic(shape, table, load.popularity(0.0), np.random.default_rng([seed, 2]))
+    table, traffic = starting_point(shape, workload, seed)
     outcome = Outcome(strategy.name)
     complete = {f"{RANK_REPORTS}{rank}": 1 for rank in range(topology.num_gpus)}
     for index in range(int(hours * HOUR / WINDOW_SECONDS)):
