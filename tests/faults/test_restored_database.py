@@ -29,7 +29,7 @@ from support.databases import sibling
 from support.fleet import run_windows
 from support.processes import RANK_PROCESSES
 from support.ranks import make_group, run_group
-from support.servers import free_port
+from support.servers import free_port, until
 
 from agents.sim.fleet import SimInstance, make_fleet
 from agents.sim.fleet_client import FleetClient
@@ -222,7 +222,7 @@ def test_real_agents_keep_running_through_a_database_swap(settings):
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_a_gloo_group_keeps_running_through_a_database_swap(settings):
+def test_a_gloo_group_keeps_running_through_a_database_swap(settings, tmp_path):
     """The same swap under an EP group reporting as one (moectl.v2, real agents over a real gloo group,
     tests/support/group_rank.py): rank 0 registers again, sends the group's table after the 409, the new
     controller adopts it and no rank ever switches back."""
@@ -235,8 +235,8 @@ def test_a_gloo_group_keeps_running_through_a_database_swap(settings):
         env = os.environ | {"PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}", "OMP_NUM_THREADS": "1"}
         dist_port = free_port()
         ranks = [subprocess.Popen([sys.executable, "-m", "support.group_rank", str(r), str(num_ranks),
-                                   str(dist_port), controller.url, "60"], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                                  text=True) for r in range(num_ranks)]
+                                   str(dist_port), controller.url, "90", str(tmp_path / "stop")], cwd=REPO, env=env,
+                                  stdout=subprocess.PIPE, text=True) for r in range(num_ranks)]
         running, deadline = 0, time.monotonic() + 45
         while running < 1 and time.monotonic() < deadline:  # every rank runs a placement the loop issued
             time.sleep(0.5)
@@ -249,11 +249,18 @@ def test_a_gloo_group_keeps_running_through_a_database_swap(settings):
 
         controller = Controller(settings.model_copy(update={"database_url": sibling(settings.database_url)}))
         thread = controller.start()
+
+        def snapshot_answers() -> dict[str, float]:
+            return {s.labels["status"]: s.value for family in
+                    text_string_to_metric_families(httpx.get(f"{controller.url}/metrics").text)
+                    for s in family.samples if s.name == "moectl_controller_snapshots_total"}
+
+        # the group goes on until the new controller took three of its windows after adopting its table
+        until("three windows taken after the swap", lambda: snapshot_answers().get("200", 0) >= 3, 60)
+        (tmp_path / "stop").touch()
         outputs = [json.loads(p.communicate(timeout=120)[0].strip().splitlines()[-1]) for p in ranks]
         overview = httpx.get(f"{controller.url}/v1/deployments/tiny/overview", headers=operator()).json()
-        answers = {s.labels["status"]: s.value for family in
-                   text_string_to_metric_families(httpx.get(f"{controller.url}/metrics").text)
-                   for s in family.samples if s.name == "moectl_controller_snapshots_total"}
+        answers = snapshot_answers()
     finally:
         for rank in ranks:
             if rank.poll() is None:

@@ -1,7 +1,8 @@
 """One rank of a real gloo EP group for tests: the simulated engine with the agent reporting as a group
-(moectl.v2), for `seconds`, then a JSON line of what it did. Started once per rank by the test:
+(moectl.v2), for `seconds` or until a file at STOP_PATH exists (the ranks leave together either way), then a
+JSON line of what it did. Started once per rank by the test:
 
-    PYTHONPATH=REPO:REPO/tests python -m support.group_rank RANK SIZE DIST_PORT CONTROLLER_URL SECONDS
+    PYTHONPATH=REPO:REPO/tests python -m support.group_rank RANK SIZE DIST_PORT CONTROLLER_URL SECONDS [STOP_PATH]
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 
 import torch.distributed as dist
 from prometheus_client import CollectorRegistry
@@ -20,7 +22,7 @@ from support.auth import AGENT_TOKEN, API_TOKEN
 from support.ranks import SIM_MODEL, identity, sim_config
 
 
-def main(rank: int, size: int, dist_port: int, url: str, seconds: float) -> None:
+def main(rank: int, size: int, dist_port: int, url: str, seconds: float, stop: Path | None = None) -> None:
     group = init_ep_group(rank, size, dist_port)
     engine = SimEngine(sim_config(rank, size, seed=7), group)
     agent = Agent(engine, identity=identity(rank, size), model=SIM_MODEL, registry=CollectorRegistry(),
@@ -36,7 +38,8 @@ def main(rank: int, size: int, dist_port: int, url: str, seconds: float) -> None
             switches.append([engine.num_steps, stats.placement_version])
         num_windows += agent.tick() is not None
         time.sleep(0.01)
-        if group.agree_max([int(time.monotonic() > deadline)])[0]:  # the ranks leave together
+        is_done = time.monotonic() > deadline or (stop is not None and stop.exists())
+        if group.agree_max([int(is_done)])[0]:  # the ranks leave together
             break
     time.sleep(1.0)  # rank 0's poster sends the last window
     # counted once the poster has stopped: a post still waiting for its answer is counted by the controller
@@ -50,4 +53,5 @@ def main(rank: int, size: int, dist_port: int, url: str, seconds: float) -> None
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], float(sys.argv[5]))
+    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], float(sys.argv[5]),
+         Path(sys.argv[6]) if len(sys.argv) > 6 else None)
