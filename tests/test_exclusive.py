@@ -116,3 +116,38 @@ def test_two_runs_on_one_machine_never_run_their_rank_groups_at_once(pytester: p
     plain = [r for r in rows if r[0].endswith("plain")]
     ranks = [(start_a, end_a), (start_b, end_b)]
     assert any(p[1] < end and start < p[2] for p in plain for start, end in ranks), rows  # the rest run beside them
+
+
+RANK_GROUP_ON_ONE_WORKER = '''
+import os, time
+import pytest
+from support.processes import RANK_PROCESSES
+
+@RANK_PROCESSES
+@pytest.mark.parametrize("i", range(3))
+def test_ranks(i):
+    time.sleep(0.5)
+    with open(os.environ["WORKERS"], "a") as out:
+        out.write(os.environ["PYTEST_XDIST_WORKER"] + "\\n")
+
+@pytest.mark.parametrize("i", range(3))
+def test_plain(i):
+    time.sleep(0.5)
+'''
+
+
+def test_the_rank_group_runs_on_one_worker(pytester: pytest.Pytester, tmp_path):
+    """`make test`'s `--dist loadgroup` hands the rank-process tests to one worker: spread over two, each waits
+    for the rank lock the other holds, and its worker idles (pytest 9.2 made pytest-xdist 3.8 drop the groups)."""
+    pytester.makeini("[pytest]\nmarkers =\n    exclusive: alone\n")
+    pytester.makepyfile(test_group=RANK_GROUP_ON_ONE_WORKER)
+    workers = tmp_path / "workers"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+        patch.setenv("WORKERS", str(workers))
+        patch.setenv("MOECTL_EXCLUSIVE_DIR", str(tmp_path))  # apart from this run's: this test holds its lock
+        result = pytester.runpytest_subprocess("-p", "support.exclusive", "-p", "no:cacheprovider", "-n", "2",
+                                               "--dist", "loadgroup")
+    result.assert_outcomes(passed=6)
+    ran_on = workers.read_text().split()
+    assert len(ran_on) == 3 and len(set(ran_on)) == 1, ran_on
