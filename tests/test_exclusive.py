@@ -14,6 +14,20 @@ import pytest
 
 TESTS = Path(__file__).resolve().parent
 
+def run_on_two_workers(pytester: pytest.Pytester, tmp_path: Path, source: str, *args: str):
+    """`source` as the test module of a pytest run of its own on two workers, with support.exclusive loaded and
+    locking apart from this run's (whose lock this test holds). Returns its result and the file the module
+    writes what it saw to (named in $RECORD)."""
+    pytester.makeini("[pytest]\nmarkers =\n    exclusive: alone\n")
+    pytester.makepyfile(test_module=source)
+    record = tmp_path / "record"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+        patch.setenv("RECORD", str(record))
+        patch.setenv("MOECTL_EXCLUSIVE_DIR", str(tmp_path))
+        result = pytester.runpytest_subprocess("-p", "support.exclusive", "-p", "no:cacheprovider", "-n", "2", *args)
+    return result, record
+
 FOUR_TESTS = '''
 import json, os, time
 import pytest
@@ -21,7 +35,7 @@ import pytest
 def record(name):
     start = time.monotonic()
     time.sleep(1.5)
-    with open(os.environ["SPANS"], "a") as out:
+    with open(os.environ["RECORD"], "a") as out:
         out.write(json.dumps([name, start, time.monotonic()]) + "\\n")
 
 @pytest.mark.exclusive
@@ -35,14 +49,7 @@ def test_shared(i):
 
 
 def test_an_exclusive_test_never_overlaps_another_and_the_rest_do(pytester: pytest.Pytester, tmp_path):
-    pytester.makeini("[pytest]\nmarkers =\n    exclusive: alone\n")
-    pytester.makepyfile(test_four=FOUR_TESTS)
-    spans = tmp_path / "spans"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
-        patch.setenv("SPANS", str(spans))
-        patch.setenv("MOECTL_EXCLUSIVE_DIR", str(tmp_path))  # apart from this run's: this test holds its lock
-        result = pytester.runpytest_subprocess("-p", "support.exclusive", "-p", "no:cacheprovider", "-n", "2")
+    result, spans = run_on_two_workers(pytester, tmp_path, FOUR_TESTS)
     result.assert_outcomes(passed=4)
     rows = [json.loads(line) for line in spans.read_text().splitlines()]
     (_, alone_start, alone_end), = [r for r in rows if r[0] == "alone"]
@@ -61,20 +68,13 @@ import pytest
 def test_alone(i):
     start = time.monotonic()
     time.sleep(1.5)
-    with open(os.environ["SPANS"], "a") as out:
+    with open(os.environ["RECORD"], "a") as out:
         out.write(json.dumps([i, start, time.monotonic()]) + "\\n")
 '''
 
 
 def test_the_wait_for_an_exclusive_test_is_not_in_the_timeout(pytester: pytest.Pytester, tmp_path):
-    pytester.makeini("[pytest]\nmarkers =\n    exclusive: alone\n")
-    pytester.makepyfile(test_two=TWO_EXCLUSIVE)
-    spans = tmp_path / "spans"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
-        patch.setenv("SPANS", str(spans))
-        patch.setenv("MOECTL_EXCLUSIVE_DIR", str(tmp_path))  # apart from this run's: this test holds its lock
-        result = pytester.runpytest_subprocess("-p", "support.exclusive", "-p", "no:cacheprovider", "-n", "2")
+    result, spans = run_on_two_workers(pytester, tmp_path, TWO_EXCLUSIVE)
     result.assert_outcomes(passed=2)
     (_, start_a, end_a), (_, start_b, end_b) = sorted(json.loads(line) for line in spans.read_text().splitlines())
     assert end_a <= start_b or end_b <= start_a  # one after the other, so one of them waited 1.5 s
@@ -127,7 +127,7 @@ from support.processes import RANK_PROCESSES
 @pytest.mark.parametrize("i", range(3))
 def test_ranks(i):
     time.sleep(0.5)
-    with open(os.environ["WORKERS"], "a") as out:
+    with open(os.environ["RECORD"], "a") as out:
         out.write(os.environ["PYTEST_XDIST_WORKER"] + "\\n")
 
 @pytest.mark.parametrize("i", range(3))
@@ -139,15 +139,7 @@ def test_plain(i):
 def test_the_rank_group_runs_on_one_worker(pytester: pytest.Pytester, tmp_path):
     """`make test`'s `--dist loadgroup` hands the rank-process tests to one worker: spread over two, each waits
     for the rank lock the other holds, and its worker idles (pytest 9.2 made pytest-xdist 3.8 drop the groups)."""
-    pytester.makeini("[pytest]\nmarkers =\n    exclusive: alone\n")
-    pytester.makepyfile(test_group=RANK_GROUP_ON_ONE_WORKER)
-    workers = tmp_path / "workers"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
-        patch.setenv("WORKERS", str(workers))
-        patch.setenv("MOECTL_EXCLUSIVE_DIR", str(tmp_path))  # apart from this run's: this test holds its lock
-        result = pytester.runpytest_subprocess("-p", "support.exclusive", "-p", "no:cacheprovider", "-n", "2",
-                                               "--dist", "loadgroup")
+    result, workers = run_on_two_workers(pytester, tmp_path, RANK_GROUP_ON_ONE_WORKER, "--dist", "loadgroup")
     result.assert_outcomes(passed=6)
     ran_on = workers.read_text().split()
     assert len(ran_on) == 3 and len(set(ran_on)) == 1, ran_on
