@@ -6,13 +6,17 @@ verified means the effect happened. A change that did not move its signal as int
 floor, is rolled back by `actuate` (the version before re-issued, or `failed` when a later change already
 replaced it). Its knob is then parked for the pool with the evidence (controlplane/plan/parking.py).
 
-Placement windows carry the placement they ran, so a placement is judged on exactly its windows;
+Placement windows carry the placement they ran, so a placement is judged on exactly its windows, and on the
+load it met there: both tables are evaluated on those windows' expert load (`_against_the_table_before`);
 routing windows are taken from the limit's issue on (the loop never moves the limit again before the
 verdict, controlplane/plan/placement.py).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import numpy as np
 from sqlalchemy.orm import Session
 
 from controlplane.actuate import change
@@ -40,6 +44,11 @@ def verify_pool(session: Session, pool: Pool, state: PoolState, policy: Policy, 
             continue
         windows = windows[: policy.verify_windows]
         effect = Effect.from_json(action.predicted.get("effect")) or _effect_of_unplanned(action, policy)
+        planned = {}  # a placement's effect as planned, before it is restated on the load it met
+        if effect is not None and action.kind == PLACEMENT.kind:
+            planned = {"imbalance_before_planned": round(effect.before, 4),
+                       "imbalance_predicted_planned": round(effect.predicted, 4)}
+            effect = _against_the_table_before(session, pool, action, effect, windows, state.ep_size)
         signals = state.signals(windows)
         if effect is None:  # a bound enforced: nothing was predicted, what came of it is recorded
             change.settle(session, knob, pool=pool, action=action, outcome=VerifyOutcome.verified, now=now,
@@ -47,9 +56,9 @@ def verify_pool(session: Session, pool: Pool, state: PoolState, policy: Policy, 
                           | {"verdict": "a bound enforced: not judged"})
             continue
         verdict = judge(effect, signals)
-        measured = verdict.measured | {f"{effect.signal}_before": round(effect.before, 4),
-                                       f"{effect.signal}_after": verdict.measured.get(effect.signal),
-                                       "verdict": verdict.reason}
+        measured = verdict.measured | planned | {f"{effect.signal}_before": round(effect.before, 4),
+                                                 f"{effect.signal}_after": verdict.measured.get(effect.signal),
+                                                 "verdict": verdict.reason}
         if verdict.is_intended:
             change.settle(session, knob, pool=pool, action=action, outcome=VerifyOutcome.verified, measured=measured,
                           now=now)
@@ -79,6 +88,26 @@ def _windows_under(action: Action, state: PoolState) -> list[Window] | None:
     if action.version != state.routing_version:
         return None
     return state.routing_windows()
+
+
+def _against_the_table_before(session: Session, pool: Pool, action: Action, effect: Effect, windows: list[Window],
+                              ep_size: int) -> Effect:
+    """A placement is judged on the load it met, not the load it was planned on: `before` becomes the table it
+    replaced, had that run the windows measured under the change, and `predicted` the new table on the same
+    windows (both from their expert load, agents/protocol/placement.py). The measured imbalance, from the slot
+    counters, must then realise half of that gain (less the tolerance): a fleet that kept its old table does
+    not, and neither the load's drift since the plan nor a thin window's sampling noise (max/mean reads higher
+    on few tokens whatever the table; the real workers' windows range from 50 to 3000 tokens per layer on a busy
+    machine) reads as the change's effect (benchmarks/results/test-suite-2026-12-04.md, "Stop 39"). As planned
+    when either table is gone (pruned) or the windows carry no expert load."""
+    try:
+        tables = PLACEMENT.get(session, pool, action.version - 1), PLACEMENT.get(session, pool, action.version)
+    except LookupError:
+        return effect
+    before, after = ([t.imbalance(w.expert_tokens, ep_size) for w in windows] for t in tables)
+    if None in before or None in after:
+        return effect
+    return replace(effect, before=float(np.mean(before)), predicted=float(np.mean(after)))
 
 
 def _effect_of_unplanned(action: Action, policy: Policy) -> Effect | None:

@@ -21,12 +21,15 @@ NOW = 1_800_000_000.0
 AUTO = Policy(mode=Mode.auto, verify_windows=2, rollback_tolerance=0.05)
 
 
-def window(index: int, version: int, gpu_tokens: tuple[int, int], all2all_share: float = 0.2) -> Window:
-    """Two GPUs of five slots each; gpu_tokens: what each processed in every layer."""
+def window(index: int, version: int, gpu_tokens: tuple[int, int], all2all_share: float = 0.2,
+           expert_tokens: np.ndarray | None = None) -> Window:
+    """Two GPUs of five slots each; gpu_tokens: what each processed in every layer. expert_tokens: [2, 8] the
+    load routed (none by default: then no table can be evaluated on it)."""
     slot_tokens = np.zeros((2, 10))
     slot_tokens[:, 0], slot_tokens[:, 5] = gpu_tokens
+    expert_tokens = np.zeros((2, 8)) if expert_tokens is None else expert_tokens
     return Window(index=index, start=NOW + 10 * index, seconds=10.0, placement_version=version, num_reports=2,
-                  num_slot_reports=2, expert_tokens=np.zeros((2, 8)), slot_tokens=slot_tokens,
+                  num_slot_reports=2, expert_tokens=expert_tokens, slot_tokens=slot_tokens,
                   counters={f"{RANK_REPORTS}0": 1, f"{RANK_REPORTS}1": 1, "forward_seconds": 1.0,
                             "dispatch_seconds": all2all_share})
 
@@ -54,6 +57,32 @@ def test_a_placement_is_judged_against_the_imbalance_before_it(sessions, gpu_tok
             np.testing.assert_array_equal(PLACEMENT.get(session, pool, 2).slot_to_expert, original.slot_to_expert)
         else:
             assert PLACEMENT.latest_version(session, pool) == 1
+
+
+# the default table puts experts 0-4 on GPU 0 and 5, 6, 7, 0, 1 on GPU 1; the new one 0, 1, 2, 5, 6 and 3, 4, 7, 0, 1
+NEW_TABLE = np.array([[0, 1, 2, 5, 6, 3, 4, 7, 0, 1]] * 2, dtype=np.int64)
+EVEN = np.full((2, 8), 100.0)  # both tables read 1.0 on it
+ON_GPU_0 = np.array([[0, 0, 200, 200, 200, 0, 0, 0]] * 2, dtype=np.float64)  # the default reads 2.0, the new 4/3
+
+
+@pytest.mark.parametrize("expert_tokens, gpu_tokens, before, status", [
+    (ON_GPU_0, (220, 180), 2.0, "verified"),  # measured 1.1: the gain the new table makes on this load, realised
+    (ON_GPU_0, (600, 0), 2.0, "rolled_back"),  # measured 2.0: the fleet kept its old table
+    (EVEN, (220, 180), 1.0, "rolled_back"),  # the load eased: no table gains anything, and 1.1 is worse than 1.0
+])
+def test_a_placement_is_judged_on_the_load_it_met(sessions, expert_tokens, gpu_tokens, before, status):
+    # planned at 1.2 for 1.2 (no prediction): judged instead on what both tables make of the windows under it
+    with sessions() as session, session.begin():
+        deployment, pool = make_pool(session, now=NOW)
+        action = change.propose(session, PLACEMENT, pool, PlacementTable(NEW_TABLE),
+                                actions.Entry("test", inputs={"measured_imbalance": [1.3, 1.2]}), policy=AUTO, now=NOW)
+        windows = [window(i, 1, gpu_tokens, expert_tokens=expert_tokens) for i in (1, 2)]
+        verify_pool(session, pool, state_with(session, deployment, pool, windows), AUTO, NOW + 30)
+        assert action.status == status, action.measured
+        assert action.measured["imbalance_before"] == before and action.measured["imbalance_before_planned"] == 1.2
+        assert action.measured["imbalance_after"] == pytest.approx(max(gpu_tokens) / (sum(gpu_tokens) / 2))
+        predicted = 1.0 if expert_tokens is EVEN else 4 / 3  # the new table on the windows' load
+        assert f"(predicted {predicted:.3f})" in action.measured["verdict"], action.measured
 
 
 def routing_window(index: int, share: float, recall: float = 1.0) -> Window:

@@ -34,7 +34,8 @@ def test_real_workers_rebalance_and_their_imbalance_falls(tmp_path):
         first = done[0]  # the oldest: the first change away from the default placement
         # the whole record as text (a dict message is cut short): the verdict and what was measured
         assert first["trigger"] == "loop" and first["status"] == "verified", json.dumps(first)
-        # measured on the real workers' slot counters, windows before vs windows after the switch
+        # the real workers' slot counters after the switch vs the table before, had it run the same windows' load
+        # (controlplane/loop/verify.py)
         assert first["measured"]["imbalance_after"] < first["measured"]["imbalance_before"], json.dumps(first)
 
         def applied() -> int | None:
