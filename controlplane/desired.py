@@ -171,9 +171,7 @@ class Policy(BaseModel):
     verify_windows: int = Field(default=2, ge=1, le=100, description="windows measured before verifying")
     rollback_tolerance: float = Field(default=0.05, ge=0, le=100,
                                       description="noise in the measured imbalance: a placement is rolled back "
-                                                  "unless the imbalance fell by half the predicted gain less this; "
-                                                  "no placement is solved on a load history of fewer than "
-                                                  "1/tolerance^2 tokens per GPU and layer, whose own noise exceeds it")
+                                                  "unless the imbalance fell by half the predicted gain less this")
 
     @model_validator(mode="after")
     def _check(self) -> Policy:

@@ -97,9 +97,8 @@ def _against_the_table_before(session: Session, pool: Pool, action: Action, effe
     windows (both from their expert load, agents/protocol/placement.py). The measured imbalance, from the slot
     counters, must then realise half of that gain (less the tolerance): a fleet that kept its old table does
     not, and neither the load's drift since the plan nor a thin window's sampling noise (max/mean reads higher
-    on few tokens whatever the table; the real workers' windows range from 50 to 3000 tokens per layer on a busy
-    machine) reads as the change's effect (benchmarks/results/test-suite-2026-12-04.md, "Stop 39"). As planned
-    when either table is gone (pruned) or the windows carry no expert load."""
+    on few tokens whatever the table) reads as the change's effect. As planned when either table is gone
+    (pruned) or the windows carry no expert load."""
     try:
         tables = PLACEMENT.get(session, pool, action.version - 1), PLACEMENT.get(session, pool, action.version)
     except LookupError:

@@ -137,15 +137,6 @@ def plan_pool(policy: Policy, pool: PoolState, now: float, *, is_forced: bool = 
     max_moved = allowed.max_moved_slots
 
     history = np.stack([w.expert_tokens for w in pool.windows[-MAX_FORECAST_WINDOWS:]]).astype(np.float64)
-    # a table solved on a forecast of few tokens fits their sampling noise (about 1/sqrt(tokens per GPU) of
-    # imbalance), so the history must carry enough that this noise is under the noise the verdict allows. The
-    # real workers' first changes were planned on their first loaded windows, one of 4 tokens per layer read
-    # as imbalance 2.25 (benchmarks/results/test-suite-2026-12-04.md, "Stop 39")
-    num_gpu_tokens = float(history.sum()) / max(history.shape[1], 1) / pool.ep_size
-    min_gpu_tokens = 1.0 / policy.rollback_tolerance**2 if policy.rollback_tolerance > 0 else 0.0
-    if num_gpu_tokens < min_gpu_tokens:
-        return plan(Decision.hold, f"the load history carries {num_gpu_tokens:.0f} tokens per GPU and layer; a "
-                                   f"placement solved on fewer than {min_gpu_tokens:.0f} fits their noise", **inputs)
     # aimed at the load over the time the change is expected to stay in force: under drift the next one comes
     # at the even pace (controlplane/plan/pacing.py), so a change answering the last window meets a load that has
     # moved on for most of its life

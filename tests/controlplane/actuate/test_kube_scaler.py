@@ -168,7 +168,9 @@ def test_a_write_raced_by_another_writer_is_refused_409_and_retried(scaler, admi
     relabel = Interfering(lambda: apps.patch_namespaced_deployment("decode", kube_namespace, {
         "metadata": {"labels": {"team": "serving"}}}))
     state = scaler.set_replicas(DECODE, 4, expected=1, fence=relabel)
-    assert scaler.num_write_conflicts == 1 and relabel.num_checks == 2
+    # the relabel makes one 409; the controller-manager writing the Deployment's status in between may make more:
+    # each is read again and the fence checked again before the next write
+    assert scaler.num_write_conflicts >= 1 and relabel.num_checks == scaler.num_write_conflicts + 1
     assert state.replicas == 4 and state.is_ours
     found = apps.read_namespaced_deployment("decode", kube_namespace)
     assert found.spec.replicas == 4 and found.metadata.labels["team"] == "serving"
