@@ -81,10 +81,11 @@ def roll_back(session: Session, knob: Knob, *, pool: Pool, action: Action, state
 
 
 def _windows_under(action: Action, state: PoolState) -> list[Window] | None:
-    """The complete windows that ran the action's version, oldest first; None when another replaced it."""
+    """The complete windows that ran the action's version for most of their length, oldest first; None when
+    another replaced it."""
     if action.kind == PLACEMENT.kind:
         return [w for w in state.windows if w.placement_version == action.version
-                and w.num_slot_reports == w.num_reports]
+                and w.num_slot_reports == w.num_reports and w.is_mostly_under_its_placement()]
     if action.version != state.routing_version:
         return None
     return state.routing_windows()
@@ -111,7 +112,7 @@ def _against_the_table_before(session: Session, pool: Pool, action: Action, effe
 
 def _effect_of_unplanned(action: Action, policy: Policy) -> Effect | None:
     """A placement a person or a test applied with no prediction: it must at least not be worse than the
-    imbalance measured before it (by more than the tolerance)."""
+    imbalance measured before it (by more than the tolerance), restated like any on the load it met."""
     prior = (action.inputs.get("measured_imbalance") or [None])[-1]
     if action.kind != PLACEMENT.kind or prior is None:
         return None

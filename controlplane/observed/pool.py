@@ -98,6 +98,12 @@ class Window:
         reports = [self.counters.get(f"{RANK_REPORTS}{rank}", 0) for rank in range(ep_size)]
         return min(reports) > 0 and min(reports) == max(reports)
 
+    def is_mostly_under_its_placement(self) -> bool:
+        """Whether the slot load covers at least half of the expert load. A switch inside a window restarts the
+        ranks' slot counts (agents/telemetry/windows.py): ranks that switched late in it measured the new table
+        on a few of its tokens, which read as a straggler by chance."""
+        return float(self.slot_tokens.sum()) >= 0.5 * float(self.expert_tokens.sum())
+
     @property
     def all2all_share(self) -> float | None:
         c = self.counters

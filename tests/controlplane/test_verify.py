@@ -85,6 +85,22 @@ def test_a_placement_is_judged_on_the_load_it_met(sessions, expert_tokens, gpu_t
         assert f"(predicted {predicted:.3f})" in action.measured["verdict"], action.measured
 
 
+def test_a_window_the_ranks_switched_late_in_is_not_judged(sessions):
+    # the ranks switched near the end of window 1: their slot counts (40 tokens) cover little of its expert load
+    # (800) and read 1.5 by chance; windows 2 and 3 ran the new table whole
+    with sessions() as session, session.begin():
+        deployment, pool = make_pool(session, now=NOW)
+        action = change.propose(session, PLACEMENT, pool, PlacementTable(NEW_TABLE),
+                                actions.Entry("test", inputs={"measured_imbalance": [1.3, 1.2]}), policy=AUTO, now=NOW)
+        late = window(1, 1, (30, 10), expert_tokens=EVEN)
+        whole = [window(i, 1, (410, 390), expert_tokens=EVEN) for i in (2, 3)]
+        verify_pool(session, pool, state_with(session, deployment, pool, [late, whole[0]]), AUTO, NOW + 20)
+        assert action.status == "applied"  # one window measured whole, two needed
+        verify_pool(session, pool, state_with(session, deployment, pool, [late, *whole]), AUTO, NOW + 30)
+        assert action.status == "verified", action.measured
+        assert action.measured["imbalance_after"] == pytest.approx(410 / 400)
+
+
 def routing_window(index: int, share: float, recall: float = 1.0) -> Window:
     w = window(index, 0, (100, 100), all2all_share=share)
     return replace(w, counters=w.counters | {"routing_recall_sum": recall, "routing_recall_count": 1})
