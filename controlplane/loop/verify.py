@@ -16,14 +16,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import numpy as np
 from sqlalchemy.orm import Session
 
 from controlplane.actuate import change
 from controlplane.actuate.knob import Knob
 from controlplane.actuate.knobs import KNOBS, PLACEMENT, POOL_SIZE
 from controlplane.desired import Effect, Policy, VerifyOutcome
-from controlplane.observed.pool import PoolState, Window
+from controlplane.observed.pool import PoolState, Window, imbalance_had_it_run
 from controlplane.plan.effect import judge
 from controlplane.store import actions, parks
 from controlplane.store.tables import Action, Pool
@@ -104,10 +103,10 @@ def _against_the_table_before(session: Session, pool: Pool, action: Action, effe
         tables = PLACEMENT.get(session, pool, action.version - 1), PLACEMENT.get(session, pool, action.version)
     except LookupError:
         return effect
-    before, after = ([t.imbalance(w.expert_tokens, ep_size) for w in windows] for t in tables)
-    if None in before or None in after:
+    before, after = (imbalance_had_it_run(t, windows, ep_size) for t in tables)
+    if before is None or after is None:
         return effect
-    return replace(effect, before=float(np.mean(before)), predicted=float(np.mean(after)))
+    return replace(effect, before=before, predicted=after)
 
 
 def _effect_of_unplanned(action: Action, policy: Policy) -> Effect | None:

@@ -147,6 +147,14 @@ class Window:
         return histogram
 
 
+def imbalance_had_it_run(table: PlacementTable, windows, num_gpus: int) -> float | None:
+    """Mean over `windows` of `table`'s imbalance on their expert load: what they would have measured under
+    `table` (their sampling noise included). None when a window carries no expert load. The planner predicts a
+    change with it and the verdict restates both tables on the windows measured under the change."""
+    values = [table.imbalance(w.expert_tokens, num_gpus) for w in windows]
+    return None if not values or None in values else float(np.mean(values))
+
+
 def acceptance_by_position(windows) -> list[float]:
     """MTP acceptance at each draft position over `windows` (or counter dicts): a draft reaches position i only
     if 0..i-1 were accepted, so the ratio is per draft, not per token proposed there."""

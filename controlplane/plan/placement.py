@@ -26,7 +26,7 @@ from controlplane.desired import (
     ReplicaBounds,
 )
 from controlplane.learn.forecast import forecast_ahead
-from controlplane.observed.pool import LOAD_SPAN_SECONDS, PoolState
+from controlplane.observed.pool import LOAD_SPAN_SECONDS, PoolState, imbalance_had_it_run
 from controlplane.plan.diagnose import Cause, MtpDiagnosis
 from controlplane.plan.pacing import HOUR, placement_allowance
 from controlplane.plan.parking import material_change
@@ -171,7 +171,8 @@ def plan_pool(policy: Policy, pool: PoolState, now: float, *, is_forced: bool = 
     # predicted in the units it will be measured in: the windows just measured, had they run the new table
     # (their sampling noise included: a few hundred tokens per GPU never measure 1.00, whatever the table)
     table = PlacementTable(solved.slot_to_expert, solved.slot_share)
-    predicted = float(np.mean([table.imbalance(w.expert_tokens, topology.num_gpus) for w in windows]))
+    predicted = imbalance_had_it_run(table, windows, topology.num_gpus)
+    assert predicted is not None  # each window's imbalance was measured above: each carries expert load
     effect = Effect("imbalance", -1, float(np.mean(measured)), predicted, policy.rollback_tolerance, floors, context)
     change = PlacementChange(solved.slot_to_expert, solved.slot_share, current,
                              solved.imbalance, solved.num_moved_slots, effect)
