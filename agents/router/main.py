@@ -31,6 +31,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="moectl router", description=__doc__.split("\n\n")[0])
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8800)
+    p.add_argument("--fd", type=int, help="serve on this inherited listening socket, bound to --port by the process "
+                                          "that started the router (moectl up): no other process takes the port")
     for role in ("prefill", "decode", "unified"):
         p.add_argument(f"--{role}", default="", help=f"{role} rank URLs, comma separated")
     p.add_argument("--model", default="moectl-tiny", help="the model name clients ask for")
@@ -71,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
                                            timeout_keep_alive=KEEP_ALIVE_SECONDS))
     print(f"OpenAI API on http://{args.host}:{args.port}/v1", flush=True)
     try:
-        server.run()
+        server.run(sockets=None if args.fd is None else [socket.socket(fileno=args.fd)])
     except KeyboardInterrupt:  # uvicorn re-raises the signal it handled once it has shut down
         pass
     return 0

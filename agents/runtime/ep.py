@@ -3,6 +3,7 @@ import time
 import torch
 import torch.distributed as dist
 from torch import Tensor
+from torch.distributed.constants import default_pg_timeout
 
 from agents.runtime import kernels, moe_ops, replica_split
 from agents.runtime.config import ModelConfig
@@ -63,9 +64,13 @@ class EPGroup:
         return box[0]
 
 
-def init_ep_group(rank: int, size: int, port: int, backend: str = "gloo") -> EPGroup:
+def init_ep_group(rank: int, size: int, port: int, backend: str = "gloo", listen_fd: int | None = None) -> EPGroup:
+    """Joins the group whose rendezvous store rank 0 serves on 127.0.0.1:`port`; `listen_fd`: rank 0's socket
+    already listening there (bound by the process that started the ranks, so nobody else takes the port)."""
     if size > 1 and not dist.is_initialized():
-        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size)
+        store = dist.TCPStore("127.0.0.1", port, size, is_master=rank == 0, timeout=default_pg_timeout,
+                              master_listen_fd=listen_fd if rank == 0 else None)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=size)
     return EPGroup(rank, size)
 
 

@@ -22,8 +22,8 @@ import sys
 import threading
 import time
 
-from agents.processes import die_with_parent, free_port
-from agents.protocol.http import KEEP_ALIVE_SECONDS
+from agents.processes import die_with_parent
+from agents.protocol.http import KEEP_ALIVE_SECONDS, listening_socket
 
 log = logging.getLogger("moectl.worker")
 
@@ -41,6 +41,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="EP ranks per node (nodes own consecutive ranks): how the nodes a token reached are counted")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--ports", default="8700", help="one HTTP port per rank, comma separated (or a first port)")
+    p.add_argument("--fds", default="", help="inherited listening sockets, bound to --ports in order by the process "
+                                             "that started this one (moectl up): no other process takes the ports")
     p.add_argument("--controller", default=os.environ.get("MOECTL_URL", ""), help="controller URL ('': none)")
     p.add_argument("--agent-token", default=os.environ.get("MOECTL_AGENT_TOKEN", ""))
     p.add_argument("--api-token", default=os.environ.get("MOECTL_API_TOKEN", ""),
@@ -63,9 +65,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "posts its own (moectl.v1, as agents before v2 did)")
     p.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     p.add_argument("--dist-port", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--dist-fd", type=int, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     ports = [int(x) for x in args.ports.split(",")]
     args.ports = ports if len(ports) == args.ep_size else [ports[0] + r for r in range(args.ep_size)]
+    args.fds = [int(x) for x in args.fds.split(",") if x]
+    if args.fds and len(args.fds) != args.ep_size:
+        p.error(f"--fds: one socket per rank ({args.ep_size}), got {len(args.fds)}")
     args.instance = args.instance or f"{args.deployment}-{args.role}-0"
     args.slots_per_rank = args.slots_per_rank or -(-40 // args.ep_size)  # 32 experts + 8 spare slots
     return args
@@ -73,11 +79,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def launch(args: argparse.Namespace, argv: list[str]) -> int:
     """Starts every rank, waits; a rank that dies takes the group down (its peers would hang)."""
-    dist_port = free_port()
-    # tied to the launcher before exec: a launcher killed while a rank still starts up leaves no orphan
-    procs = [subprocess.Popen([sys.executable, "-m", "agents.worker", *argv, "--rank", str(r),
-                               "--dist-port", str(dist_port)], preexec_fn=_start_rank)
-             for r in range(args.ep_size)]
+    # the group's rendezvous port is bound here and served by rank 0 (as the ranks' HTTP ports are by whoever
+    # started this launcher): a port chosen free and bound later by the rank can be taken meanwhile
+    with listening_socket() as rendezvous:
+        dist = ["--dist-port", str(rendezvous.getsockname()[1])]
+        # tied to the launcher before exec: a launcher killed while a rank still starts up leaves no orphan
+        procs = [subprocess.Popen([sys.executable, "-m", "agents.worker", *argv, "--rank", str(r), *dist,
+                                   *(["--dist-fd", str(rendezvous.fileno())] if r == 0 else [])],
+                                  pass_fds=[rendezvous.fileno()] * (r == 0) + args.fds[r:r + 1], preexec_fn=_start_rank)
+                 for r in range(args.ep_size)]
+    for fd in args.fds:  # the ranks hold them now
+        os.close(fd)
     stopping = threading.Event()
 
     def stop(signum, _frame) -> None:
@@ -134,7 +146,7 @@ def run_rank(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(1)
     disable_created_metrics()  # a _created series per counter doubles the series for nothing
-    group = init_ep_group(args.rank, args.ep_size, args.dist_port)
+    group = init_ep_group(args.rank, args.ep_size, args.dist_port, listen_fd=args.dist_fd)
     built = build_engine(args, group)
     identity = Identity(deployment=args.deployment, instance=args.instance, role=Role(args.role), rank=args.rank,
                         ep_size=args.ep_size, slots_per_rank=args.slots_per_rank, gpus_per_node=args.gpus_per_node,
@@ -154,7 +166,8 @@ def run_rank(args: argparse.Namespace) -> int:
     port = args.ports[args.rank]
     server = uvicorn.Server(uvicorn.Config(create_app(loop, registry, info), host=args.host, port=port,
                                            log_level="warning", timeout_keep_alive=KEEP_ALIVE_SECONDS))
-    server_thread = threading.Thread(target=server.run, name="http", daemon=True)
+    sockets = [socket.socket(fileno=args.fds[args.rank])] if args.fds else None
+    server_thread = threading.Thread(target=server.run, kwargs={"sockets": sockets}, name="http", daemon=True)
     server_thread.start()
     while not server.started and server_thread.is_alive():
         time.sleep(0.02)

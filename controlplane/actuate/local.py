@@ -20,8 +20,9 @@ from dataclasses import dataclass
 
 import httpx
 
+from agents.protocol.http import listening_socket
 from controlplane.actuate.fence import Fence
-from controlplane.actuate.processes import die_with_parent, free_port, stop_processes
+from controlplane.actuate.processes import die_with_parent, stop_processes
 from controlplane.actuate.scaler import PoolRef, ScaleState
 
 log = logging.getLogger("moectl.local")
@@ -105,12 +106,18 @@ class LocalScaler:
                 raise RuntimeError("the local scaler is stopping: no instance starts")
             name = f"{self.deployment}-{role}-{self.run}{self.num_started[role]}"
             self.num_started[role] += 1
-            ports = [free_port() for _ in range(self.ep_sizes[role])]
-            process = subprocess.Popen(
-                [sys.executable, "-m", "agents.worker", "--deployment", self.deployment, "--role", role,
-                 "--instance", name, "--ep-size", str(self.ep_sizes[role]), "--ports", ",".join(map(str, ports)),
-                 *self.worker_args, *args], env=self.env | (env or {}), preexec_fn=die_with_parent,
-                start_new_session=True)  # a terminal's Ctrl-C is the controller's to handle: it stops instances
+            sockets = [listening_socket() for _ in range(self.ep_sizes[role])]  # the ranks serve on them
+            ports, fds = [s.getsockname()[1] for s in sockets], [s.fileno() for s in sockets]
+            try:
+                process = subprocess.Popen(
+                    [sys.executable, "-m", "agents.worker", "--deployment", self.deployment, "--role", role,
+                     "--instance", name, "--ep-size", str(self.ep_sizes[role]), "--ports", ",".join(map(str, ports)),
+                     "--fds", ",".join(map(str, fds)), *self.worker_args, *args], env=self.env | (env or {}),
+                    pass_fds=fds, preexec_fn=die_with_parent,
+                    start_new_session=True)  # a terminal's Ctrl-C is the controller's to handle: it stops instances
+            finally:
+                for sock in sockets:
+                    sock.close()
             instance = Instance(name, role, [f"http://127.0.0.1:{p}" for p in ports], process, time.monotonic())
             self.instances[name] = instance
             log.info("%s: started (%s)", name, " ".join(instance.urls))

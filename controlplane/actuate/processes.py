@@ -1,24 +1,17 @@
-"""Child processes of the control plane's own (`moectl up`'s services, the local scaler's instances): a free
-port for them, their death with this process, and stopping them. (agents/processes.py is the agents' own: the
-control plane imports only the agents' protocol.)"""
+"""Child processes of the control plane's own (`moectl up`'s services, the local scaler's instances): their death
+with this process, and stopping them (their ports are bound here and handed over: agents/protocol/http.py).
+(agents/processes.py is the agents' own: the control plane imports only the agents' protocol.)"""
 
 from __future__ import annotations
 
 import ctypes
 import logging
 import signal
-import socket
 import subprocess
 import time
 
 log = logging.getLogger("moectl.processes")
 STOP_SECONDS = 20.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def die_with_parent() -> None:

@@ -28,8 +28,9 @@ import time
 import httpx
 from sqlalchemy.engine import make_url
 
+from agents.protocol.http import listening_socket
 from controlplane.actuate.local import LocalScaler
-from controlplane.actuate.processes import die_with_parent, free_port, stop_processes
+from controlplane.actuate.processes import die_with_parent, stop_processes
 from controlplane.actuate.scaler import PoolScaler
 from controlplane.cmd.serve import Controller
 from controlplane.config import Settings
@@ -52,9 +53,9 @@ class Processes:
     def __init__(self, env: dict[str, str]):
         self.env, self.children = env, {}
 
-    def start(self, name: str, module: str, *args: str, env: dict[str, str] | None = None) -> None:
+    def start(self, name: str, module: str, *args: str, pass_fds: tuple[int, ...] = ()) -> None:
         # a session of its own: a terminal's Ctrl-C reaches this process only, which stops the children in order
-        self.children[name] = subprocess.Popen([sys.executable, "-m", module, *args], env=self.env | (env or {}),
+        self.children[name] = subprocess.Popen([sys.executable, "-m", module, *args], env=self.env, pass_fds=pass_fds,
                                                preexec_fn=die_with_parent, start_new_session=True)
 
     def exited(self) -> list[tuple[str, int]]:
@@ -136,7 +137,9 @@ def up(settings: Settings, *, ep_size: int, router_port: int | None = None, is_l
     MAX_NUM_SEQS)."""
     started = time.monotonic()
     url = f"http://{settings.host}:{settings.port}"
-    router_url = f"http://127.0.0.1:{router_port or free_port()}"
+    # bound now, served by the router once the workers are up: no other process can take the port meanwhile
+    router_socket = listening_socket(router_port or 0)
+    router_url = f"http://127.0.0.1:{router_socket.getsockname()[1]}"
     admin_token = secrets.token_urlsafe(24)
     env = os.environ | {"MOECTL_AGENT_TOKEN": settings.agent_token, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     scaler = LocalScaler(deployment=DEPLOYMENT, ep_sizes={"prefill": ep_size, "decode": ep_size}, env=env,
@@ -156,14 +159,17 @@ def up(settings: Settings, *, ep_size: int, router_port: int | None = None, is_l
             scaler=scaler)
     except BaseException:
         scaler.stop()
+        router_socket.close()
         raise
     processes = Processes(env | {"MOECTL_ROUTER_ADMIN_TOKEN": admin_token})
     stop = stop_on_signals()
     code = 0
     try:
         wait_ready([u for instance in first for u in instance.urls], processes, timeout=180, stop=stop)
-        processes.start("router", "agents.router", "--port", router_url.rsplit(":", 1)[1], "--controller", url,
-                        "--deployment", DEPLOYMENT, "--window-seconds", f"{settings.window_seconds:g}")
+        processes.start("router", "agents.router", "--port", router_url.rsplit(":", 1)[1],
+                        "--fd", str(router_socket.fileno()), "--controller", url, "--deployment", DEPLOYMENT,
+                        "--window-seconds", f"{settings.window_seconds:g}", pass_fds=(router_socket.fileno(),))
+        router_socket.close()  # the router's now
         wait_ready([router_url], processes, timeout=60, stop=stop)
         wait_serving(scaler, ("prefill", "decode"), processes, timeout=60, stop=stop)
         print(f"router: {router_url}", flush=True)
@@ -178,6 +184,7 @@ def up(settings: Settings, *, ep_size: int, router_port: int | None = None, is_l
         code = 1
     finally:
         controller.stop_reconciling()  # first: the loop would start again the instances stopped below
+        router_socket.close()  # if the router never started
         processes.stop()
         scaler.stop()
         controller.stop()
