@@ -52,8 +52,8 @@ class Mode(StrEnum):
 
 
 class KnobKind(StrEnum):
-    """What a change moves: its actions' kind, its requests' and parks' knob (actuate/knobs.py holds each
-    knob's versions and writer)."""
+    """What a change moves: its actions' kind, its requests' and parks' knob (store/knobs.py holds each
+    knob's versions and how its proposal waits)."""
 
     placement = "placement"  # slot -> expert tables, per pool
     routing = "routing"  # the group limit `topk_group`, per pool

@@ -17,9 +17,9 @@ from typing import TypeVar
 
 from sqlalchemy.orm import Session
 
-from controlplane.actuate.knob import Knob
 from controlplane.desired import Mode, Policy, VerifyOutcome
 from controlplane.store import actions
+from controlplane.store.knobs import Knob
 from controlplane.store.tables import Action, Pool
 
 V = TypeVar("V")
@@ -37,13 +37,13 @@ def propose(session: Session, knob: Knob[V], pool: Pool, value: V, entry: action
     if status == actions.APPLIED:
         _apply(session, knob, pool, action, value, now)
     elif status == actions.AWAITING_APPROVAL:
-        knob.keep_proposal(action, value)
+        knob.proposal.keep(action, value)
     return action
 
 
 def approve(session: Session, knob: Knob[V], *, pool: Pool, action: Action, approved_by: str, now: float) -> None:
     """Applies a waiting proposal, unless what it changes moved on since it was planned (then superseded)."""
-    value = knob.take_proposal(action)
+    value = knob.proposal.take(action)
     current = knob.latest_version(session, pool)
     if action.based_on_version != current:
         actions.settle(action, status=actions.SUPERSEDED, now=now,
@@ -55,7 +55,7 @@ def approve(session: Session, knob: Knob[V], *, pool: Pool, action: Action, appr
 
 
 def reject(knob: Knob[V], *, action: Action, rejected_by: str, now: float) -> None:
-    knob.take_proposal(action)
+    knob.proposal.take(action)
     actions.settle(action, status=actions.REJECTED, measured={"rejected_by": rejected_by}, now=now)
 
 

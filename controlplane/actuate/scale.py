@@ -17,12 +17,11 @@ from sqlalchemy.orm import Session
 
 from controlplane.actuate import change
 from controlplane.actuate.fence import Fence
-from controlplane.actuate.knobs import POOL_SIZE
 from controlplane.actuate.pool_pass import PoolPass
 from controlplane.actuate.scaler import OtherWriter, PoolRef, PoolScaler, ScaleState
 from controlplane.desired import VerifyOutcome
 from controlplane.store import actions, tokens
-from controlplane.store.knob_versions import POOL_SIZES
+from controlplane.store.knobs import POOL_SIZE
 from controlplane.store.tables import Action, Pool
 from controlplane.store.timestamps import utc
 
@@ -52,7 +51,7 @@ def sync_pool_size(p: PoolPass, scaler: PoolScaler, fence: Fence) -> None:
         _stand_down(p, scaler, state, writer=", ".join(state.autoscalers),
                     why=f"{' and '.join(state.autoscalers)} also scale {state.target}")
         return
-    desired = POOL_SIZES.latest(session, pool)
+    desired = POOL_SIZE.versions.latest(session, pool)
     if desired.value is None:
         return  # not sized by moectl: whatever runs stays
     newest, applied = last_applied(session, pool)

@@ -12,9 +12,9 @@ from sqlalchemy.orm import Session
 from agents.protocol.placement import PlacementTable
 from controlplane.actuate import change, scale
 from controlplane.actuate.fence import guard
-from controlplane.actuate.knobs import KNOBS, PLACEMENT
 from controlplane.desired import Policy
 from controlplane.loop.reconcile import PoolResult, Reconciler
+from controlplane.store.knobs import KNOBS, PLACEMENT
 from controlplane.store.tables import Action, Deployment, Pool
 
 FOR_THE_LEADER = "recorded; this replica does not lead: the leader handles it on its next pass"

@@ -7,7 +7,7 @@ from sqlalchemy.orm import Session
 from controlplane.api.overview_schemas import PoolPlanOut, PoolPoint, PoolSizing
 from controlplane.config import Settings
 from controlplane.store import pool_plans, serving
-from controlplane.store.knob_versions import POOL_SIZES
+from controlplane.store.knobs import POOL_SIZE
 from controlplane.store.tables import Deployment, Pool
 from controlplane.store.window_reads import first_unread_index
 
@@ -17,7 +17,7 @@ def plan_out(session: Session, deployment: Deployment, pools: list[Pool]) -> Poo
     if plan is None:
         return None
     by_role = {pool.role: pool for pool in pools}
-    sizes = [PoolSizing(role=role, replicas=POOL_SIZES.latest(session, by_role[role]).value if role in by_role
+    sizes = [PoolSizing(role=role, replicas=POOL_SIZE.versions.latest(session, by_role[role]).value if role in by_role
                         else None, **sizing) for role, sizing in plan["pools"].items()]
     return PoolPlanOut(at=plan["at"], slo=plan["targets"], gpu_budget=plan["gpu_budget"], pools=sizes,
                        load=plan["load"], forecast=plan["forecast"], threshold=plan["threshold"],

@@ -8,7 +8,7 @@ What goes, by kind:
    applied and not yet verified, or a conflict moectl stands down for. Never the newest of its pool and knob
    (what `actuate.in_flight` reads), nor the one that last applied a pool's size (`actuate.scale`
    measures other writers against it).
-3. Versions of every knob (`actuate.knobs`: placement, routing, pool size, local-prefill threshold): made
+3. Versions of every knob (`store.knobs`: placement, routing, pool size, local-prefill threshold): made
    over `retain_versions_seconds` ago. Never the newest of those (in force, or the one the newer
    versions replaced), nor one an open action needs (`store.actions.versions_in_use`).
 4. Requests: handled over `retain_requests_seconds` ago (pending ones stay).
@@ -32,10 +32,10 @@ from sqlalchemy import select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.actuate.fence import SOLE, Fence, guard
-from controlplane.actuate.knobs import KNOBS
 from controlplane.actuate.scale import last_applied
 from controlplane.config import Settings
 from controlplane.store import actions, alerts, audit, deployments, parks, requests, serving, windows
+from controlplane.store.knobs import KNOBS
 from controlplane.store.tables import Agent, Deployment, LoadWindow, Pool, ReplicaWindow, RouterWindow
 
 log = logging.getLogger("moectl.prune")

@@ -19,7 +19,6 @@ from opentelemetry import trace
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.actuate.fence import SOLE, Fence, NotLeader, guard
-from controlplane.actuate.knobs import PLACEMENT, ROUTING
 from controlplane.actuate.pool_pass import PoolPass
 from controlplane.actuate.scaler import PoolScaler
 from controlplane.config import Settings
@@ -47,6 +46,7 @@ from controlplane.store import (
     windows,
 )
 from controlplane.store.db import is_unavailable
+from controlplane.store.knobs import PLACEMENT, ROUTING
 from controlplane.store.tables import Action, Deployment, Pool
 from controlplane.store.window_reads import next_pass_delay
 

@@ -10,7 +10,6 @@ import logging
 from controlplane.actuate import change
 from controlplane.actuate.fence import Fence, NotLeader
 from controlplane.actuate.in_flight import in_flight, join
-from controlplane.actuate.knobs import KNOBS, PLACEMENT, POOL_SIZE
 from controlplane.actuate.pool_pass import PoolPass
 from controlplane.actuate.scale import standing_down, sync_pool_size
 from controlplane.actuate.scaler import PoolScaler
@@ -20,7 +19,7 @@ from controlplane.observed.pool import PoolState
 from controlplane.plan.diagnose import MtpDiagnosis
 from controlplane.plan.placement import check_pool_size
 from controlplane.store import actions, pools, requests
-from controlplane.store.knob_versions import POOL_SIZES
+from controlplane.store.knobs import KNOBS, PLACEMENT, POOL_SIZE
 from controlplane.store.tables import Action, Request
 
 log = logging.getLogger("moectl.reconcile")
@@ -70,7 +69,7 @@ def actuate_pool_size(p: PoolPass) -> None:
         replicas, action = request.value["replicas"], None
         current = in_flight(session, pool, POOL_SIZE.kind, **p.hold)
         step = check_pool_size(policy, role=pool.role, replicas=replicas,
-                               current=POOL_SIZES.latest(session, pool).value, gpus_per_instance=pool.ep_size,
+                               current=POOL_SIZE.versions.latest(session, pool).value, gpus_per_instance=pool.ep_size,
                                other_pools_gpus=pools.other_pools_gpus(session, deployment, pool, settings, now))
         conflict = standing_down(session, pool)
         if conflict is not None:

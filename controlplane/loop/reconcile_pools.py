@@ -10,7 +10,6 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from controlplane.actuate.knobs import POOL_SIZE, PREFILL_THRESHOLD
 from controlplane.config import Settings
 from controlplane.desired import Policy, ReplicaBounds
 from controlplane.observed.serving import ROLES
@@ -19,7 +18,7 @@ from controlplane.plan.pools_outcome import ObservedPools, PoolsOutcome
 from controlplane.solve.pools.decision import DecisionKind, PoolDecision, ThresholdDecision
 from controlplane.solve.pools.view import PoolSize, PoolsView
 from controlplane.store import actions, deployments, pool_plans, pools, prefill_thresholds, serving
-from controlplane.store.knob_versions import POOL_SIZES
+from controlplane.store.knobs import POOL_SIZE, PREFILL_THRESHOLD
 from controlplane.store.tables import Action, Deployment, Pool
 from controlplane.store.timestamps import seconds
 from controlplane.store.window_reads import first_unread_index
@@ -35,7 +34,7 @@ def _sizes(session: Session, by_role: dict[str, Pool], policy: Policy, settings:
     out = {}
     for role, pool in by_role.items():
         fresh = pools.fresh_instances(session, pool, settings, now)
-        size = POOL_SIZES.latest(session, pool).value
+        size = POOL_SIZE.versions.latest(session, pool).value
         size = fresh if size is None else size
         bounds = policy.replicas.get(role, ReplicaBounds())
         out[role] = PoolSize(min(fresh, size), max(0, size - fresh), max(0, fresh - size),

@@ -19,12 +19,11 @@ from dataclasses import replace
 from sqlalchemy.orm import Session
 
 from controlplane.actuate import change
-from controlplane.actuate.knob import Knob
-from controlplane.actuate.knobs import KNOBS, PLACEMENT, POOL_SIZE
 from controlplane.desired import Effect, Policy, VerifyOutcome
 from controlplane.observed.pool import PoolState, Window, imbalance_had_it_run
 from controlplane.plan.effect import judge
 from controlplane.store import actions, parks
+from controlplane.store.knobs import KNOBS, PLACEMENT, POOL_SIZE, Knob
 from controlplane.store.tables import Action, Pool
 
 

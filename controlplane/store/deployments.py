@@ -13,7 +13,7 @@ from agents.protocol.placement import PlacementTable
 from controlplane.desired import Policy
 from controlplane.store import policies
 from controlplane.store.batches import delete_some
-from controlplane.store.knob_versions import PLACEMENTS, POOL_SIZES, PREFILL_THRESHOLDS, ROUTING_LIMITS
+from controlplane.store.knobs import PLACEMENT, POOL_SIZE, PREFILL_THRESHOLD, ROUTING
 from controlplane.store.tables import Action, Agent, Deployment, LoadWindow, Placement, Pool
 from controlplane.store.timestamps import utc
 
@@ -81,8 +81,8 @@ def create_pool(session: Session, *, deployment: Deployment, identity: Identity,
     session.flush()
     model = model_of(deployment)
     table = default_slot_to_expert(model.num_layers, model.num_experts, identity.ep_size * identity.slots_per_rank)
-    PLACEMENTS.add(session, pool=pool, version=0, value=PlacementTable(table), action_id=None, now=now)
-    for unset in (ROUTING_LIMITS, POOL_SIZES, PREFILL_THRESHOLDS):
+    PLACEMENT.versions.add(session, pool=pool, version=0, value=PlacementTable(table), action_id=None, now=now)
+    for unset in (ROUTING.versions, POOL_SIZE.versions, PREFILL_THRESHOLD.versions):
         unset.add(session, pool=pool, version=0, value=None, action_id=None, now=now)
     return pool
 

@@ -2,7 +2,7 @@
 
 That is the deployment, its pool of the post's role and its decode pool, and the active policy. It is also the
 newest placement and routing limit of the pool and local-prefill threshold of the decode pool. Each part is read
-as its own module reads it (`deployments`, `policies`, `knob_versions`). It is one round trip instead of six, as
+as its own module reads it (`deployments`, `policies`, `knobs`). It is one round trip instead of six, as
 a DeepSeek-sized pool's posts arrive at once and each round trip waits on the database under load
 (benchmarks/results/scale-2026-11-30.md)."""
 
@@ -18,7 +18,7 @@ from agents.protocol.placement import PlacementTable
 from controlplane.desired import Policy
 from controlplane.store import policies, prefill_thresholds
 from controlplane.store.decoded import unpack_for
-from controlplane.store.knob_versions import PLACEMENTS, PREFILL_THRESHOLDS, ROUTING_LIMITS
+from controlplane.store.knobs import PLACEMENT, PREFILL_THRESHOLD, ROUTING
 from controlplane.store.tables import Deployment, KnobVersion, Placement, Pool
 from controlplane.store.tables import Policy as PolicyRow
 from controlplane.store.versions import Version
@@ -48,9 +48,9 @@ def _query() -> Select:
             .outerjoin(pool, and_(pool.deployment_id == Deployment.id, pool.role == bindparam("role")))
             .outerjoin(decode, and_(decode.deployment_id == Deployment.id, decode.role == prefill_thresholds.ROLE))
             .outerjoin(PolicyRow, policies.is_active(Deployment.id))
-            .outerjoin(Placement, PLACEMENTS.is_newest(Placement, pool.id))
-            .outerjoin(routing, ROUTING_LIMITS.is_newest(routing, pool.id))
-            .outerjoin(threshold, PREFILL_THRESHOLDS.is_newest(threshold, decode.id))
+            .outerjoin(Placement, PLACEMENT.versions.is_newest(Placement, pool.id))
+            .outerjoin(routing, ROUTING.versions.is_newest(routing, pool.id))
+            .outerjoin(threshold, PREFILL_THRESHOLD.versions.is_newest(threshold, decode.id))
             .where(Deployment.name == bindparam("name")))
 
 
@@ -62,7 +62,7 @@ def read(session: Session, deployment_name: str, role: str) -> InForce | None:
     deployment, pool_row, decode_row, policy_row, placement, routing, threshold = row
     policy_version, policy = policies.of_row(policy_row)
     return InForce(deployment, pool_row, decode_row, policy_version, policy,
-                   PLACEMENTS.of_row(placement, unpack_for(session)) if placement is not None else None,
-                   ROUTING_LIMITS.of_row(routing).value if routing is not None else None,
+                   PLACEMENT.versions.of_row(placement, unpack_for(session)) if placement is not None else None,
+                   ROUTING.versions.of_row(routing).value if routing is not None else None,
                    prefill_thresholds.tokens_in_force(
-                       PREFILL_THRESHOLDS.of_row(threshold) if threshold is not None else None, policy))
+                       PREFILL_THRESHOLD.versions.of_row(threshold) if threshold is not None else None, policy))

@@ -1,5 +1,6 @@
-"""How a placement is kept in its version table: slot -> expert and per-slot shares as .npy blobs. The
-table read back carries its row's version (version 0: the agents' default)."""
+"""How a placement is kept: in its version table, and on its action while a person decides on it; slot -> expert
+and per-slot shares as .npy blobs (the table is too large for the action's predicted effect, which holds only its
+summary). The table read back carries its row's version (version 0: the agents' default)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from agents.protocol.placement import PlacementTable
-from controlplane.store.arrays import pack
-from controlplane.store.tables import Placement
+from controlplane.store.arrays import pack, unpack
+from controlplane.store.tables import Action, Placement
 from controlplane.store.versions import Decode
 
 
@@ -25,3 +26,18 @@ class PlacementColumns:
     def from_row(self, row: Placement, decode: Decode) -> PlacementTable:
         share = decode(row.slot_share) if row.slot_share is not None else None
         return PlacementTable(decode(row.slot_to_expert), share, row.version)
+
+
+class TableProposal:
+    """`knobs.ProposalKeeper` of a `PlacementTable`; the version a proposed table carries is not kept: the writer
+    numbers versions."""
+
+    def keep(self, action: Action, value: PlacementTable) -> None:
+        action.proposal = pack(value.slot_to_expert)
+        action.proposal_share = None if value.slot_share is None else pack(value.slot_share)
+
+    def take(self, action: Action) -> PlacementTable:
+        share = unpack(action.proposal_share) if action.proposal_share is not None else None
+        value = PlacementTable(unpack(action.proposal), share)
+        action.proposal = action.proposal_share = None
+        return value

@@ -9,7 +9,7 @@ from controlplane.config import Settings
 from controlplane.desired import Effect, KnobKind
 from controlplane.observed.pool import KnobChange, PoolState, model_key
 from controlplane.store import actions, deployments, parks, policies, windows
-from controlplane.store.knob_versions import PLACEMENTS, POOL_SIZES, ROUTING_LIMITS
+from controlplane.store.knobs import PLACEMENT, POOL_SIZE, ROUTING
 from controlplane.store.tables import Action, Agent, Deployment, Pool
 from controlplane.store.timestamps import seconds
 from controlplane.store.window_reads import first_unread_index
@@ -30,11 +30,11 @@ def _changes(session: Session, pool: Pool, *, since: float, model_limit: int | N
             before, after = (action.predicted.get(k) or model_limit or num_groups
                              for k in ("topk_group_before", "topk_group_after"))
             direction = (after > before) - (after < before)
-            stored = ROUTING_LIMITS.get(session, pool, action.version)
+            stored = ROUTING.versions.get(session, pool, action.version)
         elif action.kind == KnobKind.placement:
-            stored = PLACEMENTS.get(session, pool, action.version)
+            stored = PLACEMENT.versions.get(session, pool, action.version)
         else:
-            stored = POOL_SIZES.get(session, pool, action.version)
+            stored = POOL_SIZE.versions.get(session, pool, action.version)
         result.append(KnobChange(action.id, action.kind, stored.created_at if stored else seconds(action.created_at),
                                  action.status, direction, Effect.from_json(action.predicted.get("effect"))))
     return tuple(result)
@@ -46,11 +46,11 @@ def read_state(session: Session, deployment: Deployment, pool: Pool, *, now: flo
     policy_version, policy = policies.active(session, deployment)
     agents = deployments.agent_counts(session, pool, now=now, stale_after_seconds=settings.stale_after_seconds,
                                       gone_after_seconds=settings.agent_gone_seconds)
-    applied = PLACEMENTS.latest(session, pool)
-    routing = ROUTING_LIMITS.latest(session, pool)
-    last_hour = PLACEMENTS.recent(session, pool, since=now - HOUR)
+    applied = PLACEMENT.versions.latest(session, pool)
+    routing = ROUTING.versions.latest(session, pool)
+    last_hour = PLACEMENT.versions.recent(session, pool, since=now - HOUR)
     moved = 0
-    previous = PLACEMENTS.get(session, pool, last_hour[0].version - 1) if last_hour else None
+    previous = PLACEMENT.versions.get(session, pool, last_hour[0].version - 1) if last_hour else None
     for placement in last_hour:
         if previous is not None:
             moved += int((placement.value.slot_to_expert != previous.value.slot_to_expert).sum())
@@ -98,7 +98,7 @@ def other_pools_gpus(session: Session, deployment: Deployment, pool: Pool, setti
     for other in deployments.pools_of(session, deployment):
         if other.id == pool.id:
             continue
-        replicas = POOL_SIZES.latest(session, other).value
+        replicas = POOL_SIZE.versions.latest(session, other).value
         if replicas is None:
             replicas = fresh_instances(session, other, settings, now)
         total += replicas * other.ep_size

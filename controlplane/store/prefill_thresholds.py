@@ -1,5 +1,5 @@
 """The PD-aware local-prefill threshold in force: versioned on a deployment's decode pool
-(`knob_versions.PREFILL_THRESHOLDS`). Version 0 (tokens None) means moectl has not set it: the policy's
+(`knobs.PREFILL_THRESHOLD`). Version 0 (tokens None) means moectl has not set it: the policy's
 `local_prefill_threshold` is in force, else the router's own default."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from controlplane.desired import Policy
-from controlplane.store.knob_versions import PREFILL_THRESHOLDS
+from controlplane.store.knobs import PREFILL_THRESHOLD
 from controlplane.store.tables import Pool
 from controlplane.store.versions import Version
 
@@ -17,7 +17,7 @@ ROLE = "decode"  # the pool whose instances prefill the short prompts
 def in_force(session: Session, decode: Pool | None, policy: Policy) -> int | None:
     """The threshold a deployment's routers and agents are told: moectl's latest on its decode pool (None:
     no decode pool yet), else the policy's."""
-    return tokens_in_force(PREFILL_THRESHOLDS.latest(session, decode) if decode is not None else None, policy)
+    return tokens_in_force(PREFILL_THRESHOLD.versions.latest(session, decode) if decode is not None else None, policy)
 
 
 def tokens_in_force(newest: Version[int | None] | None, policy: Policy) -> int | None:

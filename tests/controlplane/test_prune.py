@@ -11,14 +11,13 @@ from support.store import make_pool, snapshot
 
 from agents.protocol.placement import PlacementTable
 from controlplane.actuate import change
-from controlplane.actuate.knobs import PLACEMENT, POOL_SIZE
 from controlplane.actuate.scale import APPLIED
 from controlplane.collect.aggregate import to_report
 from controlplane.desired import Mode, Policy, VerifyOutcome
 from controlplane.loop.prune import Pruning, prune_all
 from controlplane.observed.pool import KnobInputs
 from controlplane.store import actions, alerts, audit, deployments, parks, requests, serving, windows
-from controlplane.store.knob_versions import PLACEMENTS
+from controlplane.store.knobs import PLACEMENT, POOL_SIZE
 from controlplane.store.tables import (
     Action,
     Agent,
@@ -123,7 +122,8 @@ def test_the_job_deletes_the_old_and_keeps_what_is_in_force(sessions, settings):
         change.settle(session, PLACEMENT, pool=pool, action=action, outcome=VerifyOutcome.rolled_back, measured={},
                       now=T0 + 10 * DAY)
         assert action.measured["restored_version"] == 7
-        restored, original = PLACEMENTS.latest(session, pool).value, PLACEMENTS.get(session, pool, 5).value
+        restored = PLACEMENT.versions.latest(session, pool).value
+        original = PLACEMENT.versions.get(session, pool, 5).value
         np.testing.assert_array_equal(restored.slot_to_expert, original.slot_to_expert)
 
 

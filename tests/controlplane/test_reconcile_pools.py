@@ -17,7 +17,7 @@ from controlplane.loop import reconcile_pools
 from controlplane.loop.reconcile import Reconciler
 from controlplane.solve.pools.planner import is_predictive_tick
 from controlplane.store import deployments
-from controlplane.store.knob_versions import POOL_SIZES, PREFILL_THRESHOLDS
+from controlplane.store.knobs import POOL_SIZE, PREFILL_THRESHOLD
 from controlplane.store.tables import Action
 
 POLICY = {"mode": "auto", "cooldown_seconds": 0, "slo": {"ttft_p90_seconds": 1.0, "itl_p90_seconds": 0.05},
@@ -60,7 +60,7 @@ def test_a_sustained_itl_breach_adds_a_decode_replica_once(client, clock, sessio
     [action] = size_actions(sessions)
     with sessions() as session:
         decode = deployments.get_pool(session, deployments.get(session, "tiny"), "decode")
-        assert action.pool_id == decode.id and POOL_SIZES.latest(session, decode).value == 2
+        assert action.pool_id == decode.id and POOL_SIZE.versions.latest(session, decode).value == 2
     assert (action.status, action.trigger, action.created_by) == ("applied", "loop", "loop")
     assert action.reason == "reactive: measured itl_p90 0.090s > 0.050s"
     assert action.predicted["replicas_before"] == 1 and action.predicted["replicas_after"] == 2
@@ -117,7 +117,7 @@ def test_observe_records_the_plan_and_changes_nothing(client, clock, sessions, s
     assert action.status == "planned" and action.version is None
     with sessions() as session:
         decode = deployments.get_pool(session, deployments.get(session, "tiny"), "decode")
-        assert POOL_SIZES.latest(session, decode).value is None
+        assert POOL_SIZE.versions.latest(session, decode).value is None
 
 
 def test_healthy_windows_keep_the_pools_and_no_slo_plans_nothing(client, clock, sessions, settings):
@@ -142,7 +142,7 @@ def test_on_a_predictive_step_decode_itl_near_its_target_moves_the_threshold_dow
     assert action.reason.startswith("decode ITL at 0.90 of its target")
     with sessions() as session:
         decode = deployments.get_pool(session, deployments.get(session, "tiny"), "decode")
-        assert PREFILL_THRESHOLDS.latest(session, decode).value == 128
+        assert PREFILL_THRESHOLD.versions.latest(session, decode).value == 128
     # the routers and the agents are told the new threshold in their answers
     answer = client.post("/v1/agents/router-window", content=json.dumps(router_window_body(clock.now - WINDOW,
                                                                                           router="router-1")),

@@ -10,12 +10,12 @@ from support.store import make_pool
 
 from agents.protocol.placement import PlacementTable
 from controlplane.actuate import change
-from controlplane.actuate.knobs import PLACEMENT, ROUTING
 from controlplane.config import Settings
 from controlplane.desired import Effect, Mode, Policy
 from controlplane.loop.verify import verify_pool
 from controlplane.observed.pool import RANK_REPORTS, Window
 from controlplane.store import actions, parks, pools
+from controlplane.store.knobs import PLACEMENT, ROUTING
 
 NOW = 1_800_000_000.0
 AUTO = Policy(mode=Mode.auto, verify_windows=2, rollback_tolerance=0.05)

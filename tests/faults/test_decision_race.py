@@ -12,10 +12,9 @@ from support.store import make_pool
 
 from agents.protocol.placement import PlacementTable
 from controlplane.actuate import change
-from controlplane.actuate.knobs import PLACEMENT
 from controlplane.desired import Policy
 from controlplane.store import actions
-from controlplane.store.knob_versions import PLACEMENTS
+from controlplane.store.knobs import PLACEMENT
 from controlplane.store.tables import Action, Deployment, Pool
 
 NUM_ROUNDS = 8
@@ -30,7 +29,7 @@ def propose(sessions, now: float) -> int:
         pool = session.query(Pool).filter_by(role="decode").one_or_none() if deployment else None
         if pool is None:
             deployment, pool = make_pool(session, now=now, policy=APPROVE)
-        table = np.roll(PLACEMENTS.latest(session, pool).value.slot_to_expert, 1, axis=1)
+        table = np.roll(PLACEMENT.versions.latest(session, pool).value.slot_to_expert, 1, axis=1)
         action = change.propose(session, PLACEMENT, pool, PlacementTable(table),
                                 actions.Entry("race", trigger="manual", created_by="test"), policy=APPROVE, now=now)
         assert action.status == actions.AWAITING_APPROVAL
@@ -41,7 +40,7 @@ def state(sessions, action_id: int) -> tuple[str, int]:
     """(the action's status, the pool's latest placement version)."""
     with sessions() as session:
         action = session.get(Action, action_id)
-        return action.status, PLACEMENTS.latest(session, session.get(Pool, action.pool_id)).version
+        return action.status, PLACEMENT.versions.latest(session, session.get(Pool, action.pool_id)).version
 
 
 @pytest.mark.slow

@@ -39,7 +39,7 @@ from controlplane.cmd.serve import Controller
 from controlplane.loop.reconcile import Reconciler
 from controlplane.loop.telemetry import ControllerMetrics
 from controlplane.store.db import make_engine, make_sessions, upgrade
-from controlplane.store.knob_versions import PLACEMENTS
+from controlplane.store.knobs import PLACEMENT
 from controlplane.store.tables import LoadWindow, Pool
 
 pytestmark = RANK_PROCESSES
@@ -80,7 +80,7 @@ def snapshot_answers(metrics: ControllerMetrics) -> dict[str, int]:
 def versions(sessions) -> list[int]:
     with sessions() as session:
         pool = session.query(Pool).one()
-        return [p.version for p in PLACEMENTS.recent(session, pool, since=0.0)]
+        return [p.version for p in PLACEMENT.versions.recent(session, pool, since=0.0)]
 
 
 def start(client, sessions, settings, clock, fleet, num_windows: int, protocol: str) -> FleetClient:
@@ -108,7 +108,7 @@ def test_an_empty_database_adopts_what_the_fleet_runs_and_the_loop_goes_on(clien
         assert (adopted["status"], adopted["trigger"], adopted["placement_version"]) == ("adopted", "fleet", running)
         assert adopted["reason"].startswith("adopted from the fleet")
         with new_sessions() as session:
-            stored = PLACEMENTS.latest(session, session.query(Pool).one())
+            stored = PLACEMENT.versions.latest(session, session.query(Pool).one())
             np.testing.assert_array_equal(stored.value.slot_to_expert, table)
             # the window of the refusal is not lost: all 8 ranks' reports are in it
             assert [w.num_reports for w in session.query(LoadWindow)] == [EP_SIZE]

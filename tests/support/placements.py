@@ -8,9 +8,9 @@ import numpy as np
 
 from agents.protocol.placement import PlacementTable
 from controlplane.actuate import change
-from controlplane.actuate.knobs import PLACEMENT
 from controlplane.desired import Policy
 from controlplane.store import actions, deployments, pools
+from controlplane.store.knobs import PLACEMENT
 from support.auth import operator
 from support.fleet import run_windows, start_fleet
 

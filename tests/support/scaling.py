@@ -9,7 +9,6 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from controlplane.actuate.fence import SOLE, Fence, guard
-from controlplane.actuate.knobs import POOL_SIZE
 from controlplane.actuate.scale import resume
 from controlplane.actuate.scaler import PoolScaler
 from controlplane.config import Settings
@@ -17,6 +16,7 @@ from controlplane.desired import Policy
 from controlplane.loop.reconcile import Reconciler
 from controlplane.store import deployments, requests
 from controlplane.store.db import make_engine, make_sessions, upgrade
+from controlplane.store.knobs import POOL_SIZE
 from controlplane.store.tables import Action, Request
 from support.store import make_pool
 

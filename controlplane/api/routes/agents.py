@@ -49,7 +49,7 @@ from controlplane.store import (
     windows,
 )
 from controlplane.store.deployments import AgentSeen
-from controlplane.store.knob_versions import PLACEMENTS
+from controlplane.store.knobs import PLACEMENT
 
 router = APIRouter(tags=["agents"])
 T = TypeVar("T")
@@ -140,14 +140,14 @@ def _ingest(post: _Post, session, settings, now: float, actuation: Actuation, ca
         pool, latest = state.pool, state.placement
     if post.placement_version > latest.version:  # checked: it carries the table its ranks run
         deployments.lock_pool(session, pool)  # as every writer of the pool: the loop cannot issue this number now
-        latest = PLACEMENTS.latest(session, pool)
+        latest = PLACEMENT.versions.latest(session, pool)
     if post.placement_version > latest.version:  # nobody issued or adopted it meanwhile
         running = post.running_placement
         table = PlacementTable(running.slot_to_expert.to_numpy(),
                                running.slot_share.to_numpy() if running.slot_share is not None else None)
         actuation.adopt_placement(session, pool, table, version=post.placement_version,
                                   policy=state.policy, reported_by=post.reported_by, created_by=caller.name, now=now)
-        latest = PLACEMENTS.latest(session, pool)
+        latest = PLACEMENT.versions.latest(session, pool)
     threshold = state.local_prefill_threshold
     routing = RoutingLimits(topk_group=state.topk_group)
     report = post.report(settings.window_seconds)

@@ -11,7 +11,7 @@ from controlplane.api.deps import AdminDep, DeploymentName, NowDep, PoolRole, Se
 from controlplane.api.overview_schemas import Overview
 from controlplane.api.schemas import DeploymentIn, DeploymentSummary, PoolLoad
 from controlplane.store import deployments, pools
-from controlplane.store.knob_versions import PLACEMENTS
+from controlplane.store.knobs import PLACEMENT
 from controlplane.store.tables import Deployment
 
 router = APIRouter(prefix="/v1/deployments", tags=["deployments"])
@@ -79,7 +79,7 @@ def get_pool_load(name: DeploymentName, role: PoolRole, session: SessionDep, set
     # right after a placement change the newest window may hold no per-GPU load yet: show the last that does
     measured = [w for w in state.windows if w.num_slot_reports > 0]
     window = measured[-1] if measured else (state.windows[-1] if state.windows else None)
-    previous = PLACEMENTS.get(session, pool, state.placement_version - 1) if state.placement_version else None
+    previous = PLACEMENT.versions.get(session, pool, state.placement_version - 1) if state.placement_version else None
     empty = [[] for _ in range(state.num_layers)]
     return PoolLoad(role=role, ep_size=pool.ep_size, slots_per_rank=pool.slots_per_rank,
                     gpus_per_node=pool.gpus_per_node, window_index=window.index if window else None,

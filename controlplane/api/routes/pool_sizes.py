@@ -25,7 +25,7 @@ from controlplane.api.schemas import ActionOut, PoolSizeIn, PoolSizeOut, PoolSiz
 from controlplane.desired import KnobKind
 from controlplane.plan.placement import check_pool_size
 from controlplane.store import deployments, policies, pools, requests
-from controlplane.store.knob_versions import POOL_SIZES
+from controlplane.store.knobs import POOL_SIZE
 from controlplane.store.tables import Action, Deployment, Pool
 
 router = APIRouter(prefix="/v1/deployments/{name}/pools/{role}/size", tags=["pool sizes"])
@@ -43,7 +43,7 @@ def _pool(session: Session, name: str, role: str) -> tuple[Deployment, Pool]:
 def get_pool_size(name: DeploymentName, role: PoolRole, session: SessionDep, actuation: ActuationDep,
                   _: ViewerDep) -> PoolSizeView:
     _, pool = _pool(session, name, role)
-    latest, conflict = POOL_SIZES.latest(session, pool), actuation.standing_down(session, pool)
+    latest, conflict = POOL_SIZE.versions.latest(session, pool), actuation.standing_down(session, pool)
     return PoolSizeView(role=role, replicas=latest.value, version=latest.version, action_id=latest.action_id,
                         standing_down=conflict and overview.action_out(conflict, {pool.id: role}))
 
@@ -60,7 +60,7 @@ def request_pool_size(name: DeploymentName, role: PoolRole, body: PoolSizeIn, se
         deployment, pool = _pool(session, name, role)
         _, policy = policies.active(session, deployment)
         step = check_pool_size(policy, role=role, replicas=body.replicas,
-                               current=POOL_SIZES.latest(session, pool).value, gpus_per_instance=pool.ep_size,
+                               current=POOL_SIZE.versions.latest(session, pool).value, gpus_per_instance=pool.ep_size,
                                other_pools_gpus=pools.other_pools_gpus(session, deployment, pool, settings, now))
         if body.dry_run or not step.is_allowed:
             decision = ("resize" if step.is_change else "keep") if step.is_allowed else "refused"

@@ -10,9 +10,9 @@ from support.store import make_pool
 
 from agents.protocol.placement import PlacementTable
 from controlplane.actuate import change
-from controlplane.actuate.knobs import PLACEMENT, POOL_SIZE, ROUTING
 from controlplane.desired import Mode, Policy, VerifyOutcome
 from controlplane.store import actions
+from controlplane.store.knobs import PLACEMENT, POOL_SIZE, ROUTING
 from controlplane.store.tables import Action
 
 NOW = 1_800_000_000.0

@@ -7,9 +7,9 @@ from support.store import make_pool
 
 from controlplane.actuate import change
 from controlplane.actuate.in_flight import in_flight, join
-from controlplane.actuate.knobs import PLACEMENT, ROUTING
 from controlplane.desired import Mode, Policy, VerifyOutcome
 from controlplane.store import actions
+from controlplane.store.knobs import PLACEMENT, ROUTING
 
 NOW = 1_800_000_000.0
 WINDOW = 10.0

@@ -20,7 +20,7 @@ from controlplane.api.app import create_app
 from controlplane.loop.telemetry import ControllerMetrics
 from controlplane.observed.pool import GROUPS_AT, NODES_AT
 from controlplane.store import deployments, windows
-from controlplane.store.knob_versions import PLACEMENTS
+from controlplane.store.knobs import PLACEMENT
 from controlplane.store.tables import Agent, Deployment, LoadWindow, Pool, ReplicaWindow
 
 EP_SIZE, SLOTS = 8, 10
@@ -119,8 +119,8 @@ def test_a_rank_on_another_placement_adds_its_expert_load_but_not_its_slot_load(
     assert post(client, group).status_code == 200  # creates the pool at version 0
     with sessions() as session, session.begin():
         pool = deployments.get_pool(session, deployments.get(session, "groups"), "decode")
-        table = PLACEMENTS.latest(session, pool).value
-        PLACEMENTS.add(session, pool=pool, version=1, value=table, action_id=None, now=clock.now)
+        table = PLACEMENT.versions.latest(session, pool).value
+        PLACEMENT.versions.add(session, pool=pool, version=1, value=table, action_id=None, now=clock.now)
     later = group.model_copy(update={"window_start": group.window_start + 10, "ranks": [
         r.model_copy(update={"placement_version": 0 if r.rank == 3 else 1}) for r in group.ranks]})
     answer = post(client, later)

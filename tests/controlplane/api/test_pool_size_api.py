@@ -9,10 +9,9 @@ from sqlalchemy import func, select
 from support.auth import operator
 from support.store import make_pool
 
-from controlplane.actuate.knobs import POOL_SIZE
 from controlplane.desired import Policy
 from controlplane.store import actions, deployments
-from controlplane.store.knob_versions import POOL_SIZES
+from controlplane.store.knobs import POOL_SIZE
 from controlplane.store.tables import Request
 
 DECODE = "/v1/deployments/tiny/pools/decode/size"
@@ -142,4 +141,4 @@ def test_resume_is_audited_and_only_while_standing_down(client, sessions, clock)
     assert client.get(DECODE).json()["standing_down"] is None
     assert ask(client, 2).json()["action"]["status"] == "applied"
     with sessions() as session:
-        assert POOL_SIZES.latest(session, pool).value == 2
+        assert POOL_SIZE.versions.latest(session, pool).value == 2

@@ -14,7 +14,6 @@ from support.servers import create_database
 from support.store import make_pool
 
 from controlplane.actuate.fence import NotLeader, guard
-from controlplane.actuate.knobs import POOL_SIZE
 from controlplane.config import Settings
 from controlplane.desired import Policy
 from controlplane.leader.database import DatabaseRecords
@@ -22,6 +21,7 @@ from controlplane.leader.elector import Elector, LeaderRecord
 from controlplane.loop.reconcile import Reconciler
 from controlplane.store import actions, requests
 from controlplane.store.db import make_engine, make_sessions, upgrade
+from controlplane.store.knobs import POOL_SIZE
 from controlplane.store.tables import Action, Request
 
 LEASE, RENEW = 10.0, 6.0

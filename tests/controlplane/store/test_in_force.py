@@ -10,7 +10,7 @@ from support.store import EP_SIZE, MODEL, SLOTS_PER_RANK, make_pool
 from agents.protocol.placement import PlacementTable
 from controlplane.desired import Policy
 from controlplane.store import in_force, policies
-from controlplane.store.knob_versions import PLACEMENTS, PREFILL_THRESHOLDS, ROUTING_LIMITS
+from controlplane.store.knobs import PLACEMENT, PREFILL_THRESHOLD, ROUTING
 
 NOW = 1_800_000_000.0
 
@@ -21,12 +21,12 @@ def test_a_post_reads_the_newest_of_each_knob_of_its_own_pool(sessions):
         deployment, decode = make_pool(session, now=NOW, policy=Policy(local_prefill_threshold=100))
         _, prefill = make_pool(session, now=NOW, role="prefill")
         for version in (1, 2):  # the prefill pool's newest is 2; the decode pool stays at 0
-            PLACEMENTS.add(session, pool=prefill, version=version, value=PlacementTable(table + version - 1),
+            PLACEMENT.versions.add(session, pool=prefill, version=version, value=PlacementTable(table + version - 1),
                            action_id=None, now=NOW + version)
-        ROUTING_LIMITS.add(session, pool=prefill, version=1, value=3, action_id=None, now=NOW)
-        ROUTING_LIMITS.add(session, pool=decode, version=1, value=2, action_id=None, now=NOW)
-        PREFILL_THRESHOLDS.add(session, pool=decode, version=1, value=512, action_id=None, now=NOW)
-        PREFILL_THRESHOLDS.add(session, pool=prefill, version=1, value=7, action_id=None, now=NOW)  # not read
+        ROUTING.versions.add(session, pool=prefill, version=1, value=3, action_id=None, now=NOW)
+        ROUTING.versions.add(session, pool=decode, version=1, value=2, action_id=None, now=NOW)
+        PREFILL_THRESHOLD.versions.add(session, pool=decode, version=1, value=512, action_id=None, now=NOW)
+        PREFILL_THRESHOLD.versions.add(session, pool=prefill, version=1, value=7, action_id=None, now=NOW)  # not read
         policies.put(session, deployment=deployment, policy=Policy(local_prefill_threshold=200), created_by="t",
                      now=NOW)
 

@@ -10,7 +10,7 @@ from agents.protocol.placement import PlacementTable
 from controlplane.collect.aggregate import to_report
 from controlplane.config import Settings
 from controlplane.store import actions, deployments, pools, windows
-from controlplane.store.knob_versions import PLACEMENTS, ROUTING_LIMITS
+from controlplane.store.knobs import PLACEMENT, ROUTING
 
 NOW = 1_800_000_000.0
 SETTINGS = Settings(window_seconds=10.0)
@@ -21,7 +21,7 @@ def test_the_routing_limit_is_the_latest_version_and_changed_when_it_was_made(se
         deployment, pool = make_pool(session, now=NOW)
         state = pools.read_state(session, deployment, pool, now=NOW, settings=SETTINGS)
         assert (state.topk_group, state.routing_changed_at) == (None, None)  # version 0 is no change
-        ROUTING_LIMITS.add(session, pool=pool, version=1, value=1, action_id=None, now=NOW + 30)
+        ROUTING.versions.add(session, pool=pool, version=1, value=1, action_id=None, now=NOW + 30)
         state = pools.read_state(session, deployment, pool, now=NOW + 40, settings=SETTINGS)
         assert (state.topk_group, state.routing_changed_at) == (1, NOW + 30)
 
@@ -40,9 +40,10 @@ def test_a_window_is_read_once_half_a_window_has_passed_after_it(sessions):
 def test_the_hours_budgets_count_moved_slots_and_applied_changes(sessions):
     with sessions() as session, session.begin():
         deployment, pool = make_pool(session, now=NOW)
-        table = PLACEMENTS.latest(session, pool).value.slot_to_expert.copy()
+        table = PLACEMENT.versions.latest(session, pool).value.slot_to_expert.copy()
         table[:, :3] = 7  # three slots of each of two layers
-        PLACEMENTS.add(session, pool=pool, version=1, value=PlacementTable(table), action_id=None, now=NOW + 100)
+        PLACEMENT.versions.add(session, pool=pool, version=1, value=PlacementTable(table), action_id=None,
+                               now=NOW + 100)
         for status in ("applied", "verified", "rolled_back", "planned", "rejected"):
             actions.record(session, pool, actions.Entry(""), kind="placement", mode="auto", status=status,
                            now=NOW + 100)

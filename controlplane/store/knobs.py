@@ -1,6 +1,8 @@
-"""What the writer needs from a knob: its versions per pool, and a place to keep a proposal while a person
-decides. `Knob` is every knob: the store's versions of it (store/knob_versions.py) and how its proposal waits
-on its action (`Proposal`); a new knob is one more of them in actuate/knobs.py."""
+"""Every knob the controller changes, in one place: by the kind its actions and requests carry, its versions per
+pool (store/versions.py) and how its proposal waits on its action for a person. A placement is two .npy blobs in
+its own table (store/placements.py); the others are a number in the shared `KnobVersion` table (None in version
+0: not set by moectl). A new one-number knob is one more `Knob` here and its `KnobKind`, with no table nor
+migration."""
 
 from __future__ import annotations
 
@@ -9,14 +11,16 @@ from typing import Generic, Protocol, TypeVar
 
 from sqlalchemy.orm import Session
 
+from agents.protocol.placement import PlacementTable
 from controlplane.desired import KnobKind
-from controlplane.store.tables import Action, Pool
-from controlplane.store.versions import Versioned
+from controlplane.store.placements import PlacementColumns, TableProposal
+from controlplane.store.tables import Action, KnobVersion, Placement, Pool
+from controlplane.store.versions import Column, Versioned
 
 V = TypeVar("V")
 
 
-class Proposal(Protocol[V]):
+class ProposalKeeper(Protocol[V]):
     """How a proposed value waits on its action for a person's approval."""
 
     def keep(self, action: Action, value: V) -> None:
@@ -49,7 +53,7 @@ class Knob(Generic[V]):
 
     kind: KnobKind
     versions: Versioned[V]
-    proposal: Proposal[V]
+    proposal: ProposalKeeper[V]
     label: str
 
     def latest_version(self, session: Session, pool: Pool) -> int:
@@ -67,13 +71,30 @@ class Knob(Generic[V]):
         """Stores `value` as `version`, made by the action `action_id`."""
         self.versions.add(session, pool=pool, version=version, value=value, action_id=action_id, now=now)
 
-    def keep_proposal(self, action: Action, value: V) -> None:
-        self.proposal.keep(action, value)
-
-    def take_proposal(self, action: Action) -> V:
-        return self.proposal.take(action)
-
     def prune(self, session: Session, pool: Pool, *, before: float, keep: set[int], limit: int) -> int:
         """Deletes versions made before `before` but the newest of them and those in `keep` (at most
         `limit`); returns how many went (controlplane/loop/prune.py)."""
         return self.versions.prune(session, pool, before=before, keep=keep, limit=limit)
+
+
+def _number(kind: KnobKind) -> Versioned[int | None]:
+    return Versioned(KnobVersion, Column("value"), kind)
+
+
+# slot -> expert tables with per-slot traffic shares
+PLACEMENT: Knob[PlacementTable] = Knob(KnobKind.placement, Versioned(Placement, PlacementColumns()), TableProposal(),
+                                       "placement")
+# `topk_group`: max expert groups per token; None: none issued, the agents route with the model's own
+ROUTING: Knob[int | None] = Knob(KnobKind.routing, _number(KnobKind.routing), Predicted("topk_group_after"),
+                                 "routing limit")
+# instances of the pool; None: not sized by moectl. A `PoolScaler` (actuate/scaler.py) makes the platform run it
+# (actuate/scale.py), and writes nothing until it is sized
+POOL_SIZE: Knob[int | None] = Knob(KnobKind.pool_size, _number(KnobKind.pool_size), Predicted("replicas_after"),
+                                   "pool size")
+# PD-aware local prefill: prompts up to this many uncached tokens prefill on the decode instance; versioned on the
+# decode pool, the routers take it from their window's answer. None: the policy's, else the router's default
+PREFILL_THRESHOLD: Knob[int | None] = Knob(KnobKind.local_prefill_threshold,
+                                           _number(KnobKind.local_prefill_threshold), Predicted("tokens_after"),
+                                           "local-prefill threshold")
+
+KNOBS: dict[str, Knob] = {knob.kind: knob for knob in (PLACEMENT, ROUTING, POOL_SIZE, PREFILL_THRESHOLD)}
