@@ -82,8 +82,7 @@ def _windows_under(action: Action, state: PoolState) -> list[Window] | None:
     """The complete windows that ran the action's version for most of their length, oldest first; None when
     another replaced it."""
     if action.kind == PLACEMENT.kind:
-        return [w for w in state.windows if w.placement_version == action.version
-                and w.num_slot_reports == w.num_reports and w.is_mostly_under_its_placement()]
+        return list(state.windows_under(action.version))
     if action.version != state.routing_version:
         return None
     return state.routing_windows()

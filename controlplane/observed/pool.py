@@ -281,7 +281,12 @@ class PoolState:
         """Windows from the routing limit's last change on (all of them when it never changed), oldest first."""
         return [w for w in self.windows if w.start >= (self.routing_changed_at or 0.0)]
 
+    def windows_under(self, placement_version: int) -> tuple[Window, ...]:
+        """Complete windows that ran `placement_version` for most of their load, oldest first: what a placement
+        is planned and judged on."""
+        return tuple(w for w in self.windows if w.placement_version == placement_version
+                     and w.num_slot_reports == w.num_reports and w.is_mostly_under_its_placement())
+
     def current_windows(self) -> tuple[Window, ...]:
-        """Complete windows measured entirely under the issued placement, oldest first."""
-        return tuple(w for w in self.windows
-                     if w.placement_version == self.placement_version and w.num_slot_reports == w.num_reports)
+        """`windows_under` the issued placement."""
+        return self.windows_under(self.placement_version)

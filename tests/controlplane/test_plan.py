@@ -77,6 +77,16 @@ def test_holds_when_it_should_not_act(state, words):
     assert plan.decision == Decision.hold and words in plan.reason
 
 
+def test_a_window_the_ranks_switched_late_in_is_not_a_sustained_window():
+    # window 2's slot counts restarted at a switch near its end: they cover a tenth of its expert load
+    state = pool()
+    late = replace(state.windows[2], slot_tokens=state.windows[2].slot_tokens / 10)
+    plan = plan_pool(AUTO, replace(state, windows=(state.windows[0], late)), now=1000.0)
+    assert plan.decision == Decision.hold and "1 complete windows under placement v0, need 2" in plan.reason
+    assert plan_pool(AUTO, replace(state, windows=(state.windows[0], state.windows[2])), now=1000.0).decision == \
+        Decision.rebalance
+
+
 def test_keeps_a_balanced_pool_and_an_off_policy():
     mild = pool(hot=1.0)  # replicas of experts 0-3 leave max/mean at 1.25
     assert mild.windows[-1].imbalance(EP) == pytest.approx(1.25)
