@@ -138,7 +138,12 @@ def up(settings: Settings, *, ep_size: int, router_port: int | None = None, is_l
     started = time.monotonic()
     url = f"http://{settings.host}:{settings.port}"
     # bound now, served by the router once the workers are up: no other process can take the port meanwhile
-    router_socket = listening_socket(router_port or 0)
+    try:
+        router_socket = listening_socket(router_port or 0)
+    except OSError as exc:
+        print(f"error: the router's port {router_port}: {exc.strerror}; choose another (--router-port), or leave "
+              "it out for a free one", flush=True)
+        return 1
     router_url = f"http://127.0.0.1:{router_socket.getsockname()[1]}"
     admin_token = secrets.token_urlsafe(24)
     env = os.environ | {"MOECTL_AGENT_TOKEN": settings.agent_token, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}

@@ -16,12 +16,21 @@ from support.processes import RANK_PROCESSES, die_with_parent, stop
 from support.servers import wait_http
 
 from agents.protocol.http import listening_socket
+from controlplane.cmd.up import up
+from controlplane.config import Settings
 
 
 def test_a_handed_port_is_held_from_the_start():
     with listening_socket() as sock, socket.socket() as neighbour:
         with pytest.raises(OSError):
             neighbour.bind(("127.0.0.1", sock.getsockname()[1]))
+
+
+def test_up_says_when_the_router_port_it_was_given_is_taken(capsys):
+    with listening_socket() as taken:
+        port = taken.getsockname()[1]
+        assert up(Settings(), ep_size=1, router_port=port) == 1  # before it starts anything
+    assert f"error: the router's port {port}: Address already in use" in capsys.readouterr().out
 
 
 @pytest.mark.timeout(120)
