@@ -36,7 +36,7 @@ from agents.telemetry.exporter import Exporter
 from agents.telemetry.group import GroupCollective, GroupReporter
 from agents.telemetry.imbalance import gpu_load_ratio
 from agents.telemetry.latency import RequestTimer
-from agents.telemetry.poster import SnapshotPoster
+from agents.telemetry.poster import ControllerLink, Registration, SnapshotPoster
 from agents.telemetry.windows import ClosedWindow, WindowBuilder
 
 log = logging.getLogger("moectl.agent")
@@ -51,11 +51,12 @@ def routing_version(limits: protocol.RoutingLimits, max_tokens_per_expert: int |
 
 class Agent:
     def __init__(self, engine: AgentEngine, *, identity: Identity, model: ModelShape, registry: CollectorRegistry,
-                 controller_url: str = "", agent_token: str = "", api_token: str = "",
+                 link: ControllerLink | None = None, registration: Registration | None = None,
                  window_seconds: float = 5.0, runtime: str = "moectl-runtime", num_speculative_tokens: int = 0,
-                 max_batched_tokens: int | None = None, policy: dict | None = None,
-                 clock: Callable[[], float] = time.time, poster_kwargs: dict | None = None,
+                 max_batched_tokens: int | None = None, clock: Callable[[], float] = time.time,
                  group: GroupCollective | None = None):
+        """link: where its windows go (None: nowhere); registration: what registers the deployment if the
+        controller does not know it (one rank of a group, so that no two race to create it)."""
         self.engine, self.identity, self.model, self.clock = engine, identity, model, clock
         self.runtime, self.max_batched_tokens = runtime, max_batched_tokens
         self.exporter = Exporter(registry, deployment=identity.deployment, role=identity.role.value,
@@ -72,10 +73,9 @@ class Agent:
         self.group = GroupReporter(group) if group is not None else None
         self._answer_seq = self._shared_seq = 0  # group: answers rank 0 received, and the last one shared
         is_poster = self.group is None or self.group.is_poster
-        self.poster = SnapshotPoster(controller_url, agent_token, on_answer=self._on_answer,
-                                     on_failure=self.exporter.report_failure, api_token=api_token, model=model,
-                                     policy=policy, running_placement=self._running_placement, clock=clock,
-                                     **(poster_kwargs or {})).start() if controller_url and is_poster else None
+        self.poster = SnapshotPoster(link, on_answer=self._on_answer, on_failure=self.exporter.report_failure,
+                                     registration=registration, running_placement=self._running_placement,
+                                     clock=clock).start() if link is not None and is_poster else None
         self._set_info()
 
     def on_step(self, stats: StepStats, num_waiting_handoffs: int = 0) -> None:

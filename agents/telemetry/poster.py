@@ -22,6 +22,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import httpx
 from pydantic import ValidationError
@@ -42,24 +43,48 @@ log = logging.getLogger("moectl.agent")
 RETRY_STATUSES = {404, 429, 500, 502, 503, 504}  # 404: the deployment may be registered any moment
 
 
+@dataclass(frozen=True)
+class ControllerLink:
+    """How a poster reaches the controller and waits out a slow or absent one: its URL and the agents' token, the
+    windows it queues (the oldest dropped beyond), each post's timeout and the backoff's bounds (seconds, full
+    jitter); `transport`: httpx's (None: the network)."""
+
+    url: str
+    agent_token: str
+    max_queue: int = 8
+    timeout: float = 5.0
+    min_backoff: float = 0.5
+    max_backoff: float = 30.0
+    transport: httpx.BaseTransport | None = None
+
+
+@dataclass(frozen=True)
+class Registration:
+    """What registers the deployment when the controller does not know it (a post answered 404): an operator's
+    token, the model's shape, more policy fields, and the engine (sglang, vllm: an adapter's poster; None: the
+    controller's default)."""
+
+    api_token: str
+    model: ModelShape
+    policy: dict | None = None
+    engine: str | None = None
+
+
 class SnapshotPoster:
-    def __init__(self, url: str, agent_token: str, *, on_answer: Callable[[DesiredState], None],
-                 on_failure: Callable[[str], None], api_token: str = "", model: ModelShape | None = None,
-                 policy: dict | None = None, max_queue: int = 8, timeout: float = 5.0, min_backoff: float = 0.5,
-                 max_backoff: float = 30.0, transport: httpx.BaseTransport | None = None,
+    def __init__(self, link: ControllerLink, *, on_answer: Callable[[DesiredState], None],
+                 on_failure: Callable[[str], None], registration: Registration | None = None,
                  running_placement: Callable[[int], RunningPlacement | None] | None = None,
-                 clock: Callable[[], float] = time.time, rng: random.Random | None = None, engine: str | None = None):
-        """running_placement(version): the table the rank runs if it runs `version`, else None. clock: the
-        agent's (unix seconds), against which its windows end; rng draws the post's moment and the backoff.
-        engine: registered with the deployment (sglang, vllm: an adapter's poster); None: the controller's default."""
-        self.clock, self.rng = clock, rng or random.Random()
+                 clock: Callable[[], float] = time.time, rng: random.Random | None = None):
+        """registration: None, or one without a token: a 404 is retried, the deployment may be registered any
+        moment. running_placement(version): the table the rank runs if it runs `version`, else None. clock: the
+        agent's (unix seconds), against which its windows end; rng draws the post's moment and the backoff."""
+        self.link, self.clock, self.rng = link, clock, rng or random.Random()
         self.on_answer, self.on_failure = on_answer, on_failure
         self.running_placement = running_placement
-        self.api_token, self.model, self.policy, self.engine = api_token, model, policy, engine
-        self.min_backoff, self.max_backoff = min_backoff, max_backoff
-        self.queue: queue.Queue[Snapshot | GroupSnapshot] = queue.Queue(maxsize=max_queue)
-        self.client = httpx.Client(base_url=url, timeout=timeout, transport=transport,
-                                   headers={"Authorization": f"Bearer {agent_token}"})
+        self.registration = registration if registration is not None and registration.api_token else None
+        self.queue: queue.Queue[Snapshot | GroupSnapshot] = queue.Queue(maxsize=link.max_queue)
+        self.client = httpx.Client(base_url=link.url, timeout=link.timeout, transport=link.transport,
+                                   headers={"Authorization": f"Bearer {link.agent_token}"})
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, name="snapshot-poster", daemon=True)
         self.num_posted = 0
@@ -105,8 +130,8 @@ class SnapshotPoster:
                     break
                 num_failures += 1
                 # full jitter: a uniform wait up to the exponential cap
-                cap = min(self.max_backoff, self.min_backoff * 2 ** min(num_failures, 16))
-                self.stopping.wait(self.rng.uniform(0.5 * self.min_backoff, cap))
+                cap = min(self.link.max_backoff, self.link.min_backoff * 2 ** min(num_failures, 16))
+                self.stopping.wait(self.rng.uniform(0.5 * self.link.min_backoff, cap))
 
     def _wait_for_turn(self, snapshot: Snapshot | GroupSnapshot) -> None:
         """Waits for the moment `post_at` draws for this window; never longer than the spread itself (a window
@@ -128,7 +153,7 @@ class SnapshotPoster:
         except httpx.HTTPError as exc:
             log.debug("controller unreachable: %s", exc)
             return "connect"
-        if response.status_code == 404 and self.api_token and self.model is not None:
+        if response.status_code == 404 and self.registration is not None:
             self._register(snapshot.deployment if is_group else snapshot.identity.deployment)
         is_unknown = response.status_code == 409 and error_code(response.content) == PLACEMENT_UNKNOWN
         if is_unknown and self.running_placement is not None and snapshot.running_placement is None:
@@ -155,11 +180,12 @@ class SnapshotPoster:
         return None
 
     def _register(self, deployment: str) -> None:
-        body = {"model": self.model.model_dump()} | ({"policy": self.policy} if self.policy else {}) | \
-            ({"engine": self.engine} if self.engine else {})
+        it = self.registration
+        body = {"model": it.model.model_dump()} | ({"policy": it.policy} if it.policy else {}) | \
+            ({"engine": it.engine} if it.engine else {})
         try:
             response = self.client.put(f"/v1/deployments/{deployment}", json=body,
-                                       headers={"Authorization": f"Bearer {self.api_token}"})
+                                       headers={"Authorization": f"Bearer {it.api_token}"})
             log.info("registered deployment %s: %d", deployment, response.status_code)
         except httpx.HTTPError as exc:
             log.info("could not register deployment %s: %s", deployment, exc)

@@ -140,6 +140,7 @@ def run_rank(args: argparse.Namespace) -> int:
     from agents.protocol import Identity, Role
     from agents.runtime.ep import init_ep_group
     from agents.telemetry.agent import Agent
+    from agents.telemetry.poster import ControllerLink, Registration
     from agents.worker.app import create_app
     from agents.worker.build import build_engine
     from agents.worker.engine_loop import EngineLoop
@@ -154,11 +155,12 @@ def run_rank(args: argparse.Namespace) -> int:
                         gpu_uuid=built.gpu_uuid)
     registry = CollectorRegistry()
     agent = Agent(built.engine, identity=identity, model=built.model, registry=registry,
-                  controller_url=args.controller, agent_token=args.agent_token,
-                  api_token=args.api_token if args.rank == 0 else "",  # one registrant: no race to create it
+                  link=ControllerLink(args.controller, args.agent_token) if args.controller else None,
+                  registration=Registration(args.api_token, built.model, {"mode": args.mode, "cooldown_seconds":
+                                                                          3 * args.window_seconds} | args.policy)
+                  if args.rank == 0 else None,  # one registrant: no race to create it
                   window_seconds=args.window_seconds, runtime=built.runtime,
                   num_speculative_tokens=args.num_speculative_tokens, max_batched_tokens=built.max_batched_tokens,
-                  policy={"mode": args.mode, "cooldown_seconds": 3 * args.window_seconds} | args.policy,
                   group=group if args.snapshots == "group" else None)
     loop = EngineLoop(built.engine, agent)
     info = {"role": args.role, "instance": args.instance, "ep_rank": args.rank, "ep_size": args.ep_size,

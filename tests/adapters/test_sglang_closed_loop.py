@@ -23,7 +23,7 @@ from agents.adapters.sglang.model import deepseek_model
 from agents.adapters.sglang.placement_store import PLACEMENT_FILE, DirectoryStore
 from agents.adapters.sglang.sidecar import Sidecar
 from agents.protocol import PlacementTable, Role
-from agents.telemetry.poster import SnapshotPoster
+from agents.telemetry.poster import ControllerLink, SnapshotPoster
 from controlplane.config import Settings
 
 CONFIG = {"n_routed_experts": 256, "num_hidden_layers": 61, "first_k_dense_replace": 3, "n_group": 8,
@@ -48,7 +48,7 @@ def test_skewed_load_in_a_placement_sglang_loads_out(tmp_path):
         body = {"model": model.shape.model_dump(), "policy": POLICY, "engine": "sglang"}
         assert httpx.put(f"{controller.url}/v1/deployments/ds", json=body, headers=operator()).status_code == 200
         sidecar: Sidecar | None = None
-        poster = SnapshotPoster(controller.url, AGENT_TOKEN, on_answer=lambda a: sidecar.on_answer(a),
+        poster = SnapshotPoster(ControllerLink(controller.url, AGENT_TOKEN), on_answer=lambda a: sidecar.on_answer(a),
                                 on_failure=lambda reason: None,
                                 running_placement=lambda v: sidecar.running_placement(v))
         sidecar = Sidecar(server, model, Where("ds", "sglang-0", Role.decode), tmp_path / "dumps", store, restarts,

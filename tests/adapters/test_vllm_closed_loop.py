@@ -25,7 +25,7 @@ from agents.adapters.vllm.endpoint import MoectlEndpointPlugin
 from agents.adapters.vllm.policy import wrap_policy
 from agents.adapters.vllm.sidecar import VllmSidecar
 from agents.protocol import PlacementTable, Role, replica_counts
-from agents.telemetry.poster import SnapshotPoster
+from agents.telemetry.poster import ControllerLink, SnapshotPoster
 from controlplane.config import Settings
 
 CONFIG = {"n_routed_experts": 256, "num_hidden_layers": 61, "first_k_dense_replace": 3, "n_group": 8,
@@ -77,7 +77,7 @@ def test_skewed_load_in_the_controllers_placement_returned_by_every_rank(tmp_pat
         body = {"model": model.model_dump(), "policy": POLICY, "engine": "vllm"}
         assert httpx.put(f"{controller.url}/v1/deployments/ds", json=body, headers=operator()).status_code == 200
         sidecar: VllmSidecar | None = None
-        poster = SnapshotPoster(controller.url, AGENT_TOKEN, on_answer=lambda a: sidecar.on_answer(a),
+        poster = SnapshotPoster(ControllerLink(controller.url, AGENT_TOKEN), on_answer=lambda a: sidecar.on_answer(a),
                                 on_failure=lambda reason: None)
         sidecar = VllmSidecar(vllm_api(tmp_path / "state"), model, Where("ds", "vllm-0", Role.decode), poster.submit,
                               window_seconds=WINDOW)

@@ -34,6 +34,7 @@ from support.servers import free_port, until
 from agents.sim.fleet import SimInstance, make_fleet
 from agents.sim.fleet_client import FleetClient
 from agents.sim.load import LoadModel
+from agents.telemetry.poster import ControllerLink
 from controlplane.api.app import create_app
 from controlplane.cmd.serve import Controller
 from controlplane.loop.reconcile import Reconciler
@@ -179,7 +180,8 @@ def test_real_agents_keep_running_through_a_database_swap(settings):
     settings = settings.model_copy(update={"port": free_port(), "window_seconds": 1.0, "reconcile_seconds": 0.5})
     controller = Controller(settings)
     thread = controller.start()
-    engines, agents = make_group(controller.url, poster_kwargs={"min_backoff": 0.1, "max_backoff": 0.5})
+    engines, agents = make_group(controller.url, link=ControllerLink(controller.url, AGENT_TOKEN, min_backoff=0.1,
+                                                                     max_backoff=0.5))
     try:
         switched: list = []
         deadline = time.monotonic() + 60

@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry
 from agents.runtime.ep import init_ep_group
 from agents.sim.engine import SimEngine
 from agents.telemetry.agent import Agent
+from agents.telemetry.poster import ControllerLink, Registration
 from support.auth import AGENT_TOKEN, API_TOKEN
 from support.ranks import SIM_MODEL, identity, sim_config
 
@@ -26,9 +27,10 @@ def main(rank: int, size: int, dist_port: int, url: str, seconds: float, stop: P
     group = init_ep_group(rank, size, dist_port)
     engine = SimEngine(sim_config(rank, size, seed=7), group)
     agent = Agent(engine, identity=identity(rank, size), model=SIM_MODEL, registry=CollectorRegistry(),
-                  controller_url=url, agent_token=AGENT_TOKEN, api_token=API_TOKEN if rank == 0 else "",
-                  window_seconds=1.0, num_speculative_tokens=2, runtime="sim",
-                  policy={"mode": "auto", "cooldown_seconds": 0, "sustained_windows": 1}, group=group)
+                  link=ControllerLink(url, AGENT_TOKEN),
+                  registration=Registration(API_TOKEN, SIM_MODEL, {"mode": "auto", "cooldown_seconds": 0,
+                                                                   "sustained_windows": 1}) if rank == 0 else None,
+                  window_seconds=1.0, num_speculative_tokens=2, runtime="sim", group=group)
     deadline, num_windows, switches = time.monotonic() + seconds, 0, []
     while True:
         before = engine.placement.version

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry
 from agents.protocol import Identity, ModelShape, Role
 from agents.sim.engine import SimConfig, SimEngine
 from agents.telemetry.agent import Agent
+from agents.telemetry.poster import ControllerLink, Registration
 from support.auth import AGENT_TOKEN, API_TOKEN
 
 SIM_MODEL = ModelShape(name="sim-tiny", num_layers=4, num_experts=32, num_groups=4, top_k=4, topk_group=2)
@@ -90,14 +91,14 @@ def run_group(agents: list[Agent], engines: list[SimEngine], seconds: float, swi
         t.join(timeout=seconds + max_extra_seconds + 30)
 
 
-def make_group(url: str, *, api_token: str = API_TOKEN, poster_kwargs=None, clock=time.time):
+def make_group(url: str, *, api_token: str = API_TOKEN, link: ControllerLink | None = None, clock=time.time):
+    """link: the ranks' (default: `url` with the agents' token)."""
     group = ThreadGroup(EP_SIZE)
     engines = [SimEngine(sim_config(r, EP_SIZE, seed=7), group=group.rank(r)) for r in range(EP_SIZE)]
     agents = [Agent(engines[r], identity=identity(r, EP_SIZE), model=SIM_MODEL, registry=CollectorRegistry(),
-                    controller_url=url, agent_token=AGENT_TOKEN, api_token=api_token if r == 0 else "",
-                    window_seconds=1.0,
-                    num_speculative_tokens=2, runtime="sim",
-                    policy={"mode": "auto", "cooldown_seconds": 0, "sustained_windows": 1},
-                    poster_kwargs=poster_kwargs, clock=clock)
+                    link=link or ControllerLink(url, AGENT_TOKEN),
+                    registration=Registration(api_token, SIM_MODEL, {"mode": "auto", "cooldown_seconds": 0,
+                                                                         "sustained_windows": 1}) if r == 0 else None,
+                    window_seconds=1.0, num_speculative_tokens=2, runtime="sim", clock=clock)
               for r in range(EP_SIZE)]
     return engines, agents

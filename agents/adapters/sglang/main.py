@@ -20,7 +20,7 @@ from agents.adapters.sglang.server import SGLangServer
 from agents.adapters.sglang.server_check import ServerRefused
 from agents.adapters.sglang.sidecar import Sidecar
 from agents.protocol import Role
-from agents.telemetry.poster import SnapshotPoster
+from agents.telemetry.poster import ControllerLink, Registration, SnapshotPoster
 
 
 def parser() -> argparse.ArgumentParser:
@@ -70,9 +70,9 @@ def main(argv: list[str] | None = None) -> int:
         CommandRestart(shlex.split(args.restart_command or "true"))
     server = SGLangServer(args.engine, api_key=args.engine_api_key)
     sidecar: Sidecar | None = None
-    poster = SnapshotPoster(args.controller, args.agent_token, on_answer=lambda a: sidecar.on_answer(a),
-                            on_failure=lambda reason: None, api_token=args.api_token, engine="sglang",
-                            model=model.shape,
+    poster = SnapshotPoster(ControllerLink(args.controller, args.agent_token), on_answer=lambda a: sidecar.on_answer(a),
+                            on_failure=lambda reason: None,
+                            registration=Registration(args.api_token, model.shape, engine="sglang"),
                             running_placement=lambda v: sidecar.running_placement(v))
     sidecar = Sidecar(server, model, Where(args.deployment, args.instance, Role(args.role), args.gpus_per_node),
                       args.dump_dir, store, restarter, poster.submit, window_seconds=args.window_seconds,

@@ -17,7 +17,7 @@ from agents.adapters.sglang.model import deepseek_model
 from agents.adapters.vllm import names
 from agents.adapters.vllm.sidecar import VllmSidecar
 from agents.protocol import Role
-from agents.telemetry.poster import SnapshotPoster
+from agents.telemetry.poster import ControllerLink, Registration, SnapshotPoster
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,8 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     headers = {"Authorization": f"Bearer {args.engine_token}"} if args.engine_token else {}
     client = httpx.Client(base_url=args.engine, headers=headers, timeout=30)
     sidecar: VllmSidecar | None = None
-    poster = SnapshotPoster(args.controller, args.agent_token, on_answer=lambda a: sidecar.on_answer(a),
-                            on_failure=lambda reason: None, api_token=args.api_token, engine="vllm", model=model)
+    poster = SnapshotPoster(ControllerLink(args.controller, args.agent_token), on_answer=lambda a: sidecar.on_answer(a),
+                            on_failure=lambda reason: None,
+                            registration=Registration(args.api_token, model, engine="vllm"))
     sidecar = VllmSidecar(client, model, Where(args.deployment, args.instance, Role(args.role), args.gpus_per_node),
                           poster.submit, window_seconds=args.window_seconds)
     stopping = threading.Event()

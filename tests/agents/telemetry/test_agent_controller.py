@@ -18,7 +18,7 @@ from support.ranks import EP_SIZE, ThreadGroup, make_group, run_group
 from support.servers import free_port, until
 
 from agents.protocol.grid import POST_SPREAD_WINDOWS, post_at
-from agents.telemetry.poster import SnapshotPoster
+from agents.telemetry.poster import ControllerLink, SnapshotPoster
 from controlplane.cmd.serve import Controller
 
 
@@ -74,8 +74,8 @@ class HeldTransport(httpx.HTTPTransport):
 def test_a_dead_controller_never_blocks_a_step_and_the_rank_keeps_its_state():
     url = f"http://127.0.0.1:{free_port()}"  # nobody listens
     clock, transport = [5000.0], HeldTransport()
-    engines, agents = make_group(url, poster_kwargs={"min_backoff": 0.05, "max_backoff": 0.2, "max_queue": 2,
-                                                     "transport": transport}, clock=lambda: clock[0])
+    link = ControllerLink(url, AGENT_TOKEN, max_queue=2, min_backoff=0.05, max_backoff=0.2, transport=transport)
+    engines, agents = make_group(url, link=link, clock=lambda: clock[0])
     agent, engine = agents[0], engines[0]
     engine.group = ThreadGroup(1).rank(0)  # run rank 0 alone
 
@@ -112,7 +112,8 @@ def test_serving_survives_a_controller_restart_and_the_agents_reconnect(settings
     settings = settings.model_copy(update={"port": free_port(), "window_seconds": 1.0, "reconcile_seconds": 0.5})
     first = Controller(settings)
     thread = first.start()
-    engines, agents = make_group(first.url, poster_kwargs={"min_backoff": 0.1, "max_backoff": 0.5})
+    engines, agents = make_group(first.url, link=ControllerLink(first.url, AGENT_TOKEN, min_backoff=0.1,
+                                                                 max_backoff=0.5))
     try:
         run_group(agents, engines, 3.0, [], until=lambda: agents[0].poster.num_posted >= 1)
         posted = agents[0].poster.num_posted
@@ -174,8 +175,8 @@ def _posts_leave_at_their_moments(url: str, window_seconds: float) -> None:
                 answered.add(rank)
         return note
 
-    posters = [SnapshotPoster(url, AGENT_TOKEN, on_answer=on_answer(rank), on_failure=print,
-                              rng=random.Random(rank), transport=SendClock(rank)) for rank in range(len(snapshots))]
+    posters = [SnapshotPoster(ControllerLink(url, AGENT_TOKEN, transport=SendClock(rank)), on_answer=on_answer(rank),
+                              on_failure=print, rng=random.Random(rank)) for rank in range(len(snapshots))]
     post_ats = [post_at(end, window_seconds, random.Random(rank).random()) for rank in range(len(snapshots))]
     for poster in posters:  # running before the window closes, as an agent's poster is
         poster.start()
