@@ -82,12 +82,16 @@ def launch(args: argparse.Namespace, argv: list[str]) -> int:
     # the group's rendezvous port is bound here and served by rank 0 (as the ranks' HTTP ports are by whoever
     # started this launcher): a port chosen free and bound later by the rank can be taken meanwhile
     with listening_socket() as rendezvous:
-        dist = ["--dist-port", str(rendezvous.getsockname()[1])]
-        # tied to the launcher before exec: a launcher killed while a rank still starts up leaves no orphan
-        procs = [subprocess.Popen([sys.executable, "-m", "agents.worker", *argv, "--rank", str(r), *dist,
-                                   *(["--dist-fd", str(rendezvous.fileno())] if r == 0 else [])],
-                                  pass_fds=[rendezvous.fileno()] * (r == 0) + args.fds[r:r + 1], preexec_fn=_start_rank)
-                 for r in range(args.ep_size)]
+        procs = []
+        for r in range(args.ep_size):
+            rank_args = ["--rank", str(r), "--dist-port", str(rendezvous.getsockname()[1])]
+            fds = args.fds[r:r + 1]  # its HTTP socket, when this launcher was handed them
+            if r == 0:
+                rank_args += ["--dist-fd", str(rendezvous.fileno())]
+                fds = [rendezvous.fileno(), *fds]
+            # tied to the launcher before exec: a launcher killed while a rank still starts up leaves no orphan
+            procs.append(subprocess.Popen([sys.executable, "-m", "agents.worker", *argv, *rank_args], pass_fds=fds,
+                                          preexec_fn=_start_rank))
     for fd in args.fds:  # the ranks hold them now
         os.close(fd)
     stopping = threading.Event()
