@@ -1,5 +1,6 @@
 """How one reconcile pass walks the controller's modules: an 8-rank simulated deployment posts windows through the API
 (SQLite, a hand-moved clock) until a pass makes a placement action; that pass's calls are counted under sys.setprofile.
+Two walks: every call into a controlplane module, and the database session's (the calls handed the session).
 Run: python -m benchmarks.pass_trace [--max-windows 12] [--top 10]"""
 
 from __future__ import annotations
@@ -14,13 +15,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session
 
 from agents.sim.fleet import SimInstance, make_fleet
-from agents.sim.fleet_client import FleetClient
 from controlplane.api.app import create_app
 from controlplane.config import Settings
-from controlplane.loop import reconcile
 from controlplane.store import db
+
+try:
+    from agents.sim.fleet_client import FleetClient
+    from controlplane.loop import reconcile
+except ImportError:  # a tree from before the stage packages (6b5362a), traced the same way for the before/after
+    from agents.sim.fleet import FleetClient  # type: ignore[no-redef]
+    from controlplane import reconcile  # type: ignore[no-redef]
 
 PACKAGE = "controlplane."
 WINDOW_SECONDS = 10.0
@@ -43,9 +50,11 @@ class Clock:
 @dataclass
 class Walk:
     """The arrivals of one traced call into controlplane modules, in order: (from, to), where `from` is the module
-    of the nearest controlplane frame below the callee (None: the pass's own caller)."""
+    of the nearest controlplane frame below the callee (None: the pass's own caller).
+    `session_calls`: the calls handed the database session, in order, as (module, function); see `holds_session`."""
 
     arrivals: list[tuple[str | None, str]] = field(default_factory=list)
+    session_calls: list[tuple[str, str]] = field(default_factory=list)
 
     def on_event(self, frame, event: str, arg) -> None:  # noqa: ANN001 (sys.setprofile's signature)
         if event != "call":  # c_call: C functions have no module of ours; return: going back is not an arrival
@@ -56,6 +65,20 @@ class Walk:
         came_from = _controlplane_module(frame.f_back)
         if came_from != module:
             self.arrivals.append((came_from, module))
+        if holds_session(frame):
+            self.session_calls.append((module, frame.f_code.co_name))
+
+
+def holds_session(frame) -> bool:  # noqa: ANN001
+    """The call was handed the session: an argument is a Session, or holds one as `.session` (the pool's pass)."""
+    code = frame.f_code
+    num_args = code.co_argcount + code.co_kwonlyargcount
+    values = frame.f_locals
+    for name in code.co_varnames[:num_args]:
+        value = values.get(name)
+        if isinstance(value, Session) or isinstance(getattr(value, "session", None), Session):
+            return True
+    return False
 
 
 def _controlplane_module(frame) -> str | None:  # noqa: ANN001
@@ -86,23 +109,40 @@ def stage(module: str) -> str:
 
 
 @dataclass(frozen=True)
+class SessionWalk:
+    """The session's walk: where the pass reads and writes the store from. A stop is a call handed the session
+    in another module than the call handed it before (calls in a row in one module are one stop)."""
+
+    stops: int
+    modules: int  # distinct modules handed the session
+    returns: int  # stops in a module handed it earlier in the pass
+    top: list[tuple[str, int]]  # modules by stops, most first
+
+
+@dataclass(frozen=True)
 class Summary:
     stops: int  # arrivals into a controlplane module from a different module (the first, from outside, included)
     modules: int  # distinct controlplane modules visited
     returns: int  # arrivals into a module already visited earlier in the pass
     stage_stops: int  # arrivals whose stage differs from the stage they came from (outside counts as a stage)
     top: list[tuple[str, int]]  # modules by arrivals, most first
+    session: SessionWalk
 
 
 def summarize(walk: Walk, top: int) -> Summary:
-    seen: set[str] = set()
-    returns = 0
-    for _, module in walk.arrivals:
-        returns += module in seen
-        seen.add(module)
     stage_stops = sum(came_from is None or stage(came_from) != stage(module) for came_from, module in walk.arrivals)
     arrivals = Counter(module for _, module in walk.arrivals)
-    return Summary(len(walk.arrivals), len(seen), returns, stage_stops, arrivals.most_common(top))
+    session_stops = [module for i, (module, _) in enumerate(walk.session_calls)
+                     if i == 0 or walk.session_calls[i - 1][0] != module]
+    session = SessionWalk(len(session_stops), len(set(session_stops)), count_returns(session_stops),
+                          Counter(session_stops).most_common(top))
+    return Summary(len(walk.arrivals), len(arrivals), count_returns([m for _, m in walk.arrivals]), stage_stops,
+                   arrivals.most_common(top), session)
+
+
+def count_returns(stops: list[str]) -> int:
+    """Stops in a module already stopped in earlier."""
+    return len(stops) - len(set(stops))
 
 
 def pass_function(settings: Settings) -> Callable[..., reconcile.PassResult]:
@@ -121,6 +161,7 @@ def made_placement_action(result: reconcile.PassResult) -> bool:
 class Found:
     passes: int  # passes run, the traced one included
     summary: Summary
+    walk: Walk
 
 
 def trace_first_rebalance(database: pathlib.Path, max_windows: int, top: int) -> Found | None:
@@ -145,7 +186,7 @@ def trace_first_rebalance(database: pathlib.Path, max_windows: int, top: int) ->
                 now = post_window(fleet_client, fleet, clock)
                 result, walk = traced(lambda now=now: run_pass(sessions, now=now))
                 if made_placement_action(result):
-                    return Found(k, summarize(walk, top))
+                    return Found(k, summarize(walk, top), walk)
     finally:
         engine.dispose()
     return None
@@ -166,6 +207,11 @@ def render(found: Found, seconds: float) -> str:
              f"| {s.stops} | {s.modules} | {s.returns} | {s.stage_stops} |", "",
              "| module | arrivals |", "| --- | ---: |"]
     lines += [f"| {module} | {count} |" for module, count in s.top]
+    w = s.session
+    lines += ["", "The session's walk (calls handed the database session):", "",
+              "| stops | modules | returns to a module visited |", "| ---: | ---: | ---: |",
+              f"| {w.stops} | {w.modules} | {w.returns} |", "", "| module | session stops |", "| --- | ---: |"]
+    lines += [f"| {module} | {count} |" for module, count in w.top]
     lines += ["", f"traced pass: pass {found.passes} (one pass after each window); run {seconds:.1f} s"]
     return "\n".join(lines)
 
@@ -174,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.pass_trace")
     p.add_argument("--max-windows", type=int, default=12, help="give up when no pass rebalanced by then")
     p.add_argument("--top", type=int, default=10, help="modules listed by arrivals")
+    p.add_argument("--calls", action="store_true", help="also list the session's stops in order (first function)")
     args = p.parse_args(argv)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="moectl-pass-trace-") as tmp:
@@ -182,6 +229,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no pass made a placement action within {args.max_windows} windows", file=sys.stderr)
         return 1
     print(render(found, time.perf_counter() - started))
+    if args.calls:
+        calls = found.walk.session_calls
+        print("", *(f"{i}. {m.removeprefix(PACKAGE)}.{fn}" for i, (m, fn) in enumerate(
+            (c for k, c in enumerate(calls) if k == 0 or calls[k - 1][0] != c[0]), 1)), sep="\n")
     return 0
 
 

@@ -13,7 +13,8 @@ version row of that knob naming the action. Whoever asked (the loop, a person, a
 
 from __future__ import annotations
 
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from sqlalchemy.orm import Session
 
@@ -24,6 +25,15 @@ from controlplane.store.tables import Action, Pool
 
 V = TypeVar("V")
 STATUS_BY_MODE = {Mode.observe: actions.PLANNED, Mode.approve: actions.AWAITING_APPROVAL, Mode.auto: actions.APPLIED}
+
+
+@dataclass(frozen=True)
+class Running(Generic[V]):
+    """A knob's value a fleet reports it runs, as a version this store never issued."""
+
+    value: V
+    version: int
+    reported_by: str  # the instance that reported it
 
 
 def propose(session: Session, knob: Knob[V], pool: Pool, value: V, entry: actions.Entry, *, policy: Policy,
@@ -67,38 +77,35 @@ def settle(session: Session, knob: Knob[V], *, pool: Pool, action: Action, outco
     status = outcome.value
     if outcome == VerifyOutcome.rolled_back:
         if action.version == knob.latest_version(session, pool):
-            restored = knob.get(session, pool, action.version - 1)
-            measured = measured | {"restored_version": _add_version(session, knob, pool, action, restored, now)}
+            restored = action.version + 1  # the version before the action's, issued again
+            knob.add(session, pool, version=restored, value=knob.get(session, pool, action.version - 1),
+                     action_id=action.id, now=now)
+            measured = measured | {"restored_version": restored}
         else:
             status = actions.FAILED
     actions.settle(action, status=status, measured=measured, now=now)
 
 
-def adopt(session: Session, knob: Knob[V], pool: Pool, value: V, *, version: int, policy: Policy, reported_by: str,
-          created_by: str, now: float) -> Action:
-    """Records `value`, which the fleet runs as `version`, as that version. Versions stay increasing: one at
-    or below the latest is refused (ValueError); the highest a fleet reports wins, so ranks left on
-    different versions converge on it."""
-    latest = knob.latest_version(session, pool)
+def adopt(session: Session, knob: Knob[V], pool: Pool, running: Running[V], *, policy: Policy, created_by: str,
+          now: float) -> Action:
+    """Records what the fleet runs as its version. Versions stay increasing: one at or below the latest is
+    refused (ValueError); the highest a fleet reports wins, so ranks left on different versions converge on it."""
+    latest, version = knob.latest_version(session, pool), running.version
     if version <= latest:
         raise ValueError(f"{knob.kind} v{version} is not newer than v{latest}: nothing to adopt")
-    entry = actions.Entry(f"adopted from the fleet: {reported_by} runs {knob.kind} v{version}, which this database "
-                          f"never issued (its latest was v{latest}): restored or replaced",
-                          inputs={"reported_by": reported_by, "latest_before": latest}, trigger="fleet",
+    entry = actions.Entry(f"adopted from the fleet: {running.reported_by} runs {knob.kind} v{version}, which this "
+                          f"database never issued (its latest was v{latest}): restored or replaced",
+                          inputs={"reported_by": running.reported_by, "latest_before": latest}, trigger="fleet",
                           created_by=created_by)
     action = actions.record(session, pool, entry, kind=knob.kind, mode=policy.mode.value, status=actions.ADOPTED,
                             now=now)
     action.based_on_version = latest
-    knob.add(session, pool, version=version, value=value, action_id=action.id, now=now)
+    knob.add(session, pool, version=version, value=running.value, action_id=action.id, now=now)
     action.version = version
     return action
 
 
 def _apply(session: Session, knob: Knob[V], pool: Pool, action: Action, value: V, now: float) -> None:
-    action.version = _add_version(session, knob, pool, action, value, now)
-
-
-def _add_version(session: Session, knob: Knob[V], pool: Pool, action: Action, value: V, now: float) -> int:
-    version = knob.latest_version(session, pool) + 1
-    knob.add(session, pool, version=version, value=value, action_id=action.id, now=now)
-    return version
+    """Issues `value` as the version after `action.based_on_version`, which the caller holds is the latest."""
+    action.version = action.based_on_version + 1
+    knob.add(session, pool, version=action.version, value=value, action_id=action.id, now=now)

@@ -42,22 +42,33 @@ class Instance:
     has_served: bool = False  # the router had it: it may hold requests
 
 
-class LocalScaler:
-    """`deployment`: the moectl deployment the pools belong to. `ep_sizes`: role -> ranks per instance.
-    `worker_args`: what every `agents.worker` gets besides role, ranks, ports and instance (controller URL,
-    window, ...). `env`: their environment. `router`, `admin_token`: the router's URL and admin token.
-    `run`: put in every instance's name (`tiny-decode-<run>0`), so a run on a kept database never takes an
-    earlier run's instance for its own (its agents' windows and warm-up are counted per instance name)."""
+@dataclass(frozen=True)
+class LocalWorkers:
+    """What the pools' instances run.
 
-    def __init__(self, *, deployment: str, ep_sizes: dict[str, int], worker_args: list[str], env: dict[str, str],
-                 router: str, admin_token: str, run: str = "", start_timeout: float = 180.0,
+    `deployment`: the moectl deployment the pools belong to. `ep_sizes`: role -> ranks per instance.
+    `args`: what every `agents.worker` gets besides role, ranks, ports and instance (controller URL, window, ...).
+    `env`: their environment. `run`: put in every instance's name (`tiny-decode-<run>0`), so a run on a kept
+    database never takes an earlier run's instance for its own (its agents' windows and warm-up are counted per
+    instance name)."""
+
+    deployment: str
+    ep_sizes: dict[str, int]
+    args: list[str]
+    env: dict[str, str]
+    run: str = ""
+
+
+class LocalScaler:
+    """Starts and stops `workers`' instances; `router`, `admin_token`: the router's URL and admin token."""
+
+    def __init__(self, workers: LocalWorkers, *, router: str, admin_token: str, start_timeout: float = 180.0,
                  drain_timeout: float = 120.0, poll_seconds: float = 0.5):
-        self.deployment, self.ep_sizes, self.worker_args, self.env = deployment, ep_sizes, worker_args, env
-        self.run = run
+        self.workers = workers
         self.router, self.start_timeout, self.drain_timeout = router.rstrip("/"), start_timeout, drain_timeout
         self.client = httpx.Client(timeout=5.0, headers={"Authorization": f"Bearer {admin_token}"})
         self.instances: dict[str, Instance] = {}
-        self.num_started = dict.fromkeys(ep_sizes, 0)
+        self.num_started = dict.fromkeys(workers.ep_sizes, 0)
         self.lock, self.stopping = threading.RLock(), threading.Event()
         self.poll_seconds = poll_seconds
         self.watcher = threading.Thread(target=self._watch, name="local-scaler", daemon=True)
@@ -65,7 +76,7 @@ class LocalScaler:
 
     # --- PoolScaler
     def manages(self, pool: PoolRef) -> bool:
-        return pool.deployment == self.deployment and pool.role in self.ep_sizes
+        return pool.deployment == self.workers.deployment and pool.role in self.workers.ep_sizes
 
     def read(self, pool: PoolRef) -> ScaleState:
         with self.lock:
@@ -104,15 +115,16 @@ class LocalScaler:
         with self.lock:
             if self.stopping.is_set():
                 raise RuntimeError("the local scaler is stopping: no instance starts")
-            name = f"{self.deployment}-{role}-{self.run}{self.num_started[role]}"
+            workers = self.workers
+            name = f"{workers.deployment}-{role}-{workers.run}{self.num_started[role]}"
             self.num_started[role] += 1
-            sockets = [listening_socket() for _ in range(self.ep_sizes[role])]  # the ranks serve on them
+            sockets = [listening_socket() for _ in range(workers.ep_sizes[role])]  # the ranks serve on them
             ports, fds = [s.getsockname()[1] for s in sockets], [s.fileno() for s in sockets]
             try:
                 process = subprocess.Popen(
-                    [sys.executable, "-m", "agents.worker", "--deployment", self.deployment, "--role", role,
-                     "--instance", name, "--ep-size", str(self.ep_sizes[role]), "--ports", ",".join(map(str, ports)),
-                     "--fds", ",".join(map(str, fds)), *self.worker_args, *args], env=self.env | (env or {}),
+                    [sys.executable, "-m", "agents.worker", "--deployment", workers.deployment, "--role", role,
+                     "--instance", name, "--ep-size", str(workers.ep_sizes[role]), "--ports", ",".join(map(str, ports)),
+                     "--fds", ",".join(map(str, fds)), *workers.args, *args], env=workers.env | (env or {}),
                     pass_fds=fds, preexec_fn=die_with_parent,
                     start_new_session=True)  # a terminal's Ctrl-C is the controller's to handle: it stops instances
             finally:

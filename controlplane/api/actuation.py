@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from agents.protocol.placement import PlacementTable
 from controlplane.actuate import change, scale
+from controlplane.actuate.change import Running
 from controlplane.actuate.fence import guard
 from controlplane.desired import Policy
 from controlplane.loop.reconcile import PoolResult, Reconciler
@@ -48,11 +49,11 @@ class Actuation:
     def reject(self, action: Action, *, rejected_by: str, now: float) -> None:
         change.reject(KNOBS[action.kind], action=action, rejected_by=rejected_by, now=now)
 
-    def adopt_placement(self, session: Session, pool: Pool, table: PlacementTable, *, version: int, policy: Policy,
-                        reported_by: str, created_by: str, now: float) -> Action:
-        """Records the table a fleet runs as `version`, which this controller never issued (a restored database)."""
-        return change.adopt(session, PLACEMENT, pool, table, version=version, policy=policy, reported_by=reported_by,
-                            created_by=created_by, now=now)
+    def adopt_placement(self, session: Session, pool: Pool, running: Running[PlacementTable], *,
+                        policy: Policy, created_by: str, now: float) -> Action:
+        """Records the table a fleet runs as its version, which this controller never issued (a restored
+        database)."""
+        return change.adopt(session, PLACEMENT, pool, running, policy=policy, created_by=created_by, now=now)
 
     def standing_down(self, session: Session, pool: Pool) -> Action | None:
         """The conflict that keeps moectl off the pool's size, until a person resumes it."""

@@ -49,9 +49,9 @@ def cmd_up(args: argparse.Namespace) -> int:
         return up_sim(settings, num_deployments=args.deployments, ep_size=args.ep_size or 8, is_fresh=args.fresh)
     loadgen = ("--rate", f"{args.rate:g}") if args.rate else ("--schedule", args.schedule, "--schedule-period",
                                                               f"{args.schedule_period:g}")
-    return up(settings, ep_size=args.ep_size or 2, router_port=args.router_port, loadgen_args=loadgen,
-              is_loadgen=not args.no_loadgen, pool_policy=args.policy, max_num_seqs=args.max_num_seqs,
-              is_fresh=args.fresh)
+    return up(settings, ep_size=args.ep_size or 2, router_port=args.router_port,
+              loadgen_args=None if args.no_loadgen else loadgen, pool_policy=args.policy,
+              max_num_seqs=args.max_num_seqs, is_fresh=args.fresh)
 
 
 def cmd_status(args: argparse.Namespace) -> int:

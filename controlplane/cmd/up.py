@@ -29,7 +29,7 @@ import httpx
 from sqlalchemy.engine import make_url
 
 from agents.protocol.http import listening_socket
-from controlplane.actuate.local import LocalScaler
+from controlplane.actuate.local import LocalScaler, LocalWorkers
 from controlplane.actuate.processes import die_with_parent, stop_processes
 from controlplane.actuate.scaler import PoolScaler
 from controlplane.cmd.serve import Controller
@@ -129,12 +129,12 @@ def wait_serving(scaler: LocalScaler, roles: tuple[str, ...], processes: Process
         time.sleep(0.2)
 
 
-def up(settings: Settings, *, ep_size: int, router_port: int | None = None, is_loadgen: bool = True,
-       pool_policy: dict | None = None, loadgen_args: tuple[str, ...] = ("--rate", "4"),
-       max_num_seqs: int | None = None, is_fresh: bool = False) -> int:
+def up(settings: Settings, *, ep_size: int, router_port: int | None = None, pool_policy: dict | None = None,
+       loadgen_args: tuple[str, ...] | None = ("--rate", "4"), max_num_seqs: int | None = None,
+       is_fresh: bool = False) -> int:
     """pool_policy: the policy fields the deployment registers with (default POOL_POLICY); loadgen_args: the
-    workload generator's rate or schedule; max_num_seqs: sequences a worker rank batches at most (default
-    MAX_NUM_SEQS)."""
+    workload generator's rate or schedule (None: no workload); max_num_seqs: sequences a worker rank batches at
+    most (default MAX_NUM_SEQS)."""
     started = time.monotonic()
     url = f"http://{settings.host}:{settings.port}"
     # bound now, served by the router once the workers are up: no other process can take the port meanwhile
@@ -147,10 +147,10 @@ def up(settings: Settings, *, ep_size: int, router_port: int | None = None, is_l
     router_url = f"http://127.0.0.1:{router_socket.getsockname()[1]}"
     admin_token = secrets.token_urlsafe(24)
     env = os.environ | {"MOECTL_AGENT_TOKEN": settings.agent_token, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    scaler = LocalScaler(deployment=DEPLOYMENT, ep_sizes={"prefill": ep_size, "decode": ep_size}, env=env,
-                         worker_args=["--controller", url, "--window-seconds", f"{settings.window_seconds:g}",
-                                      "--max-num-seqs", str(max_num_seqs or MAX_NUM_SEQS)],
-                         router=router_url, admin_token=admin_token, run=f"{secrets.token_hex(2)}-")
+    workers = LocalWorkers(DEPLOYMENT, {"prefill": ep_size, "decode": ep_size}, env=env, run=f"{secrets.token_hex(2)}-",
+                           args=["--controller", url, "--window-seconds", f"{settings.window_seconds:g}",
+                                 "--max-num-seqs", str(max_num_seqs or MAX_NUM_SEQS)])
+    scaler = LocalScaler(workers, router=router_url, admin_token=admin_token)
     # the first instances start before the loop: on a kept database its first pass would otherwise start the
     # size moectl last decided beside them (the workers retry until the controller answers). The decode instance
     # registers the deployment (its model shape is the runtime's to say) with the pool policy; the prefill
@@ -180,7 +180,7 @@ def up(settings: Settings, *, ep_size: int, router_port: int | None = None, is_l
         print(f"router: {router_url}", flush=True)
         print("workers: " + " | ".join(f"{i.role} {' '.join(i.urls)}" for i in first) + " (/metrics each; the pool "
               "planner adds and drains decode instances)", flush=True)
-        if is_loadgen:
+        if loadgen_args is not None:
             processes.start("loadgen", "agents.loadgen", "--url", router_url, *loadgen_args)
         print(f"up in {time.monotonic() - started:.1f}s; press Ctrl-C to stop", flush=True)
         serve_until_stopped(processes, thread, stop)

@@ -46,7 +46,7 @@ from controlplane.store import (
     windows,
 )
 from controlplane.store.db import is_unavailable
-from controlplane.store.knobs import PLACEMENT, ROUTING
+from controlplane.store.knobs import PLACEMENT, POOL_SIZE, ROUTING
 from controlplane.store.tables import Action, Deployment, Pool
 from controlplane.store.window_reads import next_pass_delay
 
@@ -175,7 +175,8 @@ class Reconciler:
                 deployments.lock_pool(session, pool)
             policy = engine_policy(policies.active(session, deployment)[1], deployment.engine)
             pool_pass = PoolPass(session, deployment, pool, policy, settings, now)
-            pending = requests.pending(session, pool, knob=PLACEMENT.kind)
+            asked = requests.pending(session, pool)  # every knob's: a request recorded later reconciles itself
+            pending = [r for r in asked if r.knob == PLACEMENT.kind]
             with tracer.start_as_current_span("collect"):
                 state = pools.read_state(session, deployment, pool, now=now, settings=settings)
             if not dry_run:
@@ -208,7 +209,8 @@ class Reconciler:
                 for knob, why in ((PLACEMENT.kind, plan.unparked), (ROUTING.kind, routing and routing.unparked)):
                     if why is not None:
                         parks.release(session, pool=pool, knob=knob, reason=why, now=now)
-                reconcile_knobs.actuate_pool_size(pool_pass)  # a person's size, before the planner's
+                # a person's size, before the planner's
+                reconcile_knobs.actuate_pool_size(pool_pass, [r for r in asked if r.knob == POOL_SIZE.kind])
                 made = proposals(decisions, policy, state, pool.role, pending)
                 action, is_new = reconcile_knobs.actuate(pool_pass, made, pending)
                 if sized is not None:

@@ -54,18 +54,18 @@ def roll_back_regression(p: PoolPass, state: PoolState, mtp: MtpDiagnosis) -> Po
     action = p.session.get(Action, mtp.action_id)
     if action is None or action.status not in (actions.APPLIED, actions.VERIFIED):
         return state
-    roll_back(p.session, KNOBS[action.kind], pool=p.pool, action=action, state=state, reason=mtp.reason,
-              measured=action.measured | {"verdict": mtp.reason}, now=p.now)
+    roll_back(p.session, pool=p.pool, action=action, state=state, measured=action.measured | {"verdict": mtp.reason},
+              now=p.now)
     log.info("%s/%s: rolled back action %d (%s)", p.deployment.name, p.pool.role, action.id, mtp.reason)
     return pools.read_state(p.session, p.deployment, p.pool, now=p.now, settings=p.settings)
 
 
-def actuate_pool_size(p: PoolPass) -> None:
-    """A person's pool size (until the pool planner decides them). Each pending request is checked against the
-    policy's bounds and GPU budget. It makes an action, joins the one in flight asking the same size, or is
-    refused; never while moectl stands down from the pool."""
+def actuate_pool_size(p: PoolPass, pending: list[Request]) -> None:
+    """A person's pool size (until the pool planner decides them): `pending`, the pool's size requests, oldest
+    first. Each is checked against the policy's bounds and GPU budget. It makes an action, joins the one in flight
+    asking the same size, or is refused; never while moectl stands down from the pool."""
     session, deployment, pool, policy, settings, now = p.session, p.deployment, p.pool, p.policy, p.settings, p.now
-    for request in requests.pending(session, pool, knob=POOL_SIZE.kind):
+    for request in pending:
         replicas, action = request.value["replicas"], None
         current = in_flight(session, pool, POOL_SIZE.kind, **p.hold)
         step = check_pool_size(policy, role=pool.role, replicas=replicas,

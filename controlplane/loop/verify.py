@@ -23,7 +23,7 @@ from controlplane.desired import Effect, Policy, VerifyOutcome
 from controlplane.observed.pool import PoolState, Window, imbalance_had_it_run
 from controlplane.plan.effect import judge
 from controlplane.store import actions, parks
-from controlplane.store.knobs import KNOBS, PLACEMENT, POOL_SIZE, Knob
+from controlplane.store.knobs import KNOBS, PLACEMENT, POOL_SIZE
 from controlplane.store.tables import Action, Pool
 
 
@@ -61,20 +61,20 @@ def verify_pool(session: Session, pool: Pool, state: PoolState, policy: Policy, 
             change.settle(session, knob, pool=pool, action=action, outcome=VerifyOutcome.verified, measured=measured,
                           now=now)
         else:
-            roll_back(session, knob, pool=pool, action=action, state=state, reason=verdict.reason, measured=measured,
-                      now=now)
+            roll_back(session, pool=pool, action=action, state=state, measured=measured, now=now)
 
 
-def roll_back(session: Session, knob: Knob, *, pool: Pool, action: Action, state: PoolState, reason: str,
-              measured: dict, now: float) -> None:
-    """Reverts the action's change and parks its knob with the evidence, at the inputs measured now.
-    A change already replaced by a later one cannot be reverted (`failed`); its knob is not parked."""
+def roll_back(session: Session, *, pool: Pool, action: Action, state: PoolState, measured: dict, now: float) -> None:
+    """Reverts the action's change and parks its knob with the evidence (`measured`; its `verdict` is the reason),
+    at the inputs measured now. A change already replaced by a later one cannot be reverted (`failed`); its knob
+    is not parked."""
+    knob = KNOBS[action.kind]
     is_revertible = action.version == knob.latest_version(session, pool)
     change.settle(session, knob, pool=pool, action=action, outcome=VerifyOutcome.rolled_back, now=now,
                   measured=measured | ({"parked": True} if is_revertible else {}))
     if not is_revertible:
         return
-    parks.park(session, pool=pool, knob=knob.kind, action_id=action.id, reason=reason, now=now,
+    parks.park(session, pool=pool, knob=knob.kind, action_id=action.id, reason=measured["verdict"], now=now,
                inputs=state.knob_inputs(with_expert_share=knob.kind == PLACEMENT.kind))
 
 

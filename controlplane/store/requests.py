@@ -26,10 +26,12 @@ def record(session: Session, *, pool: Pool, knob: str, trigger: str, created_by:
     return request
 
 
-def pending(session: Session, pool: Pool, *, knob: str) -> list[Request]:
-    """Unhandled requests for the pool's knob, oldest first."""
-    return list(session.scalars(select(Request).where(Request.pool_id == pool.id, Request.knob == knob,
-                                                      Request.handled_at.is_(None)).order_by(Request.id)))
+def pending(session: Session, pool: Pool, *, knob: str | None = None) -> list[Request]:
+    """Unhandled requests for the pool's knob (None: every knob's), oldest first."""
+    query = select(Request).where(Request.pool_id == pool.id, Request.handled_at.is_(None))
+    if knob is not None:
+        query = query.where(Request.knob == knob)
+    return list(session.scalars(query.order_by(Request.id)))
 
 
 def settle(request: Request, *, outcome: str, action_id: int | None, now: float) -> None:

@@ -15,3 +15,9 @@ def test_the_traced_pass_rebalances_and_its_counts_add_up(tmp_path):
     assert arrivals.get("controlplane.actuate.change", 0) > 0
     assert s.returns == s.stops - s.modules and s.modules == len(arrivals)
     assert 0 < s.stage_stops <= s.stops
+    # the session's walk: the store read and written, the pass and the one writer handed it; never the planner
+    walk = s.session
+    session_modules = dict(walk.top)
+    assert walk.returns == walk.stops - walk.modules and walk.modules == len(session_modules)
+    assert session_modules.get("controlplane.store.pools", 0) > 0 and session_modules.get("controlplane.actuate.change")
+    assert not [m for m in session_modules if m.startswith(("controlplane.plan.", "controlplane.solve."))]

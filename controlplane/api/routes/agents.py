@@ -32,7 +32,7 @@ from agents.protocol import (
     Snapshot,
 )
 from agents.protocol.grid import window_index
-from controlplane.api.actuation import Actuation
+from controlplane.api.actuation import Actuation, Running
 from controlplane.api.deps import ActuationDep, AgentDep, Caller, NowDep, SessionDep, SettingsDep
 from controlplane.api.desired_state import desired_state
 from controlplane.collect.aggregate import to_group_report, to_report
@@ -145,8 +145,8 @@ def _ingest(post: _Post, session, settings, now: float, actuation: Actuation, ca
         running = post.running_placement
         table = PlacementTable(running.slot_to_expert.to_numpy(),
                                running.slot_share.to_numpy() if running.slot_share is not None else None)
-        actuation.adopt_placement(session, pool, table, version=post.placement_version,
-                                  policy=state.policy, reported_by=post.reported_by, created_by=caller.name, now=now)
+        actuation.adopt_placement(session, pool, Running(table, post.placement_version, post.reported_by),
+                                  policy=state.policy, created_by=caller.name, now=now)
         latest = PLACEMENT.versions.latest(session, pool)
     threshold = state.local_prefill_threshold
     routing = RoutingLimits(topk_group=state.topk_group)

@@ -90,12 +90,12 @@ def _warming(load: LoadForecast | None, now_load: LoadForecast | None) -> LoadFo
     return now_load or load
 
 
-def _warm_enough(role: PoolRole, model: LatencyModel | None, load: LoadForecast | None, target: int, pool: PoolSize,
+def _warm_enough(model: LatencyModel | None, load: LoadForecast | None, target: int, pool: PoolSize,
                  targets: tuple[SloTarget, ...], rules: PoolRules, reason: str) -> tuple[int, str]:
     """A decode scale-up to `target`, grown until its new replicas, warming up, keep their ITL p99 within
     the strictest ITL bound (they fill to the others' batch at once and run slower)."""
     bound = max((t.seconds for t in targets if t.metric == "itl"), default=None)
-    if role != "decode" or model is None or load is None or bound is None or rules.cold_slowdown <= 1.0:
+    if model is None or load is None or bound is None or rules.cold_slowdown <= 1.0:
         return target, reason
     wanted = target
     while target < pool.max_replicas and (cold_itl(model, load, target, rules.cold_slowdown) or 0.0) > bound:
@@ -122,8 +122,8 @@ def _decide(role: PoolRole, view: PoolsView, model: LatencyModel | None, now_loa
                                 f"{reason}; held: scaled {'up' if last.direction > 0 else 'down'} {since:.0f}s ago "
                                 f"(no reversal within {rules.cooldown_seconds:.0f}s)",
                                 _effect(role, model, load or now_load, current, targets))
-        if direction > 0:
-            target, reason = _warm_enough(role, model, _warming(load, now_load), target, pool, targets, rules, reason)
+        if direction > 0 and role == "decode":
+            target, reason = _warm_enough(model, _warming(load, now_load), target, pool, targets, rules, reason)
         sized_for = load or now_load
         return PoolDecision(now, role, current, target, kind, reason,
                             _effect(role, model, sized_for, target, targets),

@@ -17,7 +17,7 @@ from support.processes import RANK_PROCESSES, descendants, die_with_parent, is_r
 from support.servers import free_port
 
 from controlplane.actuate.fence import SOLE
-from controlplane.actuate.local import LocalScaler
+from controlplane.actuate.local import LocalScaler, LocalWorkers
 from controlplane.actuate.scaler import PoolRef
 
 pytestmark = RANK_PROCESSES
@@ -40,9 +40,8 @@ def stack():
     router = subprocess.Popen([sys.executable, "-m", "agents.router", "--port", str(port)], env=env,
                               preexec_fn=die_with_parent)
     url = f"http://127.0.0.1:{port}"
-    scaler = LocalScaler(deployment="tiny", ep_sizes={"decode": 1}, env=env | {"MOECTL_URL": ""},
-                         worker_args=["--sim", "--window-seconds", "1"], router=url, admin_token=TOKEN,
-                         drain_timeout=60, poll_seconds=0.2)
+    workers = LocalWorkers("tiny", {"decode": 1}, env=env | {"MOECTL_URL": ""}, args=["--sim", "--window-seconds", "1"])
+    scaler = LocalScaler(workers, router=url, admin_token=TOKEN, drain_timeout=60, poll_seconds=0.2)
     try:
         yield scaler, url
     finally:
