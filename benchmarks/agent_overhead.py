@@ -23,6 +23,7 @@ from agents.runtime.config import EngineConfig
 from agents.runtime.engine import Engine
 from agents.runtime.sequence import SamplingParams
 from agents.telemetry.agent import Agent
+from agents.telemetry.engine import RuntimeInfo
 from agents.worker.build import load_model
 
 MAX_AGENT_SHARE = 0.02  # of an engine step
@@ -38,7 +39,7 @@ def measure(num_steps: int = 200, batch_size: int = 8, block: int = 10) -> dict[
     identity = Identity(deployment="bench", instance="bench-0", role=Role.decode, rank=0, ep_size=1, slots_per_rank=40)
     clock = [1000.0]
     agent = Agent(engine, identity=identity, model=shape, registry=CollectorRegistry(), window_seconds=1.0,
-                  num_speculative_tokens=2, clock=lambda: clock[0])
+                  runtime=RuntimeInfo(num_speculative_tokens=2), clock=lambda: clock[0])
     step_on, step_off, agent_seconds = [], [], []
     params = SamplingParams(max_tokens=mc.max_seq_len - 64)  # the batch stays busy for the whole run
     for i in range(batch_size):

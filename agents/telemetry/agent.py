@@ -31,7 +31,7 @@ from agents import protocol
 from agents.protocol import DesiredState, Identity, ModelShape
 from agents.runtime.placement import EngineRoutingLimits, Placement
 from agents.runtime.stats import StepStats
-from agents.telemetry.engine import AgentEngine
+from agents.telemetry.engine import AgentEngine, RuntimeInfo
 from agents.telemetry.exporter import Exporter
 from agents.telemetry.group import GroupCollective, GroupReporter
 from agents.telemetry.imbalance import gpu_load_ratio
@@ -52,16 +52,16 @@ def routing_version(limits: protocol.RoutingLimits, max_tokens_per_expert: int |
 class Agent:
     def __init__(self, engine: AgentEngine, *, identity: Identity, model: ModelShape, registry: CollectorRegistry,
                  link: ControllerLink | None = None, registration: Registration | None = None,
-                 window_seconds: float = 5.0, runtime: str = "moectl-runtime", num_speculative_tokens: int = 0,
-                 max_batched_tokens: int | None = None, clock: Callable[[], float] = time.time,
-                 group: GroupCollective | None = None):
+                 window_seconds: float = 5.0, runtime: RuntimeInfo | None = None,
+                 clock: Callable[[], float] = time.time, group: GroupCollective | None = None):
         """link: where its windows go (None: nowhere); registration: what registers the deployment if the
-        controller does not know it (one rank of a group, so that no two race to create it)."""
+        controller does not know it (one rank of a group, so that no two race to create it); runtime: the
+        engine's configuration (None: the bundled runtime's defaults)."""
         self.engine, self.identity, self.model, self.clock = engine, identity, model, clock
-        self.runtime, self.max_batched_tokens = runtime, max_batched_tokens
+        self.runtime = runtime or RuntimeInfo()
         self.exporter = Exporter(registry, deployment=identity.deployment, role=identity.role.value,
                                  ep_rank=identity.rank, num_layers=model.num_layers,
-                                 num_speculative_tokens=num_speculative_tokens, top_k=model.top_k)
+                                 num_speculative_tokens=self.runtime.num_speculative_tokens, top_k=model.top_k)
         self.windows = WindowBuilder(identity, model, window_seconds, clock())
         self.timer = RequestTimer()
         self.local_prefill_threshold: int | None = None
@@ -183,9 +183,9 @@ class Agent:
 
     def _apply_routing(self, limits: protocol.RoutingLimits) -> None:
         max_tokens = None
-        if limits.expert_capacity_factor is not None and self.max_batched_tokens:
+        if limits.expert_capacity_factor is not None and self.runtime.max_batched_tokens:
             # the runtime caps rows per expert per step; the factor is relative to an even share
-            max_tokens = math.ceil(limits.expert_capacity_factor * self.max_batched_tokens * self.model.top_k
+            max_tokens = math.ceil(limits.expert_capacity_factor * self.runtime.max_batched_tokens * self.model.top_k
                                    / self.model.num_experts)
         version = routing_version(limits, max_tokens)
         pending = self.engine.pending_limits
@@ -194,5 +194,5 @@ class Agent:
         self.engine.apply_routing_limits(EngineRoutingLimits(version, limits.topk_group, max_tokens))
 
     def _set_info(self) -> None:
-        self.exporter.set_info(gpu_uuid=self.identity.gpu_uuid, node=self.identity.node, runtime=self.runtime,
+        self.exporter.set_info(gpu_uuid=self.identity.gpu_uuid, node=self.identity.node, runtime=self.runtime.name,
                                placement_version=self.engine.placement.version)

@@ -4,9 +4,19 @@ a way to stage new ones. The bundled runtime's Engine (agents/runtime/engine.py)
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from agents.runtime.placement import EngineRoutingLimits, Placement
+
+
+@dataclass(frozen=True)
+class RuntimeInfo:
+    """What the agent is told of its engine's configuration, beside the model it serves."""
+
+    name: str = "moectl-runtime"  # the `runtime` label of the agent's info metric
+    num_speculative_tokens: int = 0  # MTP draft tokens per step (0: no MTP)
+    max_batched_tokens: int | None = None  # tokens a step batches at most: the base of the expert capacity
 
 
 @runtime_checkable

@@ -144,6 +144,7 @@ def run_rank(args: argparse.Namespace) -> int:
     from agents.protocol import Identity, Role
     from agents.runtime.ep import init_ep_group
     from agents.telemetry.agent import Agent
+    from agents.telemetry.engine import RuntimeInfo
     from agents.telemetry.poster import ControllerLink, Registration
     from agents.worker.app import create_app
     from agents.worker.build import build_engine
@@ -163,8 +164,8 @@ def run_rank(args: argparse.Namespace) -> int:
                   registration=Registration(args.api_token, built.model, {"mode": args.mode, "cooldown_seconds":
                                                                           3 * args.window_seconds} | args.policy)
                   if args.rank == 0 else None,  # one registrant: no race to create it
-                  window_seconds=args.window_seconds, runtime=built.runtime,
-                  num_speculative_tokens=args.num_speculative_tokens, max_batched_tokens=built.max_batched_tokens,
+                  window_seconds=args.window_seconds,
+                  runtime=RuntimeInfo(built.runtime, args.num_speculative_tokens, built.max_batched_tokens),
                   group=group if args.snapshots == "group" else None)
     loop = EngineLoop(built.engine, agent)
     info = {"role": args.role, "instance": args.instance, "ep_rank": args.rank, "ep_size": args.ep_size,

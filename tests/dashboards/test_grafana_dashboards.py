@@ -219,6 +219,7 @@ class SimRanks:
         from agents.protocol import Identity, ModelShape, Role
         from agents.sim.engine import SimConfig, SimEngine
         from agents.telemetry.agent import Agent
+        from agents.telemetry.engine import RuntimeInfo
         from agents.telemetry.poster import ControllerLink, Registration
 
         model = ModelShape(name="sim-moe-32e", num_layers=4, num_experts=32, num_groups=4, top_k=4)
@@ -235,7 +236,7 @@ class SimRanks:
                 agent = Agent(engine, identity=identity, model=model, registry=registry,
                               link=ControllerLink(controller_url, AGENT),
                               registration=Registration(ADMIN, model, {"mode": "auto", "cooldown_seconds": 0}),
-                              window_seconds=1.0, runtime="sim", num_speculative_tokens=cfg.num_speculative_tokens)
+                              window_seconds=1.0, runtime=RuntimeInfo("sim", cfg.num_speculative_tokens))
                 port = free_port()
                 server, _ = start_http_server(port, addr="127.0.0.1", registry=registry)
                 self.ranks.append((engine, agent))

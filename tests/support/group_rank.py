@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry
 from agents.runtime.ep import init_ep_group
 from agents.sim.engine import SimEngine
 from agents.telemetry.agent import Agent
+from agents.telemetry.engine import RuntimeInfo
 from agents.telemetry.poster import ControllerLink, Registration
 from support.auth import AGENT_TOKEN, API_TOKEN
 from support.ranks import SIM_MODEL, identity, sim_config
@@ -30,7 +31,7 @@ def main(rank: int, size: int, dist_port: int, url: str, seconds: float, stop: P
                   link=ControllerLink(url, AGENT_TOKEN),
                   registration=Registration(API_TOKEN, SIM_MODEL, {"mode": "auto", "cooldown_seconds": 0,
                                                                    "sustained_windows": 1}) if rank == 0 else None,
-                  window_seconds=1.0, num_speculative_tokens=2, runtime="sim", group=group)
+                  window_seconds=1.0, runtime=RuntimeInfo("sim", num_speculative_tokens=2), group=group)
     deadline, num_windows, switches = time.monotonic() + seconds, 0, []
     while True:
         before = engine.placement.version

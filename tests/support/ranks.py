@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry
 from agents.protocol import Identity, ModelShape, Role
 from agents.sim.engine import SimConfig, SimEngine
 from agents.telemetry.agent import Agent
+from agents.telemetry.engine import RuntimeInfo
 from agents.telemetry.poster import ControllerLink, Registration
 from support.auth import AGENT_TOKEN, API_TOKEN
 
@@ -99,6 +100,6 @@ def make_group(url: str, *, api_token: str = API_TOKEN, link: ControllerLink | N
                     link=link or ControllerLink(url, AGENT_TOKEN),
                     registration=Registration(api_token, SIM_MODEL, {"mode": "auto", "cooldown_seconds": 0,
                                                                          "sustained_windows": 1}) if r == 0 else None,
-                    window_seconds=1.0, num_speculative_tokens=2, runtime="sim", clock=clock)
+                    window_seconds=1.0, runtime=RuntimeInfo("sim", num_speculative_tokens=2), clock=clock)
               for r in range(EP_SIZE)]
     return engines, agents

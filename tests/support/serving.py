@@ -19,6 +19,7 @@ from agents.runtime.config import EngineConfig, ModelConfig
 from agents.runtime.engine import Engine
 from agents.runtime.model import Transformer
 from agents.telemetry.agent import Agent
+from agents.telemetry.engine import RuntimeInfo
 from agents.worker.app import create_app as worker_app
 from agents.worker.engine_loop import EngineLoop
 from support.servers import free_port
@@ -47,7 +48,7 @@ def worker(role: str, instance: str = ""):
                         ep_size=1, slots_per_rank=40)
     registry = CollectorRegistry()
     loop = EngineLoop(engine, Agent(engine, identity=identity, model=MODEL, registry=registry,
-                                    num_speculative_tokens=2))
+                                    runtime=RuntimeInfo(num_speculative_tokens=2)))
     stop = threading.Event()
     engine_thread = threading.Thread(target=loop.run, args=(stop,), daemon=True)
     engine_thread.start()

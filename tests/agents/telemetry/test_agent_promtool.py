@@ -12,6 +12,7 @@ from support.servers import require_binary
 from agents.router.metrics import RouterMetrics
 from agents.sim.engine import SimEngine
 from agents.telemetry.agent import Agent
+from agents.telemetry.engine import RuntimeInfo
 
 
 def promtool_check(text: bytes) -> subprocess.CompletedProcess:
@@ -25,7 +26,7 @@ def agent_text() -> bytes:
     engine = SimEngine(sim_config(0, 1))
     registry = CollectorRegistry()
     agent = Agent(engine, identity=identity(0, 1), model=SIM_MODEL, registry=registry, window_seconds=1.0,
-                  num_speculative_tokens=2, runtime="sim", clock=lambda: clock[0])
+                  runtime=RuntimeInfo("sim", num_speculative_tokens=2), clock=lambda: clock[0])
     engine.add_request("hello", None, "r0")
     for _ in range(30):
         agent.on_step(engine.step()[1])
