@@ -11,9 +11,9 @@ KEEP_ALIVE_SECONDS = 30
 
 def listening_socket(port: int = 0) -> socket.socket:
     """A TCP socket listening on 127.0.0.1:`port` (0: one the kernel picks), inheritable. The process that starts
-    a server binds its port with this and hands the socket over (Popen's `pass_fds`, the server's `--fd`): no other
-    process can take the port in between, as one can when a port chosen free is bound later by the child (a
-    neighbour choosing the same, or an outgoing connection's local port)."""
+    a server binds its port with this and hands the socket over (Popen's `pass_fds`, the server's `--fd`). No other
+    process can take the port in between. One can when a port chosen free is bound later by the child: a
+    neighbour choosing the same, or an outgoing connection's local port."""
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))

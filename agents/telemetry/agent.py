@@ -54,9 +54,10 @@ class Agent:
                  link: ControllerLink | None = None, registration: Registration | None = None,
                  window_seconds: float = 5.0, runtime: RuntimeInfo | None = None,
                  clock: Callable[[], float] = time.time, group: GroupCollective | None = None):
-        """link: where its windows go (None: nowhere); registration: what registers the deployment if the
-        controller does not know it (one rank of a group, so that no two race to create it); runtime: the
-        engine's configuration (None: the bundled runtime's defaults)."""
+        """link: where its windows go (None: nowhere).
+        registration: what registers the deployment if the controller does not know it (one rank of a group, so
+        that no two race to create it).
+        runtime: the engine's configuration (None: the bundled runtime's defaults)."""
         self.engine, self.identity, self.model, self.clock = engine, identity, model, clock
         self.runtime = runtime or RuntimeInfo()
         self.exporter = Exporter(registry, deployment=identity.deployment, role=identity.role.value,

@@ -45,9 +45,9 @@ RETRY_STATUSES = {404, 429, 500, 502, 503, 504}  # 404: the deployment may be re
 
 @dataclass(frozen=True)
 class ControllerLink:
-    """How a poster reaches the controller and waits out a slow or absent one: its URL and the agents' token, the
+    """How a poster reaches the controller and waits out a slow or absent one. Its URL and the agents' token, the
     windows it queues (the oldest dropped beyond), each post's timeout and the backoff's bounds (seconds, full
-    jitter); `transport`: httpx's (None: the network)."""
+    jitter). `transport`: httpx's (None: the network)."""
 
     url: str
     agent_token: str

@@ -187,8 +187,8 @@ def forecast_series(series, horizon: int = 1, num_folds: int = 4) -> SeriesForec
     """The next `horizon` values of a non-negative series [W] (oldest first).
 
     Chosen by backtest over the last `num_folds` cut points when the series has at least MIN_BACKTEST
-    windows (over the horizon, or over as many windows as can be held out three times when the series
-    is shorter); EWMA otherwise, with a NaN error. Fed its own forecasts, a trend model on a short series can run away
+    windows; EWMA otherwise, with a NaN error. The backtest holds out the horizon, or on a short series as
+    many windows as can be held out three times. Fed its own forecasts, a trend model on a short series can run away
     (a step read as a slope), so each step is kept within MAX_GROWTH x the highest value seen."""
     series = np.asarray(series, dtype=np.float64)
     if series.ndim != 1 or series.size == 0:

@@ -6,10 +6,10 @@ verified means the effect happened. A change that did not move its signal as int
 floor, is rolled back by `actuate` (the version before re-issued, or `failed` when a later change already
 replaced it). Its knob is then parked for the pool with the evidence (controlplane/plan/parking.py).
 
-Placement windows carry the placement they ran, so a placement is judged on exactly its windows, and on the
-load it met there: both tables are evaluated on those windows' expert load (`_against_the_table_before`);
-routing windows are taken from the limit's issue on (the loop never moves the limit again before the
-verdict, controlplane/plan/placement.py).
+Placement windows carry the placement they ran, so a placement is judged on exactly its windows. It is judged
+on the load it met there: both tables are evaluated on those windows' expert load (`_against_the_table_before`).
+Routing windows are taken from the limit's issue on: the loop never moves the limit again before the verdict
+(controlplane/plan/placement.py).
 """
 
 from __future__ import annotations
@@ -90,12 +90,12 @@ def _windows_under(action: Action, state: PoolState) -> list[Window] | None:
 
 def _against_the_table_before(session: Session, pool: Pool, action: Action, effect: Effect, windows: list[Window],
                               ep_size: int) -> Effect:
-    """A placement is judged on the load it met, not the load it was planned on: `before` becomes the table it
-    replaced, had that run the windows measured under the change, and `predicted` the new table on the same
+    """A placement is judged on the load it met, not the load it was planned on. `before` becomes the table it
+    replaced, had that run the windows measured under the change; `predicted` is the new table on the same
     windows (both from their expert load, agents/protocol/placement.py). The measured imbalance, from the slot
-    counters, must then realise half of that gain (less the tolerance): a fleet that kept its old table does
-    not, and neither the load's drift since the plan nor a thin window's sampling noise (max/mean reads higher
-    on few tokens whatever the table) reads as the change's effect. As planned when either table is gone
+    counters, must then realise half of that gain, less the tolerance. A fleet that kept its old table does not.
+    Neither the load's drift since the plan nor a thin window's sampling noise reads as the change's effect
+    (max/mean reads higher on few tokens whatever the table). As planned when either table is gone
     (pruned) or the windows carry no expert load."""
     try:
         tables = PLACEMENT.get(session, pool, action.version - 1), PLACEMENT.get(session, pool, action.version)

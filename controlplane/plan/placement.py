@@ -243,8 +243,8 @@ def plan_routing(policy: Policy, pool: PoolState, now: float, mtp: MtpDiagnosis 
 
 def check_pool_size(policy: Policy, *, role: str, replicas: int, current: int | None, gpus_per_instance: int,
                     other_pools_gpus: int) -> PoolSizeStep:
-    """Whether a pool may run `replicas` instances: within the policy's bounds for its role (the defaults of
-    `ReplicaBounds` when the policy names none) and, with the GPUs the other pools use, within the GPU budget.
+    """Whether a pool may run `replicas` instances: within the policy's bounds for its role, and within the GPU
+    budget with the GPUs the other pools use. A policy that names no bounds has `ReplicaBounds`' defaults.
     gpus_per_instance: GPUs one instance uses (its EP size)."""
 
     def step(is_allowed: bool, reason: str) -> PoolSizeStep:

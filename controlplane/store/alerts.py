@@ -1,9 +1,9 @@
 """Alert events: each (fingerprint, startsAt, status) is stored once, so redeliveries are no-ops.
 
 An event is stored in the same transaction as what the alert asked for (its requests), so it counts as
-a duplicate only once its handling committed. Whatever Alertmanager sends is kept, fitted to the columns:
-a key too long for its column (or holding a NUL byte, which PostgreSQL's text refuses) is stored as its
-SHA-256, names are escaped and cut; `misfits` says what did not fit, for the alert to be rejected.
+a duplicate only once its handling committed. Whatever Alertmanager sends is kept, fitted to the columns.
+A key too long for its column, or holding a NUL byte (PostgreSQL's text refuses it), is stored as its SHA-256;
+names are escaped and cut. `misfits` says what did not fit, for the alert to be rejected.
 """
 
 from __future__ import annotations

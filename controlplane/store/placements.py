@@ -1,6 +1,6 @@
-"""How a placement is kept: in its version table, and on its action while a person decides on it; slot -> expert
-and per-slot shares as .npy blobs (the table is too large for the action's predicted effect, which holds only its
-summary). The table read back carries its row's version (version 0: the agents' default)."""
+"""How a placement is kept: in its version table, and on its action while a person decides on it. Slot -> expert
+and per-slot shares are .npy blobs: the table is too large for the action's predicted effect, which holds only its
+summary. The table read back carries its row's version (version 0: the agents' default)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """A placement algorithm is a named interface, as vLLM's AbstractEplbPolicy and SGLang's EplbAlgorithm are.
 
 The planner calls one through `PlacementAlgorithm.solve`; `MigrationAware` (solve_placement, this package)
-is the controller's, and baselines (benchmarks/baselines/) implement the same interface, so a benchmark or
-a test compares them call for call and a new algorithm needs no change to the planner.
+is the controller's. Baselines (benchmarks/baselines/) implement the same interface, so a benchmark or a test
+compares them call for call, and a new algorithm needs no change to the planner.
 Shapes: L layers, E experts, S slots.
 """
 

@@ -208,9 +208,9 @@ FLOOR_SLACK = 1.1
 def replicas_needed(role: str, model: LatencyModel, load: LoadForecast, targets: tuple[SloTarget, ...],
                     margin: float, max_replicas: int) -> tuple[int, str] | None:
     """(fewest replicas, 1..max_replicas, whose every predicted percentile is within margin x target,
-    why). A target the pool cannot reach at any size (long prompts' own prefill time, not queueing) is
-    met as well as it can be: within FLOOR_SLACK of that floor. max_replicas + 1 when even that is not
-    reached; None without a model for the pool."""
+    why). A target the pool cannot reach at any size is met as well as it can be: within FLOOR_SLACK of that
+    floor (long prompts' own prefill time, not queueing, sets it). The answer is max_replicas + 1 when even
+    that is not reached, and None without a model for the pool."""
     mine = role_targets(role, targets)
     if not mine:
         return None

@@ -1,8 +1,8 @@
 """What a pool planner answers, and the interface every pool planner implements.
 
-A decision names its pool, the size it found and the size it wants, why (`kind`, `reason`) and the
-effect it predicts (which SLO, which percentile, the predicted seconds at the new size), as the
-placement plan does (controlplane/desired.py: PlacementChange.predicted, Plan.reason).
+A decision names its pool, the size it found and the size it wants, and why (`kind`, `reason`). It carries
+the effect it predicts (which SLO, which percentile, the predicted seconds at the new size), as the placement
+plan does (controlplane/desired.py: PlacementChange.predicted, Plan.reason).
 """
 
 from __future__ import annotations
