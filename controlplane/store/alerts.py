@@ -9,7 +9,7 @@ names are escaped and cut. `misfits` says what did not fit, for the alert to be 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -34,30 +34,43 @@ class Outcome:
     action_id: int | None
 
 
-def misfits(*, fingerprint: str, starts_at: str, alertname: str) -> list[str]:
+@dataclass(frozen=True)
+class Received:
+    """One alert as Alertmanager sent it: its key (fingerprint, startsAt, status) and what it says."""
+
+    fingerprint: str
+    starts_at: str
+    status: str  # firing, resolved
+    alertname: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+def misfits(alert: Received) -> list[str]:
     """What of an alert cannot be stored as sent, each naming the field."""
     problems = []
-    for field, value, limit in (("fingerprint", fingerprint, FINGERPRINT_CHARS),
-                                ("startsAt", starts_at, STARTS_AT_CHARS), ("alertname", alertname, ALERTNAME_CHARS)):
+    for name, value, limit in (("fingerprint", alert.fingerprint, FINGERPRINT_CHARS),
+                               ("startsAt", alert.starts_at, STARTS_AT_CHARS),
+                               ("alertname", alert.alertname, ALERTNAME_CHARS)):
         if len(value) > limit:
-            problems.append(f"{field} is {len(value)} characters, at most {limit} are kept")
+            problems.append(f"{name} is {len(value)} characters, at most {limit} are kept")
         if "\x00" in value:
-            problems.append(f"{field} holds a NUL byte")
+            problems.append(f"{name} holds a NUL byte")
     return problems
 
 
-def find(session: Session, *, fingerprint: str, starts_at: str, status: str) -> AlertEvent | None:
-    return session.scalar(select(AlertEvent).where(AlertEvent.fingerprint == _key(fingerprint, FINGERPRINT_CHARS),
-                                                   AlertEvent.starts_at == _key(starts_at, STARTS_AT_CHARS),
-                                                   AlertEvent.status == status))
+def find(session: Session, alert: Received) -> AlertEvent | None:
+    return session.scalar(select(AlertEvent).where(
+        AlertEvent.fingerprint == _key(alert.fingerprint, FINGERPRINT_CHARS),
+        AlertEvent.starts_at == _key(alert.starts_at, STARTS_AT_CHARS), AlertEvent.status == alert.status))
 
 
-def record(session: Session, *, fingerprint: str, starts_at: str, status: str, alertname: str,
-           deployment: str | None, labels: dict, outcome: str, now: float) -> AlertEvent:
-    """Stores a new event (flushed: a concurrent delivery of the same alert is an IntegrityError here)."""
-    event = AlertEvent(fingerprint=_key(fingerprint, FINGERPRINT_CHARS), starts_at=_key(starts_at, STARTS_AT_CHARS),
-                       status=status, alertname=_text(alertname, ALERTNAME_CHARS), deployment=deployment,
-                       labels=labels, outcome=outcome, received_at=utc(now))
+def record(session: Session, alert: Received, *, deployment: str | None, outcome: str, now: float) -> AlertEvent:
+    """Stores a new event (flushed: a concurrent delivery of the same alert is an IntegrityError here).
+    deployment: the deployment it names (None: none, or not a deployment name)."""
+    event = AlertEvent(fingerprint=_key(alert.fingerprint, FINGERPRINT_CHARS),
+                       starts_at=_key(alert.starts_at, STARTS_AT_CHARS), status=alert.status,
+                       alertname=_text(alert.alertname, ALERTNAME_CHARS), deployment=deployment, labels=alert.labels,
+                       outcome=outcome, received_at=utc(now))
     session.add(event)
     session.flush()
     return event

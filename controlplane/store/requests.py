@@ -7,6 +7,8 @@ stored request: what it reacts to is already stored (the windows).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -15,12 +17,22 @@ from controlplane.store.tables import Pool, Request
 from controlplane.store.timestamps import utc
 
 
-def record(session: Session, *, pool: Pool, knob: str, trigger: str, created_by: str, now: float,
-           alerts: list | None = None, value: dict | None = None, alert_event_id: int | None = None) -> Request:
-    """value: what the trigger asks for, when it names it (a person's pool size: {"replicas": n}).
-    alert_event_id: the alert event that asks (its outcome is read from its requests)."""
-    request = Request(pool_id=pool.id, knob=knob, trigger=trigger, created_by=created_by, alerts=alerts or [],
-                      value=value, created_at=utc(now), outcome="", alert_event_id=alert_event_id)
+@dataclass(frozen=True)
+class Ask:
+    """What a trigger asks of one knob of a pool."""
+
+    knob: str
+    trigger: str  # manual, alert
+    created_by: str  # recorded in the audit trail
+    value: dict | None = None  # what it asks for, when it names it (a person's pool size: {"replicas": n})
+    alerts: tuple[dict, ...] = ()  # the alerts that ask, as the action lists them
+    alert_event_id: int | None = None  # the alert event that asks (its outcome is read from its requests)
+
+
+def record(session: Session, pool: Pool, ask: Ask, *, now: float) -> Request:
+    request = Request(pool_id=pool.id, knob=ask.knob, trigger=ask.trigger, created_by=ask.created_by,
+                      alerts=list(ask.alerts), value=ask.value, created_at=utc(now), outcome="",
+                      alert_event_id=ask.alert_event_id)
     session.add(request)
     session.flush()
     return request

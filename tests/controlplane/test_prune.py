@@ -65,13 +65,12 @@ def fill(sessions, settings) -> dict[str, int]:
         recent = propose(session, deployment, pool, 7, Mode.observe, now - 600)  # planned 10 minutes ago
         actions.settle(recent, status=actions.REJECTED, measured={}, now=now - 600)
         for i, handled in enumerate((T0, None, now - 600)):
-            request = requests.record(session, pool=pool, knob="placement", trigger="alert", created_by="am",
-                                      now=T0 + i)
+            request = requests.record(session, pool, requests.Ask("placement", "alert", "am"), now=T0 + i)
             if handled is not None:
                 requests.settle(request, outcome="done", action_id=None, now=handled)
         for i, received in enumerate((T0, now - 600)):
-            alerts.record(session, fingerprint=f"f{i}", starts_at="s", status="firing", alertname="A",
-                          deployment="tiny", labels={}, outcome="done", now=received)
+            alerts.record(session, alerts.Received(f"f{i}", "s", "firing", "A"), deployment="tiny", outcome="done",
+                          now=received)
         for rank, last_seen in ((0, T0), (1, now - 600)):
             deployments.record_agents(session, pool=pool, instance=snapshot(window_start=T0).identity.instance,
                                       seen=[deployments.AgentSeen(rank, 0)], window_index=1, now=last_seen)

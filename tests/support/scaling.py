@@ -54,8 +54,8 @@ class ScaledDeployment:
             pool = deployments.get_pool(session, deployment, role)
             request = None
             if replicas is not None:
-                request = requests.record(session, pool=pool, knob=POOL_SIZE.kind, trigger="manual",
-                                          created_by="alice", value={"replicas": replicas}, now=self.now)
+                ask = requests.Ask(POOL_SIZE.kind, "manual", "alice", value={"replicas": replicas})
+                request = requests.record(session, pool, ask, now=self.now)
             Reconciler(self.settings, self.scaler, fence).pool(session, deployment, pool, now=self.now)
             return request
 

@@ -54,8 +54,7 @@ def rebalance(name: DeploymentName, body: RebalanceIn, session: SessionDep, sett
             if body.dry_run:  # records no request: it plans as one would
                 result = actuation.preview(session, deployment, pool, now=now)
             else:
-                requests.record(session, pool=pool, knob=KnobKind.placement, trigger="manual", created_by=caller.name,
-                                now=now)
+                requests.record(session, pool, requests.Ask(KnobKind.placement, "manual", caller.name), now=now)
                 result = actuation.reconcile(session, deployment, pool, now=now)
             if result is None:
                 out.append(RebalanceOut(role=pool.role, decision=Decision.hold.value, reason=FOR_THE_LEADER,

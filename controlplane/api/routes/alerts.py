@@ -90,20 +90,21 @@ def alertmanager(body: WebhookIn, sessions: SessionsDep, settings: SettingsDep, 
 def _handle(sessions, settings, alert: AlertIn, now: float, caller: str) -> tuple[int, bool, list[int]]:
     """Stores one alert and its requests in one transaction. Returns (its event's id, whether it is new,
     the pools with its requests still pending)."""
-    fingerprint, label = _fingerprint(alert), settings.alert_deployment_label
+    received = alerts.Received(_fingerprint(alert), alert.startsAt, alert.status, alert.labels.get("alertname", ""),
+                               alert.labels)
+    label = settings.alert_deployment_label
     name = alert.labels.get(label)
-    problems = alerts.misfits(fingerprint=fingerprint, starts_at=alert.startsAt,
-                              alertname=alert.labels.get("alertname", ""))
+    problems = alerts.misfits(received)
     if name is not None and not re.fullmatch(NAME_PATTERN, name):
         problems.append(f"label {label!r} is {_quoted(name)}, not a deployment name "
                         f"(a DNS label: lowercase letters, digits and '-', at most 63)")
     try:
         with sessions() as session, session.begin():
-            return _store(session, settings, alert, fingerprint, None if problems else name, now, caller,
+            return _store(session, settings, received, None if problems else name, now, caller,
                           rejected="; ".join(problems))
     except IntegrityError:  # the same alert, delivered concurrently, committed first: a duplicate
         with sessions() as session:
-            event = alerts.find(session, fingerprint=fingerprint, starts_at=alert.startsAt, status=alert.status)
+            event = alerts.find(session, received)
             if event is None:
                 raise
             return event.id, False, alerts.pending_pools(session, event)
@@ -113,24 +114,23 @@ def _handle(sessions, settings, alert: AlertIn, now: float, caller: str) -> tupl
         # refused for a reason the checks above missed: recorded, never blocking the group
         reason = f"the database refused it ({type(exc.orig).__name__})"
         with sessions() as session, session.begin():
-            return _store(session, settings, alert, fingerprint, None, now, caller, rejected=reason)
+            return _store(session, settings, received, None, now, caller, rejected=reason)
 
 
-def _store(session: Session, settings, alert: AlertIn, fingerprint: str, name: str | None, now: float, caller: str,
-           *, rejected: str) -> tuple[int, bool, list[int]]:
-    existing = alerts.find(session, fingerprint=fingerprint, starts_at=alert.startsAt, status=alert.status)
+def _store(session: Session, settings, alert: alerts.Received, name: str | None, now: float, caller: str, *,
+           rejected: str) -> tuple[int, bool, list[int]]:
+    existing = alerts.find(session, alert)
     if existing is not None:
         return existing.id, False, alerts.pending_pools(session, existing)
-    event = alerts.record(session, fingerprint=fingerprint, starts_at=alert.startsAt, status=alert.status,
-                          alertname=alert.labels.get("alertname", ""), deployment=name, labels=alert.labels,
-                          outcome=f"rejected: {rejected}" if rejected else "", now=now)
+    event = alerts.record(session, alert, deployment=name, outcome=f"rejected: {rejected}" if rejected else "",
+                          now=now)
     if rejected:
         return event.id, True, []
     event.outcome, pool_ids = _request(session, settings, alert, event, name, now, caller)
     return event.id, True, pool_ids
 
 
-def _request(session: Session, settings, alert: AlertIn, event: AlertEvent, name: str | None, now: float,
+def _request(session: Session, settings, alert: alerts.Received, event: AlertEvent, name: str | None, now: float,
              caller: str) -> tuple[str, list[int]]:
     """Records a rebalance request on each pool the alert names; else says why the alert asks nothing."""
     if name is None:
@@ -147,8 +147,8 @@ def _request(session: Session, settings, alert: AlertIn, event: AlertEvent, name
         return "policy mode is off", []
     role = alert.labels.get("role")
     note = {"fingerprint": event.fingerprint, "alertname": event.alertname, "startsAt": event.starts_at}
-    recorded = [requests.record(session, pool=pool, knob=KnobKind.placement, trigger="alert", created_by=caller,
-                                alerts=[note], alert_event_id=event.id, now=now)
+    ask = requests.Ask(KnobKind.placement, "alert", caller, alerts=(note,), alert_event_id=event.id)
+    recorded = [requests.record(session, pool, ask, now=now)
                 for pool in deployments.pools_of(session, deployment) if role in (None, pool.role)]
     if not recorded:
         return f"deployment {name!r} has no pool {role!r}", []

@@ -69,8 +69,9 @@ def request_pool_size(name: DeploymentName, role: PoolRole, body: PoolSizeIn, se
             if body.dry_run:
                 return answer
             raise HTTPException(409, f"{name}/{role}: {step.reason}")
-        request = requests.record(session, pool=pool, knob=KnobKind.pool_size, trigger="manual", created_by=caller.name,
-                                  value={"replicas": body.replicas, "note": body.note}, now=now)
+        ask = requests.Ask(KnobKind.pool_size, "manual", caller.name,
+                           value={"replicas": body.replicas, "note": body.note})
+        request = requests.record(session, pool, ask, now=now)
         is_reconciled = actuation.reconcile(session, deployment, pool, now=now) is not None
         action = session.get(Action, request.action_id) if request.action_id else None
         outcome = request.outcome if is_reconciled else FOR_THE_LEADER

@@ -135,8 +135,7 @@ def test_only_the_leader_reconciles(sessions, settings, clocks):
     assert a.campaign() and not b.campaign()
     with sessions() as session, session.begin():
         _, pool = make_pool(session, now=NOW, policy=Policy(mode="auto"))
-        requests.record(session, pool=pool, knob=POOL_SIZE.kind, trigger="manual", created_by="alice",
-                        value={"replicas": 2}, now=NOW)
+        requests.record(session, pool, requests.Ask(POOL_SIZE.kind, "manual", "alice", value={"replicas": 2}), now=NOW)
     assert Reconciler(settings, fence=b).once(sessions, now=NOW).plans == []
     assert count(sessions, Action) == 0
     result = Reconciler(settings, fence=a).once(sessions, now=NOW)

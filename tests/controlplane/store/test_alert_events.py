@@ -14,10 +14,10 @@ NOW = 1_800_000_000.0
 def record(session, fingerprint: str = "fp", status: str = "firing", starts_at: str = "2027-01-15T08:00:00Z",
            alertname: str = "MoectlExpertImbalanceHigh"):
     """The new event, or None when this notification was stored already."""
-    if alerts.find(session, fingerprint=fingerprint, starts_at=starts_at, status=status) is not None:
+    alert = alerts.Received(fingerprint, starts_at, status, alertname, {"role": "decode"})
+    if alerts.find(session, alert) is not None:
         return None
-    return alerts.record(session, fingerprint=fingerprint, starts_at=starts_at, status=status, alertname=alertname,
-                         deployment="d", labels={"role": "decode"}, outcome="", now=NOW)
+    return alerts.record(session, alert, deployment="d", outcome="", now=NOW)
 
 
 def test_each_notification_is_stored_once(sessions):
@@ -30,13 +30,13 @@ def test_each_notification_is_stored_once(sessions):
         assert [e.id for e in alerts.recent(session, deployment="d", limit=10)][-1] == first.id
         assert alerts.recent(session, deployment="elsewhere", limit=10) == []
     with pytest.raises(IntegrityError), sessions() as session, session.begin():  # a concurrent delivery's insert
-        alerts.record(session, fingerprint="fp", starts_at="2027-01-15T08:00:00Z", status="firing", alertname="",
-                      deployment=None, labels={}, outcome="", now=NOW)
+        alerts.record(session, alerts.Received("fp", "2027-01-15T08:00:00Z", "firing"), deployment=None, outcome="",
+                      now=NOW)
 
 
 def test_what_does_not_fit_is_named_and_stored_fitted(sessions):
     long_fingerprint, name = "f" * 80, "Moectl\x00" + "A" * 300
-    assert alerts.misfits(fingerprint=long_fingerprint, starts_at="2027-01-15T08:00:00Z", alertname=name) == [
+    assert alerts.misfits(alerts.Received(long_fingerprint, "2027-01-15T08:00:00Z", "firing", name)) == [
         "fingerprint is 80 characters, at most 64 are kept", "alertname is 307 characters, at most 256 are kept",
         "alertname holds a NUL byte"]
     with sessions() as session, session.begin():

@@ -6,6 +6,7 @@ from sqlalchemy import func, select
 from support.store import make_pool
 
 from controlplane.store import requests
+from controlplane.store.requests import Ask
 from controlplane.store.tables import Pool, Request
 
 NOW = 1_800_000_000.0
@@ -15,11 +16,11 @@ def test_pending_requests_are_per_pool_and_knob_oldest_first(sessions):
     with sessions() as session, session.begin():
         _, pool = make_pool(session, now=NOW)
         _, other = make_pool(session, now=NOW, role="prefill")
-        first = requests.record(session, pool=pool, knob="placement", trigger="alert", created_by="am", now=NOW,
-                                alerts=[{"fingerprint": "a"}])
-        second = requests.record(session, pool=pool, knob="placement", trigger="manual", created_by="bob", now=NOW)
-        requests.record(session, pool=pool, knob="replicas", trigger="manual", created_by="bob", now=NOW)
-        requests.record(session, pool=other, knob="placement", trigger="manual", created_by="bob", now=NOW)
+        first = requests.record(session, pool, Ask("placement", "alert", "am", alerts=({"fingerprint": "a"},)), now=NOW)
+        second = requests.record(session, pool, Ask("placement", "manual", "bob"), now=NOW)
+        size = requests.record(session, pool, Ask("replicas", "manual", "bob"), now=NOW)
+        requests.record(session, other, Ask("placement", "manual", "bob"), now=NOW)
+        assert requests.pending(session, pool) == [first, second, size]  # every knob's
         assert requests.pending(session, pool, knob="placement") == [first, second]
         assert first.alerts == [{"fingerprint": "a"}] and second.alerts == [] and second.outcome == ""
         requests.settle(first, outcome="action 7 applied", action_id=7, now=NOW + 1)
@@ -32,7 +33,7 @@ def test_pending_requests_are_per_pool_and_knob_oldest_first(sessions):
 def test_a_pools_requests_go_with_it(sessions):
     with sessions() as session, session.begin():
         _, pool = make_pool(session, now=NOW)
-        requests.record(session, pool=pool, knob="placement", trigger="manual", created_by="bob", now=NOW)
+        requests.record(session, pool, Ask("placement", "manual", "bob"), now=NOW)
     with sessions() as session, session.begin():
         session.delete(session.get(Pool, pool.id))
     with sessions() as session:
