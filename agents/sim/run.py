@@ -32,46 +32,36 @@ from agents.sim.models import MODELS
 log = logging.getLogger("moectl.sim")
 
 
-def build_fleet(model: str, *, num_deployments: int = 2, ep_size: int = 8, slots_per_rank: int = 10,
-                num_prefill: int = 1, num_decode: int = 1, seed: int = 0, gpus_per_node: int = 8,
-                links: str = "gpu-nodes") -> list[SimInstance]:
-    """The fleet `moectl sim` runs: small decode pools of the default model, or one deployment of a named
-    model's layout with `num_prefill` and `num_decode` instances."""
-    if model not in MODELS:
-        raise ValueError(f"unknown model {model!r}; known: {', '.join(sorted(MODELS))}")
-    layout = MODELS[model]
-    if model == "sim-moe-64e":
-        return make_fleet(num_deployments, ep_size, slots_per_rank, layout.model, seed=seed,
-                          gpus_per_node=gpus_per_node, links=LINKS[links])
-    layout = layout.with_instances(Role.prefill, num_prefill).with_instances(Role.decode, num_decode)
-    return layout_fleet(layout, deployment=model, seed=seed)
+def build_fleet(args: argparse.Namespace) -> list[SimInstance]:
+    """The fleet the flags ask for: small decode pools of the default model, or one deployment of a named
+    model's layout with the prefill and decode instances asked for."""
+    layout = MODELS[args.model]
+    if args.model == "sim-moe-64e":
+        return make_fleet(args.deployments, args.ep_size, args.slots_per_rank, layout.model,
+                          gpus_per_node=args.gpus_per_node, links=LINKS[args.links])
+    layout = layout.with_instances(Role.prefill, args.prefill_instances)
+    return layout_fleet(layout.with_instances(Role.decode, args.decode_instances), deployment=args.model)
 
 
-def run_sim(*, url: str, api_token: str, agent_token: str, fleet: list[SimInstance], window_seconds: float,
-            mode: str, protocol: str = "v2", num_windows: int = 0, stop: threading.Event | None = None) -> int:
-    if not api_token or not agent_token:
-        print("error: the simulated fleet needs --api-token and --agent-token (printed by `moectl serve`)")
-        return 2
-    stop = stop or threading.Event()
-    with httpx.Client(base_url=url, timeout=30) as client:
-        fleet_client = FleetClient(client, api_token=api_token, agent_token=agent_token, protocol=protocol)
-        fleet_client.register(fleet, policy={"mode": mode, "cooldown_seconds": 3 * window_seconds})
-        log.info("simulating %s: %d instances, %d GPUs, %.1fs windows, protocol %s",
-                 ", ".join(sorted({i.deployment for i in fleet})), len(fleet), sum(i.ep_size for i in fleet),
-                 window_seconds, protocol)
-        index = window_index(time.time(), window_seconds)
-        count = 0
-        while not stop.is_set() and (num_windows == 0 or count < num_windows):
-            # post window `index` once it has ended, on the controller's grid
-            end = window_start(index + 1, window_seconds)
-            if stop.wait(max(0.0, end - time.time())):
-                break
-            try:
-                fleet_client.post_window(fleet, window_start(index, window_seconds), window_seconds)
-            except httpx.HTTPError as exc:
-                log.warning("controller unreachable (%s); retrying next window", exc)
-            index, count = index + 1, count + 1
-    return 0
+def run_sim(fleet_client: FleetClient, fleet: list[SimInstance], *, window_seconds: float, mode: str,
+            num_windows: int, stop: threading.Event) -> None:
+    """Registers the fleet's deployments with `mode`, then posts each window once it ended, on the controller's
+    grid, until `stop` or `num_windows` windows (0: no end)."""
+    fleet_client.register(fleet, policy={"mode": mode, "cooldown_seconds": 3 * window_seconds})
+    log.info("simulating %s: %d instances, %d GPUs, %.1fs windows, protocol %s",
+             ", ".join(sorted({i.deployment for i in fleet})), len(fleet), sum(i.ep_size for i in fleet),
+             window_seconds, fleet_client.protocol)
+    index = window_index(time.time(), window_seconds)
+    count = 0
+    while not stop.is_set() and (num_windows == 0 or count < num_windows):
+        end = window_start(index + 1, window_seconds)
+        if stop.wait(max(0.0, end - time.time())):
+            break
+        try:
+            fleet_client.post_window(fleet, window_start(index, window_seconds), window_seconds)
+        except httpx.HTTPError as exc:
+            log.warning("controller unreachable (%s); retrying next window", exc)
+        index, count = index + 1, count + 1
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -112,9 +102,13 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):  # finish the window being posted, then leave
         signal.signal(signum, lambda *_: stop.set())
-    fleet = build_fleet(args.model, num_deployments=args.deployments, ep_size=args.ep_size,
-                        slots_per_rank=args.slots_per_rank, num_prefill=args.prefill_instances,
-                        num_decode=args.decode_instances, gpus_per_node=args.gpus_per_node, links=args.links)
-    return run_sim(url=args.url, api_token=args.api_token, agent_token=args.agent_token, fleet=fleet,
-                   window_seconds=args.window_seconds, mode=args.mode, protocol=args.protocol,
-                   num_windows=args.windows, stop=stop)
+    if not args.api_token or not args.agent_token:
+        print("error: the simulated fleet needs --api-token and --agent-token (printed by `moectl serve`)")
+        return 2
+    fleet = build_fleet(args)
+    with httpx.Client(base_url=args.url, timeout=30) as client:
+        fleet_client = FleetClient(client, api_token=args.api_token, agent_token=args.agent_token,
+                                   protocol=args.protocol)
+        run_sim(fleet_client, fleet, window_seconds=args.window_seconds, mode=args.mode, num_windows=args.windows,
+                stop=stop)
+    return 0
