@@ -1,7 +1,7 @@
 """How one reconcile pass walks the controller's modules: an 8-rank simulated deployment posts windows through the API
 (SQLite, a hand-moved clock) until a pass makes a placement action; that pass's calls are counted under sys.setprofile.
 Two walks: every call into a controlplane module, and the database session's (the calls handed the session).
-Run: python -m benchmarks.pass_trace [--max-windows 12] [--top 10]"""
+Run: python -m benchmarks.pass_trace [--max-windows 12] [--top 10] [--calls]"""
 
 from __future__ import annotations
 
@@ -117,6 +117,7 @@ class SessionWalk:
     modules: int  # distinct modules handed the session
     returns: int  # stops in a module handed it earlier in the pass
     top: list[tuple[str, int]]  # modules by stops, most first
+    path: list[str]  # each stop as module.function of its first call, in order
 
 
 @dataclass(frozen=True)
@@ -132,10 +133,11 @@ class Summary:
 def summarize(walk: Walk, top: int) -> Summary:
     stage_stops = sum(came_from is None or stage(came_from) != stage(module) for came_from, module in walk.arrivals)
     arrivals = Counter(module for _, module in walk.arrivals)
-    session_stops = [module for i, (module, _) in enumerate(walk.session_calls)
-                     if i == 0 or walk.session_calls[i - 1][0] != module]
+    calls = walk.session_calls
+    first_calls = [(module, fn) for i, (module, fn) in enumerate(calls) if i == 0 or calls[i - 1][0] != module]
+    session_stops = [module for module, _ in first_calls]
     session = SessionWalk(len(session_stops), len(set(session_stops)), count_returns(session_stops),
-                          Counter(session_stops).most_common(top))
+                          Counter(session_stops).most_common(top), [f"{m}.{fn}" for m, fn in first_calls])
     return Summary(len(walk.arrivals), len(arrivals), count_returns([m for _, m in walk.arrivals]), stage_stops,
                    arrivals.most_common(top), session)
 
@@ -161,7 +163,6 @@ def made_placement_action(result: reconcile.PassResult) -> bool:
 class Found:
     passes: int  # passes run, the traced one included
     summary: Summary
-    walk: Walk
 
 
 def trace_first_rebalance(database: pathlib.Path, max_windows: int, top: int) -> Found | None:
@@ -186,7 +187,7 @@ def trace_first_rebalance(database: pathlib.Path, max_windows: int, top: int) ->
                 now = post_window(fleet_client, fleet, clock)
                 result, walk = traced(lambda now=now: run_pass(sessions, now=now))
                 if made_placement_action(result):
-                    return Found(k, summarize(walk, top), walk)
+                    return Found(k, summarize(walk, top))
     finally:
         engine.dispose()
     return None
@@ -230,9 +231,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(render(found, time.perf_counter() - started))
     if args.calls:
-        calls = found.walk.session_calls
-        print("", *(f"{i}. {m.removeprefix(PACKAGE)}.{fn}" for i, (m, fn) in enumerate(
-            (c for k, c in enumerate(calls) if k == 0 or calls[k - 1][0] != c[0]), 1)), sep="\n")
+        print("", *(f"{i}. {stop.removeprefix(PACKAGE)}" for i, stop in enumerate(found.summary.session.path, 1)),
+              sep="\n")
     return 0
 
 

@@ -18,6 +18,7 @@ def test_the_traced_pass_rebalances_and_its_counts_add_up(tmp_path):
     # the session's walk: the store read and written, the pass and the one writer handed it; never the planner
     walk = s.session
     session_modules = dict(walk.top)
-    assert walk.returns == walk.stops - walk.modules and walk.modules == len(session_modules)
+    assert walk.returns == walk.stops - walk.modules and walk.modules == len(session_modules) == len(
+        {stop.rsplit(".", 1)[0] for stop in walk.path}) and len(walk.path) == walk.stops
     assert session_modules.get("controlplane.store.pools", 0) > 0 and session_modules.get("controlplane.actuate.change")
     assert not [m for m in session_modules if m.startswith(("controlplane.plan.", "controlplane.solve."))]
