@@ -77,10 +77,9 @@ def settle(session: Session, knob: Knob[V], *, pool: Pool, action: Action, outco
     status = outcome.value
     if outcome == VerifyOutcome.rolled_back:
         if action.version == knob.latest_version(session, pool):
-            restored = action.version + 1  # the version before the action's, issued again
-            knob.add(session, pool, version=restored, value=knob.get(session, pool, action.version - 1),
-                     action_id=action.id, now=now)
-            measured = measured | {"restored_version": restored}
+            restored = knob.get(session, pool, action.version - 1)
+            measured = measured | {"restored_version": _issue(session, knob, pool, action, restored,
+                                                              latest=action.version, now=now)}
         else:
             status = actions.FAILED
     actions.settle(action, status=status, measured=measured, now=now)
@@ -106,6 +105,12 @@ def adopt(session: Session, knob: Knob[V], pool: Pool, running: Running[V], *, p
 
 
 def _apply(session: Session, knob: Knob[V], pool: Pool, action: Action, value: V, now: float) -> None:
-    """Issues `value` as the version after `action.based_on_version`, which the caller holds is the latest."""
-    action.version = action.based_on_version + 1
-    knob.add(session, pool, version=action.version, value=value, action_id=action.id, now=now)
+    """The caller holds that `action.based_on_version` is the latest."""
+    action.version = _issue(session, knob, pool, action, value, latest=action.based_on_version, now=now)
+
+
+def _issue(session: Session, knob: Knob[V], pool: Pool, action: Action, value: V, *, latest: int, now: float) -> int:
+    """Issues `value` as the version after `latest`, which the caller read under the pool's lock; returns it."""
+    version = latest + 1
+    knob.add(session, pool, version=version, value=value, action_id=action.id, now=now)
+    return version
