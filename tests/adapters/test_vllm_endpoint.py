@@ -12,6 +12,7 @@ from agents.adapters import state_dir as state
 from agents.adapters.vllm.endpoint import MoectlEndpointPlugin
 
 TOKEN = {"Authorization": "Bearer s3cret"}
+EPOCH = "1700000000000000.abc.7"
 
 
 def _client(tmp_path, token: str = "s3cret") -> TestClient:
@@ -21,20 +22,21 @@ def _client(tmp_path, token: str = "s3cret") -> TestClient:
 
 
 def _record(call: int) -> dict:
-    return {"call": call, "at": 1.0, "weight": np.ones((2, 8), dtype=int).tolist(), "current": None,
-            "num_replicas": 10, "num_ranks": 2, "vllm": "0.34.0"}
+    return {"epoch": EPOCH, "model": "2x8", "call": call, "at": 1.0, "weight": np.ones((2, 8), dtype=int).tolist(),
+            "current": None, "num_replicas": 10, "num_ranks": 2, "vllm": "0.34.0"}
 
 
 def test_serves_records_after_a_call_and_arms_a_placement_two_rearranges_ahead(tmp_path):
     client = _client(tmp_path)
     for call in range(3):
         state.write_load(tmp_path, _record(call))
-    assert [r["call"] for r in client.get("/moectl/v1/load", params={"after": 0}, headers=TOKEN).json()["records"]] \
+    assert [r["call"] for r in client.get("/moectl/v1/load", params={"after_epoch": EPOCH, "after": 0},
+                                   headers=TOKEN).json()["records"]] \
         == [1, 2]
     table = np.tile(np.r_[np.arange(8), [3, 3]], (2, 1))
     answer = client.post("/moectl/v1/placement", json={"version": 5, "physical_to_logical_map": table.tolist()},
                          headers=TOKEN)
-    assert answer.status_code == 200 and answer.json() == {"version": 5, "from_call": 4}
+    assert answer.status_code == 200 and answer.json() == {"version": 5, "from_call": 4, "epoch": EPOCH, "model": "2x8"}
     (armed,) = state.read_armed(tmp_path)
     assert armed.version == 5 and np.array_equal(armed.table, table)
 

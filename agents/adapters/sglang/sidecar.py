@@ -67,8 +67,8 @@ class Sidecar:
         self.layout = check_server(info, self.model, is_live=self.live_dir is not None)
         self.started_at = float(info.get("startup_time") or 0.0)
         if self.live_dir is not None:  # SGLang's EPLB drives the recorder; the plugin records each rebalance
-            records = state_dir.read_loads(self.live_dir)
-            self.last_call = records[-1]["call"] if records else -1
+            records = state_dir.read_loads(self.live_dir, model=live_window.model_key(self.model), max_records=1)
+            self.position = (records[-1]["epoch"], records[-1]["call"]) if records else None
             self.running = self._live_running()
             self.before = self._scrape()
             return
@@ -164,7 +164,7 @@ class Sidecar:
 
     # -- live: through the plugin (live_window.py) ----------------------------------------------------------
     def _live_dump(self) -> dict:
-        dump, self.last_call = live_window.records_as_dump(self.live_dir, self.model, self.last_call)
+        dump, self.position = live_window.records_as_dump(self.live_dir, self.model, self.position)
         self.running = self._live_running()
         return dump
 
@@ -172,12 +172,15 @@ class Sidecar:
         shape = self.model.shape
         otherwise = getattr(self, "running", None) or PlacementTable.default(shape.num_layers, shape.num_experts,
                                                                              self.layout.num_slots)
-        return live_window.running(self.live_dir, self.model, self.last_call, otherwise)
+        return live_window.running(self.live_dir, self.model, self.position, otherwise)
 
     def _arm(self, answer: DesiredState) -> StoredPlacement | None:
+        if self.position is None:
+            log.info("placement v%d waits: SGLang has not rebalanced yet", answer.placement_version)
+            return None
         try:
             entry = live_window.arm(self.live_dir, self.model, np.asarray(answer.slot_to_expert.to_numpy()),
-                                    answer.placement_version, self.layout.num_slots, self.last_call)
+                                    answer.placement_version, self.layout.num_slots, self.position)
         except PlacementRefused as exc:
             self.num_refused += 1
             log.error("placement v%d refused: %s", answer.placement_version, exc)
