@@ -241,5 +241,6 @@ class Sidecar:
                 self.faults.record("window not read", exc)
             try:
                 self.apply_answers()
-            except _FAULTS as exc:  # a store or restart refused (a ConfigMap write, an eviction): next answer
+            except Exception as exc:  # noqa: BLE001 (a store or restart refused: a ConfigMap write, an eviction; the
+                # Kubernetes client raises its own ApiException; the next answer tries again)
                 self.faults.record("placement not applied", exc)
