@@ -68,15 +68,16 @@ def test_a_restart_is_noticed_and_the_controllers_placement_re_armed_for_the_new
     state.write_load(tmp_path, _record(0, NEW))  # vLLM restarted: its first rearrange clears the old life's
     snapshot = sidecar.close_window(1_800_000_010.0)
     assert sidecar.running.version == 0 and snapshot.placement_version == 0  # vLLM's own map again
-    assert sidecar.faults.snapshot()["engine restarted"] == 1
+    assert snapshot.adapter_faults == {"engine restarted": 1}  # the controller shows the group unhealthy, and why
     assert sidecar.apply_answers() == 2  # re-armed for the new life, with no new answer
     (armed,) = state.read_armed(tmp_path)
     assert (armed.version, armed.epoch, armed.from_call) == (3, NEW, 2)
     assert sidecar.apply_answers() is None  # once a life
     for call in (1, 2):
-        state.write_load(tmp_path, _record(call, NEW))
-    sidecar.close_window(1_800_000_020.0)
+        state.write_load(tmp_path, _record(call, NEW) | {"faults": {"load not recorded": 2}})
+    snapshot = sidecar.close_window(1_800_000_020.0)
     assert sidecar.running.version == 3
+    assert snapshot.adapter_faults == {"plugin: load not recorded": 2}  # the plugin's, inside vLLM, since the last
 
 
 def test_a_bad_record_is_passed_over_and_the_drafters_are_not_read(tmp_path):

@@ -131,7 +131,7 @@ class Sidecar:
         place = GroupPlace(self.where.deployment, self.where.instance, self.where.role, layout.ep_size,
                            layout.slots_per_rank, self.where.gpus_per_node)
         snapshot = group_snapshot(place, self.model.shape, window_start, self.window_seconds, load.expert_tokens,
-                                  self.running, fields)
+                                  self.running, fields, self.faults.take_new())
         self.submit(snapshot)
         return snapshot
 

@@ -51,6 +51,7 @@ class VllmSidecar:
         self.faults = faults or Faults(log)
         self.model_key = state.model_key(model.num_layers, model.num_experts)
         self.position: state.Position | None = None
+        self.plugin_faults: dict[str, int] = {}  # the plugin's counts of the current engine life, as last read
 
     @property
     def num_refused(self) -> int:
@@ -103,8 +104,10 @@ class VllmSidecar:
                         self.position[0], records[-1]["epoch"])
             self.faults.record("engine restarted", f"epoch {records[-1]['epoch']}")
             self.running = self._default()
+            self.plugin_faults = {}
         if records:  # passed over even when refused below: a bad record never blocks the stream
             self.position = (records[-1]["epoch"], records[-1]["call"])
+            self.plugin_faults = self.faults.add_plugin_counts(self.plugin_faults, records[-1].get("faults"))
         try:
             load = window_load(records, self.model, version=self.version)
             after = self._scrape()
@@ -116,7 +119,8 @@ class VllmSidecar:
         self.running = self._running(answer.get("armed") or [])
         place = GroupPlace(self.where.deployment, self.where.instance, self.where.role, self.ep_size,
                            self.num_slots // self.ep_size, self.where.gpus_per_node)
-        snapshot = group_snapshot(place, self.model, window_start, self.window_seconds, load, self.running, fields)
+        snapshot = group_snapshot(place, self.model, window_start, self.window_seconds, load, self.running, fields,
+                                  self.faults.take_new())
         self.submit(snapshot)
         return snapshot
 
