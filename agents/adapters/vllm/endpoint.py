@@ -31,6 +31,7 @@ from agents.adapters.coverage import check_covers_every_expert
 from agents.adapters.errors import PlacementRefused
 from agents.adapters.faults import Faults
 from agents.adapters.vllm import names
+from agents.adapters.vllm.policy import state_dir_from_env
 
 log = logging.getLogger("moectl.adapter.vllm.endpoint")
 MAX_BODY_BYTES = 16 << 20  # a [61, 4096] map of 3-digit ids is ~1 MB
@@ -137,7 +138,7 @@ class MoectlEndpointPlugin:
     required_tasks = None
 
     def __init__(self, state_dir: Path | None = None, token: str | None = None):
-        self.state_dir = state_dir or Path(os.environ.get(names.STATE_DIR_ENV) or state.default_dir("vllm"))
+        self.state_dir = state_dir or state_dir_from_env()
         self.token = os.environ.get(names.TOKEN_ENV, "") if token is None else token
 
     def attach_router(self, app: FastAPI) -> None:

@@ -98,6 +98,7 @@ def wrap_policy(inner: type, state_dir: Path, *, epoch: str, version: str = "", 
 
 
 def state_dir_from_env() -> Path:
+    """$MOECTL_VLLM_STATE_DIR, else the private default (state_dir.default_dir): the policy's and the endpoint's."""
     return Path(os.environ.get(names.STATE_DIR_ENV) or state.default_dir("vllm"))
 
 
