@@ -35,6 +35,7 @@ def test_live_an_sglang_restart_re_arms_the_controllers_placement(tmp_path):
     live = tmp_path / "live"
     sidecar, _, _, _, _ = _sidecar(tmp_path, [], info=INFO | {"enable_eplb": True}, live_dir=live)
     weight = np.ones((5, 16), dtype=np.int64)
+    weight[0] = 0  # layer 0 is dense
     state_dir.write_load(live, _record(0, weight))
     sidecar.begin()
     sidecar.on_answer(_answer(3, _good(5)))
@@ -43,9 +44,11 @@ def test_live_an_sglang_restart_re_arms_the_controllers_placement(tmp_path):
         state_dir.write_load(live, _record(call, weight))
     sidecar.close_window(1_800_000_000.0)
     assert sidecar.running.version == 3
-    state_dir.write_load(live, _record(0, weight) | {"epoch": NEW})  # SGLang restarted
-    sidecar.close_window(1_800_000_010.0)
+    state_dir.write_load(live, _record(0, weight) | {"epoch": NEW, "faults": {"placement v9 refused": 1}})
+    snapshot = sidecar.close_window(1_800_000_010.0)  # SGLang restarted
     assert sidecar.running.version == 0 and sidecar.faults.snapshot()["engine restarted"] == 1
+    # and no truncated-buffer warning: live, each row is a whole rebalance (old code: warned every window)
+    assert snapshot.adapter_faults == {"engine restarted": 1, "plugin: placement v9 refused": 1}
     assert sidecar.apply_answers().version == 3  # no new answer: armed again for the new life
     (armed,) = state_dir.read_armed(live)
     assert (armed.epoch, armed.from_call) == (NEW, 2)

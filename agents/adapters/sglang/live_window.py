@@ -25,14 +25,17 @@ def model_key(model: EngineModel) -> str:
 
 
 def records_as_dump(directory: Path, model: EngineModel, after: state_dir.Position | None,
-                    faults: Faults | None = None) -> tuple[dict, state_dir.Position | None]:
+                    faults: Faults | None = None) -> tuple[dict, state_dir.Position | None, dict | None]:
     """The rebalances recorded after `after` as one stat dump (dump.py reads it: a row per rebalance, each
-    [num_hidden_layers, num_experts]), and the newest position read (`after` when none)."""
+    [num_hidden_layers, num_experts]), the newest position read (`after` when none), and the plugin's fault counts
+    in the newest record (None when none was read)."""
     records = state_dir.read_loads(directory, after, model=model_key(model), faults=faults)
     shape = (model.num_hidden_layers, model.shape.num_experts)
     rows = [np.asarray(r["weight"]) for r in records] or [np.zeros(shape, dtype=np.int64)]
     newest = (records[-1]["epoch"], records[-1]["call"]) if records else after
-    return {"rank": 0, "logical_count": np.stack(rows), "average_utilization_rate_over_window": None}, newest
+    plugin_faults = records[-1].get("faults") if records else None
+    return {"rank": 0, "logical_count": np.stack(rows), "average_utilization_rate_over_window": None}, newest, \
+        plugin_faults
 
 
 def running(directory: Path, model: EngineModel, position: state_dir.Position | None, otherwise: PlacementTable,

@@ -67,6 +67,7 @@ class Sidecar:
         self.faults = faults or Faults(log)
         self.desired: DesiredState | None = None  # live: the controller's newest placement, armed again on a restart
         self.position = None
+        self.plugin_faults: dict[str, int] = {}  # live: the plugin's counts of SGLang's current life, as last read
         self.layout: ServerLayout | None = None
         self.live_dir = None if live_dir is None else Path(live_dir)
 
@@ -123,7 +124,8 @@ class Sidecar:
             self.faults.record("window not posted", exc)
             return None
         self.before = after
-        if load.is_truncated:  # logged the first time, counted every time
+        # live, every row is one whole rebalance the plugin recorded: nothing can have been overwritten
+        if load.is_truncated and self.live_dir is None:  # logged the first time, counted every time
             self.faults.record("recorder buffer truncated", f"the recorder's {self.layout.buffer_size} rows all "
                                "filled within the window: the oldest passes were overwritten (raise "
                                "--expert-distribution-recorder-buffer-size)")
@@ -181,12 +183,15 @@ class Sidecar:
     # -- live: through the plugin (live_window.py) ----------------------------------------------------------
     def _live_dump(self) -> dict:
         before = self.position
-        dump, self.position = live_window.records_as_dump(self.live_dir, self.model, self.position, self.faults)
+        dump, self.position, plugin_faults = live_window.records_as_dump(self.live_dir, self.model, self.position,
+                                                                         self.faults)
         if before is not None and self.position is not None and self.position[0] != before[0]:
+            self.plugin_faults = {}
             self.faults.record("engine restarted", f"SGLang's epoch {before[0]} -> {self.position[0]}: its own "
                                "layout again until the placement is re-armed")
             shape = self.model.shape
             self.running = PlacementTable.default(shape.num_layers, shape.num_experts, self.layout.num_slots)
+        self.plugin_faults = self.faults.add_plugin_counts(self.plugin_faults, plugin_faults)
         self.running = self._live_running()
         return dump
 
