@@ -83,9 +83,9 @@ def _windows_under(action: Action, state: PoolState) -> list[Window] | None:
     another replaced it."""
     if action.kind == PLACEMENT.kind:
         return list(state.windows_under(action.version))
-    if action.version != state.routing_version:
+    if action.version != state.knob(action.kind).version:
         return None
-    return state.routing_windows()
+    return state.windows_since_change(action.kind)
 
 
 def _against_the_table_before(session: Session, pool: Pool, action: Action, effect: Effect, windows: list[Window],
