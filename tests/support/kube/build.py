@@ -1,10 +1,10 @@
 """Builds the test cluster's binaries from the Go module proxy, once per machine, into a cache outside the
 repo keyed by the Kubernetes version: `${MOECTL_KUBE_CACHE:-~/.cache/moectl/kube}/<version>/bin/`.
 
-kube-apiserver, kube-controller-manager and etcd come from the build module next to this file
+kube-apiserver, kube-controller-manager, kube-scheduler and etcd come from the build module next to this file
 (tests/support/kube/gomod/go.mod pins k8s.io/kubernetes and replaces its staging modules with their
-published twins; `--pin vX.Y.Z` rewrites it from that release's own go.mod). helm and kwok are built
-with `go install module@version` against their own go.mod; kwok (fake nodes) only when asked for by name.
+published twins; `--pin vX.Y.Z` rewrites it from that release's own go.mod). helm and kwok (fake nodes, for
+the fleet tests) are built with `go install module@version` against their own go.mod.
 
 One progress line per binary with its elapsed time; what is cached is skipped. A failed build exits 1
 under CI=true (make test stops); elsewhere it says so and exits 0, and the tests needing the cluster skip.
@@ -42,7 +42,6 @@ class Binary:
     package: str
     stamp: str  # what the cached binary was built from; a different stamp means rebuild
     version: str | None = None
-    is_opt_in: bool = False  # built only when named on the command line
 
 
 def cache_root() -> Path:
@@ -70,9 +69,10 @@ def binaries() -> list[Binary]:
     return [
         Binary("kube-apiserver", "k8s.io/kubernetes/cmd/kube-apiserver", f"k8s.io/kubernetes@{kube}"),
         Binary("kube-controller-manager", "k8s.io/kubernetes/cmd/kube-controller-manager", f"k8s.io/kubernetes@{kube}"),
+        Binary("kube-scheduler", "k8s.io/kubernetes/cmd/kube-scheduler", f"k8s.io/kubernetes@{kube}"),
         Binary("etcd", "./cmd/etcd", f"go.etcd.io/etcd/server/v3@{etcd}"),
         Binary("helm", HELM[2], f"{HELM[0]}@{HELM[1]}", version=HELM[1]),
-        Binary("kwok", KWOK[2], f"{KWOK[0]}@{KWOK[1]}", version=KWOK[1], is_opt_in=True),
+        Binary("kwok", KWOK[2], f"{KWOK[0]}@{KWOK[1]}", version=KWOK[1]),
     ]
 
 
@@ -144,7 +144,7 @@ def build_all(only: list[str] | None = None) -> int:
         return 1 if is_ci else 0
     failed: list[str] = []
     with locked(directory):
-        wanted = [b for b in binaries() if b.name in only] if only else [b for b in binaries() if not b.is_opt_in]
+        wanted = [b for b in binaries() if b.name in only] if only else binaries()
         if any(not is_cached(directory, b) and b.version is None for b in wanted):
             started = time.monotonic()
             done = subprocess.run([go, "mod", "download"], cwd=GOMOD_DIR, env=go_env(), capture_output=True,
@@ -195,7 +195,8 @@ def pin(version: str) -> None:
         f"require (\n\tk8s.io/kubernetes {version}\n\tgo.etcd.io/etcd/server/v3 {etcd}\n)",
         "",
         # tool lines keep `go mod tidy` from dropping what the two commands import
-        "tool (\n\tk8s.io/kubernetes/cmd/kube-apiserver\n\tk8s.io/kubernetes/cmd/kube-controller-manager\n)",
+        "tool (\n\tk8s.io/kubernetes/cmd/kube-apiserver\n\tk8s.io/kubernetes/cmd/kube-controller-manager\n"
+        "\tk8s.io/kubernetes/cmd/kube-scheduler\n)",
         "",
         "replace (",
         *[f"\t{module} => {module} {twin}" for module in staging],
@@ -210,7 +211,7 @@ def pin(version: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("names", nargs="*", help="build only these binaries (default: all but kwok, which is opt-in)")
+    parser.add_argument("names", nargs="*", help="build only these binaries (default: all)")
     parser.add_argument("--pin", metavar="VERSION", help="rewrite the build module for k8s.io/kubernetes@VERSION")
     args = parser.parse_args()
     if args.pin:
