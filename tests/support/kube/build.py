@@ -4,7 +4,8 @@ repo keyed by the Kubernetes version: `${MOECTL_KUBE_CACHE:-~/.cache/moectl/kube
 kube-apiserver, kube-controller-manager, kube-scheduler and etcd come from the build module next to this file
 (tests/support/kube/gomod/go.mod pins k8s.io/kubernetes and replaces its staging modules with their
 published twins; `--pin vX.Y.Z` rewrites it from that release's own go.mod). helm and kwok (fake nodes, for
-the fleet tests) are built with `go install module@version` against their own go.mod.
+the fleet tests) are built with `go install module@version` against their own go.mod. The modules holding the
+CRDs the tests install (LeaderWorkerSet, Grove, prometheus-operator) are downloaded into Go's module cache.
 
 One progress line per binary with its elapsed time; what is cached is skipped. A failed build exits 1
 under CI=true (make test stops); elsewhere it says so and exits 0, and the tests needing the cluster skip.
@@ -31,6 +32,9 @@ from pathlib import Path
 GOMOD_DIR = Path(__file__).resolve().parent / "gomod"
 HELM = ("helm.sh/helm/v3", "v3.22.0", "helm.sh/helm/v3/cmd/helm")
 KWOK = ("sigs.k8s.io/kwok", "v0.8.0", "sigs.k8s.io/kwok/cmd/kwok")
+# Go modules holding CRDs the tests install (support/kube/crds.py): downloaded into Go's module cache with the binaries
+CRD_MODULES = (("github.com/prometheus-operator/prometheus-operator", "v0.85.0"), ("sigs.k8s.io/lws", "v0.9.0"),
+               ("github.com/ai-dynamo/grove/operator/api", "v0.1.0-alpha.12-rc1"))
 BUILD_HINT = "python tests/support/kube/build.py (make test runs it; needs Go >= 1.26 and the Go module proxy)"
 
 
@@ -126,6 +130,21 @@ def build_one(go: str, binary: Binary, directory: Path) -> tuple[bool, str]:
     return True, ""
 
 
+def download_crd_modules(go: str) -> list[str]:
+    """`go mod download` of each CRD module (a no-op once cached); returns those that failed."""
+    failed, started = [], time.monotonic()
+    with tempfile.TemporaryDirectory() as outside_any_module:
+        for module, version in CRD_MODULES:
+            done = subprocess.run([go, "mod", "download", f"{module}@{version}"], cwd=outside_any_module,
+                                  env={**go_env(), "GOFLAGS": ""}, capture_output=True, text=True)
+            if done.returncode != 0:
+                print(f"==> kube: CRDs {module}@{version} FAILED\n{done.stderr[-1000:]}", flush=True)
+                failed.append(f"{module}@{version}")
+    print(f"==> kube: CRD modules ({len(CRD_MODULES)}) in Go's module cache in {time.monotonic() - started:.0f}s",
+          flush=True)
+    return failed
+
+
 @contextmanager
 def locked(directory: Path) -> Iterator[None]:
     """Two `make test`s on one machine build once: the second waits, then finds the binaries cached."""
@@ -164,6 +183,8 @@ def build_all(only: list[str] | None = None) -> int:
                 continue
             print(f"==> kube: {binary.name} FAILED after {elapsed:.0f}s\n{log}", flush=True)
             failed.append(binary.name)
+        if not only:
+            failed += download_crd_modules(go)
     if failed and is_ci:
         print(f"error: failed to build {', '.join(failed)} (CI=true: the Kubernetes tests must run)")
         return 1
