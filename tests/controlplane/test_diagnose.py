@@ -10,7 +10,8 @@ from agents.protocol import PlacementTable, default_slot_to_expert
 from controlplane.desired import Decision, Effect, Mode, Policy
 from controlplane.observed.pool import ACCEPTED_AT, RANK_REPORTS, KnobChange, PoolState, Window
 from controlplane.plan.diagnose import Cause, diagnose_mtp
-from controlplane.plan.placement import plan_pool, plan_routing
+from controlplane.plan.placement import plan_pool
+from controlplane.plan.routing_limit import plan_routing
 from tests.support.pool_states import routing_in_force
 
 EP, SPR, LAYERS, EXPERTS = 2, 5, 2, 8

@@ -11,7 +11,8 @@ import pytest
 from agents.protocol import PlacementTable, default_slot_to_expert
 from controlplane.desired import Decision, Effect, Mode, Policy
 from controlplane.observed.pool import RANK_REPORTS, KnobChange, KnobInputs, Parked, PoolState, Window
-from controlplane.plan.placement import plan_pool, plan_routing
+from controlplane.plan.placement import plan_pool
+from controlplane.plan.routing_limit import plan_routing
 from tests.support.pool_states import routing_in_force
 
 EP, SPR, LAYERS, EXPERTS = 4, 5, 2, 16
