@@ -21,8 +21,11 @@ placement switched to), so the best schedule over C obeys V[w][p] = value(w, p) 
 max_q V[w-1][q] - cost(w, p)), exact over every schedule whose placements are in C (Bellman). C: the starting
 placement; a fresh solve (controlplane/solve/placement/solver.py) of the load summed over each span of
 `BOUND_SPANS` windows starting at every multiple of the shortest (it knows the whole trace's load: a placement to
-hold from w is fitted to the load it will meet); and every placement any row ran. So the bound is at least every row
-by construction, and any row above it is a bug in the accounting.
+hold from w is fitted to the load it will meet), and of each span ending there; and every placement any row ran. So
+the bound is at least every row by construction, and any row above it is a bug in the accounting.
+Beside it, a diagnostic: the same program over placements knowable at the time (the solves of spans that ended
+before the switch, and the rows' own), its timing still in hindsight. Where the bound is far above it, what the
+rows miss is foresight of the load, not the timing or the price of their changes.
 
     python -m benchmarks.closed_loop_costs [--hours 0.5] [--layers 16] [--no-write]
 """
@@ -255,28 +258,39 @@ def run_schedule(trace: Trace, strategy) -> Schedule:  # noqa: ANN001
     return Schedule(strategy.name, tables, changes, list(getattr(strategy, "prices", [])))
 
 
-def hindsight_candidates(trace: Trace, schedules: list[Schedule]) -> list[PlacementTable]:
-    """C: the start, a fresh solve of each BOUND_SPANS span's summed load from every multiple of the shortest, and
-    every table a row ran (deduplicated by identity)."""
+def candidates(trace: Trace, schedules: list[Schedule], *, is_causal: bool = False
+               ) -> list[tuple[PlacementTable, int]]:
+    """C, each with the first window it may be switched to: the start (window 0); a fresh solve of the load summed
+    over each span of BOUND_SPANS windows from every multiple of the shortest (window 0: it knows the trace), or
+    with `is_causal` over the span that ends there (available from there: what was knowable at the time); and every
+    table a row ran (from the window it first ran in)."""
     topology = trace.shape.topology
-    candidates = {id(trace.start): trace.start}
+    found = {id(trace.start): (trace.start, 0)}
     for span in BOUND_SPANS:
         for w in range(0, trace.num_windows, BOUND_SPANS[0]):
-            plan = solve_placement(trace.expert_tokens[w:w + span].sum(axis=0), topology)
+            load = trace.expert_tokens[max(w - span, 0):w] if is_causal else trace.expert_tokens[w:w + span]
+            if load.shape[0] == 0:
+                continue
+            plan = solve_placement(load.sum(axis=0), topology)
             solved = PlacementTable(plan.slot_to_expert, plan.slot_share)
-            candidates[id(solved)] = solved
+            found[id(solved)] = (solved, w if is_causal else 0)
     for schedule in schedules:
-        for p in schedule.tables:
-            candidates.setdefault(id(p), p)
-    return list(candidates.values())
+        for w, p in enumerate(schedule.tables):
+            found.setdefault(id(p), (p, w))
+    return list(found.values())
 
 
-def bound(trace: Trace, candidates: list[PlacementTable], cost: ChangeCost) -> Schedule:
-    """The best schedule over `candidates` in hindsight (the module's docstring: why the program is exact)."""
-    num_windows, num_candidates = trace.num_windows, len(candidates)
-    value = np.array([[WINDOW_SECONDS * trace.rate(w, p) for p in candidates] for w in range(num_windows)])
-    switch = np.array([[cost.stall_seconds * trace.rate(w, p) for p in candidates] for w in range(num_windows)])
-    start = next(i for i, p in enumerate(candidates) if p is trace.start)
+def bound(trace: Trace, candidates: list[tuple[PlacementTable, int]], cost: ChangeCost,
+          name: str = "bound: best schedule in hindsight") -> Schedule:
+    """The best schedule over `candidates` (each from the first window it may be switched to; the module's
+    docstring says why the program is exact)."""
+    tables = [p for p, _ in candidates]
+    available = np.array([w for _, w in candidates])
+    num_windows, num_candidates = trace.num_windows, len(tables)
+    value = np.array([[WINDOW_SECONDS * trace.rate(w, p) for p in tables] for w in range(num_windows)])
+    switch = np.array([[cost.stall_seconds * trace.rate(w, p) if w >= available[i] else np.inf
+                        for i, p in enumerate(tables)] for w in range(num_windows)])
+    start = next(i for i, p in enumerate(tables) if p is trace.start)
     best = np.full(num_candidates, -np.inf)
     best[start] = value[0, start]  # every row starts from the start's table
     came_from = np.zeros((num_windows, num_candidates), dtype=np.int64)
@@ -293,7 +307,7 @@ def bound(trace: Trace, candidates: list[PlacementTable], cost: ChangeCost) -> S
         path.append(p)
     path.reverse()
     changes = [w for w in range(1, num_windows) if path[w] != path[w - 1]]
-    return Schedule("bound: best schedule in hindsight", [candidates[i] for i in path], changes)
+    return Schedule(name, [tables[i] for i in path], changes)
 
 
 @dataclass(frozen=True)
@@ -319,7 +333,11 @@ def run_case(trace: Trace, engine: str, progress=print) -> list[Row]:  # noqa: A
         progress(f"  {engine}, {trace.workload.name}: {strategy.name} in {time.perf_counter() - started:.0f}s",
                  flush=True)
     started = time.perf_counter()
-    schedules.append(bound(trace, hindsight_candidates(trace, schedules), cost))
+    knowable = candidates(trace, schedules, is_causal=True)
+    causal = bound(trace, knowable, cost, "bound over placements knowable at the time")
+    # the bound's set holds the knowable ones too (from window 0: it knows the trace), so it is at least that row
+    schedules.append(bound(trace, candidates(trace, schedules) + [(p, 0) for p, _ in knowable], cost))
+    schedules.insert(-1, causal)
     progress(f"  {engine}, {trace.workload.name}: bound in {time.perf_counter() - started:.0f}s", flush=True)
     return [Row(s.name, served(trace, s, cost), len(s.changes),
                 float(np.mean([trace.step_seconds(w, p)[0] for w, p in enumerate(s.tables)])), len(s.prices))

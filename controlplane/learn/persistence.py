@@ -12,11 +12,12 @@ history: [W, L, E] tokens per window, oldest first (as controlplane/learn/foreca
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 MIN_PERSISTENT_SHARE = 0.2  # c(1)/c(0) under this: the window-to-window skew is mostly sampling noise
 MAX_LAG = 32  # lags measured; a longer history only adds more pairs per lag
-TAIL_LAGS = 4  # the last lags measured: the level held past them
 
 
 def skew(history) -> np.ndarray:
@@ -42,13 +43,19 @@ def skew_autocorrelation(history, max_lag: int = MAX_LAG) -> np.ndarray:
 def persistence_windows(history, max_windows: float) -> float:
     """How many windows of its full size a gain fitted to the skew now is worth, up to `max_windows` ahead.
 
-    The sum of c(k)/c(1) (each in [0, 1]) over the lags the history measures, then the last `TAIL_LAGS` lags'
-    mean held to `max_windows`: a skew whose hot set moves on decays to nothing, one with a lasting part (a layer's
-    own Zipf profile under a walk) to that part. Fewer than three windows: one window (nothing is priced past what
-    was seen). Skew that does not survive one window (noise): one window."""
+    The sum of c(k)/c(1) (each in [0, 1]) over the lags the history measures, then past them the last lag's level
+    decaying at the rate fitted over the measured lags (c(k)/c(1) ~ exp(-(k-1)/tau), least squares on the logs): a
+    skew as stable as its noise is worth up to `max_windows`, one whose hot set drifts away less. Fewer than three
+    windows: one window (nothing is priced past what was seen). Skew that does not survive one window (noise): one
+    window."""
     c = skew_autocorrelation(history)
     if c.size < 3 or c[1] <= MIN_PERSISTENT_SHARE * c[0]:  # no skew at all: c is 0 everywhere
         return 1.0
     ratio = np.clip(c[1:] / c[1], 0.0, 1.0)[:max(int(max_windows), 1)]
-    tail = float(ratio[-min(TAIL_LAGS, ratio.size):].mean())
-    return float(min(ratio.sum() + tail * max(max_windows - ratio.size, 0.0), max_windows))
+    lags = np.arange(ratio.size, dtype=np.float64)
+    kept = ratio > 1e-3  # past where the skew decorrelated, the log is noise
+    slope = float((lags[kept] * np.log(ratio[kept])).sum() / (lags[kept] ** 2).sum()) if kept.sum() > 1 else 0.0
+    rest = max(max_windows - ratio.size, 0.0)
+    level = float(ratio[-1])
+    tail = level * rest if slope >= 0 else level * -math.expm1(slope * rest) / -slope
+    return float(min(ratio.sum() + tail, max_windows))
