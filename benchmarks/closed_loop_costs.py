@@ -61,23 +61,18 @@ from benchmarks.closed_loop import (
     table,
 )
 from controlplane.desired import Policy
-from controlplane.learn.persistence import persistence_windows
 from controlplane.observed.pool import RANK_REPORTS, Window
 from controlplane.plan.change_price import (
     ENGINE_PRIORS,
-    MAX_HORIZON_SECONDS,
     ChangeCost,
-    ChangeQuote,
     Price,
-    fit_step_model,
-    price_change,
+    price_placement,
 )
 from controlplane.plan.engines import RAILS, engine_policy
 from controlplane.solve.placement.solver import solve_placement
 
 RECORDED_WINDOWS = 24  # the 2 minutes before the trace whose load the starting table is solved for
 SOLVE_EVERY = 6  # windows between the long-fit row's solves
-GAIN_WINDOWS = 12  # the minute of windows a plan's gain is measured on
 MAX_PRICE_HISTORY = 240  # windows (20 min) the pricing strategy measures the hot set's persistence on
 BOUND_SPANS = (6, 24, 96)  # windows: the hindsight placements are fitted to 30 s, 2 min and 8 min of load
 # what a change costs the simulated group, per engine (the priors: the benchmark has no engine to measure)
@@ -183,7 +178,8 @@ class PricedMoectl(Moectl):
         chosen = super().decide(now, window, table)
         if chosen is None:
             return None
-        price = price_for(table, chosen, self.history, self.measured, self.cost, num_gpus)
+        price = price_placement(table, chosen, np.stack(self.history), *zip(*self.measured, strict=True), self.cost,
+                                WINDOW_SECONDS, num_gpus)
         self.prices.append(price)
         if price.is_paying:
             return chosen
@@ -214,27 +210,13 @@ class PricedLongFit:
             return None
         plan = solve_placement(np.sum(self.history, axis=0), self.shape.topology)
         chosen = PlacementTable(plan.slot_to_expert, plan.slot_share)
-        price = price_for(table, chosen, self.history, self.measured, self.cost, num_gpus)
+        price = price_placement(table, chosen, np.stack(self.history), *zip(*self.measured, strict=True), self.cost,
+                                WINDOW_SECONDS, num_gpus)
         self.prices.append(price)
         if not price.is_paying:
             return None
         self.last_change_at = now
         return chosen
-
-
-def price_for(table: PlacementTable, chosen: PlacementTable, history: list[np.ndarray],
-              measured: list[tuple[float, float]], cost: ChangeCost, num_gpus: int) -> Price:
-    """The price of switching from `table` to `chosen` (controlplane/plan/change_price.py) from what the pool's
-    windows carry: before and after on the load of the last GAIN_WINDOWS windows had each table run them (a plan is
-    fitted to the load it was solved on, so its gain there is optimistic: on a minute of measured windows a plan that
-    chases a passing hot set gains nothing), the step model fitted on the (max/mean, step seconds) measured, and the
-    hot set's persistence on the history."""
-    recent = history[-GAIN_WINDOWS:]
-    before = float(np.mean([table.imbalance(x, num_gpus) for x in recent]))
-    after = float(np.mean([chosen.imbalance(x, num_gpus) for x in recent]))
-    persistence = persistence_windows(np.stack(history), MAX_HORIZON_SECONDS / WINDOW_SECONDS)
-    step = fit_step_model(*zip(*measured, strict=True))
-    return price_change(ChangeQuote(before, after, step, WINDOW_SECONDS * persistence, cost))
 
 
 def run_schedule(trace: Trace, strategy) -> Schedule:  # noqa: ANN001

@@ -19,12 +19,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from agents.protocol.placement import PlacementTable
+from controlplane.learn.persistence import persistence_windows
+
 DEFAULT_MARGIN = 1.25  # the forecast's and the step model's errors: a change must beat its cost by a quarter
 MAX_HORIZON_SECONDS = 3600.0  # nothing is planned for past an hour: the load and the policy move on
 # the share of a step that scales with the busiest GPU, when the pool's windows have not spread its imbalance
 # enough to measure it: the benchmarks' step model at prefill EP32 (agents/sim/cost.py), ~0.3
 DEFAULT_MOE_SHARE = 0.3
 MIN_IMBALANCE_SPREAD = 0.02  # max/mean the windows must span for the slope to be fitted, not assumed
+GAIN_WINDOWS = 12  # the last windows (a minute of 5 s ones) a plan's gain is measured on
 
 
 @dataclass(frozen=True)
@@ -121,3 +125,21 @@ def price_change(quote: ChangeQuote) -> Price:
     reason = (f"gains {gain_share:.2%} of the step for ~{horizon:.0f}s = {gain:.1f}s of capacity {verdict} "
               f"{quote.margin:g} x the change's {cost:.1f}s ({quote.cost.source})")
     return Price(is_paying, gain_share, horizon, gain, cost, quote.cost.source, quote.margin, reason)
+
+
+def price_placement(current: PlacementTable, planned: PlacementTable, history, imbalances, step_seconds,
+                    cost: ChangeCost, window_seconds: float, num_gpus: int, margin: float = DEFAULT_MARGIN) -> Price:
+    """The price of switching the pool from `current` to `planned`, from what its windows carry.
+
+    history: [W, L, E] expert tokens per window, oldest first; imbalances, step_seconds: [n] each window's measured
+    max/mean and mean step seconds. Before and after are the mean max/mean of the last GAIN_WINDOWS windows had each
+    table run them: a plan is fitted to the load it was solved on, so its gain there is optimistic, and on a minute
+    of measured windows a plan that chases a passing hot set gains nothing. The horizon is the hot set's persistence
+    on the history, up to MAX_HORIZON_SECONDS."""
+    history = np.asarray(history, dtype=np.float64)
+    recent = history[-GAIN_WINDOWS:]
+    before = float(np.mean([current.imbalance(x, num_gpus) for x in recent]))
+    after = float(np.mean([planned.imbalance(x, num_gpus) for x in recent]))
+    persistence = persistence_windows(history, MAX_HORIZON_SECONDS / window_seconds)
+    step = fit_step_model(imbalances, step_seconds)
+    return price_change(ChangeQuote(before, after, step, window_seconds * persistence, cost, margin))

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from agents.protocol.placement import PlacementTable
 from controlplane.plan.change_price import (
     ENGINE_PRIORS,
     ChangeCost,
@@ -10,6 +11,7 @@ from controlplane.plan.change_price import (
     StepModel,
     fit_step_model,
     price_change,
+    price_placement,
 )
 
 STEP = StepModel(fixed_seconds=0.07, seconds_per_imbalance=0.03)  # 0.1 s at max/mean 1.0
@@ -63,3 +65,19 @@ def test_every_engine_has_a_prior_and_a_restart_costs_more_than_a_rearrange():
     assert ENGINE_PRIORS["vllm"].stall_seconds == 0.91
     assert ENGINE_PRIORS["sglang"].stall_seconds > 60 * ENGINE_PRIORS["vllm"].stall_seconds
     assert all(c.source.startswith("prior: ") for c in ENGINE_PRIORS.values())
+
+
+def test_a_plan_for_a_lasting_hot_set_pays_and_one_chasing_a_passing_hot_set_does_not():
+    """price_placement from what a pool's windows carry: two GPUs, experts 0 and 1 hot on GPU 0."""
+    current = PlacementTable(np.array([[0, 1, 2, 3]]), None)  # GPU 0: experts 0, 1; GPU 1: experts 2, 3
+    planned = PlacementTable(np.array([[0, 2, 1, 3]]), None)  # one hot expert on each GPU
+    rng = np.random.default_rng(0)
+    lasting = rng.poisson([[[1000.0, 1000.0, 100.0, 100.0]]] * 48).astype(float)  # [48, 1, 4]
+    imbalances, steps = [1.8] * 48, [0.1] * 48
+    price = price_placement(current, planned, lasting, imbalances, steps, ENGINE_PRIORS["vllm"], 5.0, num_gpus=2)
+    assert price.is_paying and price.horizon_seconds > 1800 and price.gain_share > 0.1
+    # the hot pair moves to another pair every window: the plan fits this minute's load no better than the one
+    # in force, and the hot set does not last
+    passing = np.stack([rng.permutation([1000.0, 1000.0, 100.0, 100.0])[None] for _ in range(48)])
+    price = price_placement(current, planned, passing, imbalances, steps, ENGINE_PRIORS["vllm"], 5.0, num_gpus=2)
+    assert not price.is_paying and price.horizon_seconds == 5.0
