@@ -17,7 +17,7 @@ from controlplane.loop.proposals import Proposal
 from controlplane.loop.verify import roll_back
 from controlplane.observed.pool import PoolState
 from controlplane.plan.diagnose import MtpDiagnosis
-from controlplane.plan.placement import check_pool_size
+from controlplane.plan.pool_size import check_pool_size
 from controlplane.store import actions, pools, requests
 from controlplane.store.knobs import KNOBS, PLACEMENT, POOL_SIZE
 from controlplane.store.tables import Action, Request

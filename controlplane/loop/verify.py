@@ -9,7 +9,7 @@ replaced it). Its knob is then parked for the pool with the evidence (controlpla
 Placement windows carry the placement they ran, so a placement is judged on exactly its windows. It is judged
 on the load it met there: both tables are evaluated on those windows' expert load (`_against_the_table_before`).
 Routing windows are taken from the limit's issue on: the loop never moves the limit again before the verdict
-(controlplane/plan/placement.py).
+(controlplane/plan/routing_limit.py).
 """
 
 from __future__ import annotations
@@ -83,9 +83,9 @@ def _windows_under(action: Action, state: PoolState) -> list[Window] | None:
     another replaced it."""
     if action.kind == PLACEMENT.kind:
         return list(state.windows_under(action.version))
-    if action.version != state.routing_version:
+    if action.version != state.knob(action.kind).version:
         return None
-    return state.routing_windows()
+    return state.windows_since_change(action.kind)
 
 
 def _against_the_table_before(session: Session, pool: Pool, action: Action, effect: Effect, windows: list[Window],

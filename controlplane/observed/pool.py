@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from agents.protocol.placement import PlacementTable, gpu_load, imbalance, layer_imbalance
-from controlplane.desired import Effect
+from controlplane.desired import Effect, KnobKind
+from controlplane.observed.knob_in_force import KnobInForce
 
 RANK_REPORTS = "slot_reports_rank_"  # + EP rank: window counter, reports whose slot load the window counted
 ACCEPTED_AT = "spec_accepted_at_"  # + draft position: window counter, accepted draft tokens there
@@ -203,9 +204,9 @@ class PoolState:
     last_change_at: float | None = None
     moved_slots_last_hour: int = 0
     num_actions_last_hour: int = 0
-    topk_group: int | None = None  # the routing limit the controller issued; None: the model's own
-    routing_version: int = 0
-    routing_changed_at: float | None = None
+    # kind -> what the pool's one-number knobs hold (controlplane/store/knobs.py `IN_POOL_STATE`); a kind not here
+    # is at version 0, none issued
+    in_force: dict[str, KnobInForce] = field(default_factory=dict)
     top_k: int = 1
     model_topk_group: int | None = None  # the limit the model routes with when the controller sets none
     num_gone_agents: int = 0  # silent past the gone limit: counted nowhere but in the overview
@@ -216,6 +217,19 @@ class PoolState:
     # routing recall (against the unconstrained top-k) measured under the model's own limit, as recorded by
     # the action that set the limit in force; None: not recorded (or the model's own limit is in force)
     recall_reference: float | None = None
+
+    def knob(self, kind: str) -> KnobInForce:
+        """What the knob `kind` holds now (version 0 when none was issued)."""
+        return self.in_force.get(kind, KnobInForce())
+
+    @property
+    def topk_group(self) -> int | None:
+        """The routing limit the controller issued; None: the model's own."""
+        return self.knob(KnobKind.routing).value
+
+    @property
+    def routing_changed_at(self) -> float | None:
+        return self.knob(KnobKind.routing).changed_at
 
     @property
     def num_slots(self) -> int:
@@ -277,9 +291,14 @@ class PoolState:
             share = expert_share(np.sum([w.expert_tokens for w in windows], axis=0))
         return KnobInputs(self.model_key, self.policy_version, tokens / seconds if seconds > 0 else None, share)
 
+    def windows_since_change(self, kind: str) -> list[Window]:
+        """Windows from the knob's last change on (all of them when it never changed), oldest first: what a
+        one-number knob is judged on (a placement is judged on `windows_under` its version instead)."""
+        return [w for w in self.windows if w.start >= (self.knob(kind).changed_at or 0.0)]
+
     def routing_windows(self) -> list[Window]:
         """Windows from the routing limit's last change on (all of them when it never changed), oldest first."""
-        return [w for w in self.windows if w.start >= (self.routing_changed_at or 0.0)]
+        return self.windows_since_change(KnobKind.routing)
 
     def windows_under(self, placement_version: int) -> tuple[Window, ...]:
         """Complete windows that ran `placement_version` for most of their load, oldest first: what a placement

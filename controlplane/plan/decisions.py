@@ -12,8 +12,9 @@ from controlplane.config import Settings
 from controlplane.desired import Decision, Plan, Policy
 from controlplane.observed.pool import PoolState
 from controlplane.plan.diagnose import MtpDiagnosis, diagnose_prefix_hits
-from controlplane.plan.placement import plan_pool, plan_routing
+from controlplane.plan.placement import plan_pool
 from controlplane.plan.pools_outcome import ObservedPools, PoolsOutcome, plan_deployment
+from controlplane.plan.routing_limit import plan_routing
 from controlplane.plan.routing_reach import RoutingReach, check_routing_limit
 from controlplane.solve.routing import RoutingStep
 

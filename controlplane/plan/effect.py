@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from controlplane.desired import Effect
+from controlplane.desired import Effect, Policy
+from controlplane.observed.pool import PoolState
 
 # a change counts as effective when the signal moved the intended way by at least this share of the
 # predicted move (give or take the effect's tolerance): predictions are upper bounds, measurements are noisy
@@ -46,3 +47,14 @@ def judge(effect: Effect, measured: dict[str, float | None]) -> Verdict:
     if broken:
         return Verdict(False, f"{change}; but " + "; ".join(broken), record)
     return Verdict(True, change, record)
+
+
+def change_context(policy: Policy, pool: PoolState, windows) -> tuple[dict[str, float], dict[str, float]]:
+    """The floors a change must keep (those not already broken) and the signals before it, as evidence."""
+    signals = pool.signals(windows)
+    context = {k: v for k, v in signals.items() if v is not None}
+    acceptance = signals["mtp_acceptance"]
+    floors = {}
+    if policy.mtp_acceptance_floor is not None and acceptance is not None and acceptance >= policy.mtp_acceptance_floor:
+        floors["mtp_acceptance"] = policy.mtp_acceptance_floor
+    return floors, context

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from controlplane.observed.pool import KnobInputs
+from controlplane.observed.pool import KnobInputs, PoolState
 
 LOAD_RATE_FACTOR = 2.0
 # 0.1 of the routed tokens now go to other experts; the bundled model's code <-> prose swing is 0.17-0.23
@@ -44,3 +44,15 @@ def material_change(parked: KnobInputs, now: KnobInputs) -> str | None:
         if shift >= LOAD_SHIFT:
             return f"the expert load shifted (total-variation distance {shift:.2f} >= {LOAD_SHIFT})"
     return None
+
+
+def parked_reason(pool: PoolState, knob: str, *, with_expert_share: bool) -> tuple[str | None, str | None]:
+    """(why the knob stays parked, why it no longer is): both None when it is not parked."""
+    parked = pool.parked.get(knob)
+    if parked is None:
+        return None, None
+    why = material_change(parked.inputs, pool.knob_inputs(with_expert_share=with_expert_share))
+    if why is not None:
+        return None, why
+    return f"{knob} parked since action {parked.action_id}: {parked.reason} (until the model, the policy or the " \
+           f"load changes)", None

@@ -98,3 +98,6 @@ PREFILL_THRESHOLD: Knob[int | None] = Knob(KnobKind.local_prefill_threshold,
                                            "local-prefill threshold")
 
 KNOBS: dict[str, Knob] = {knob.kind: knob for knob in (PLACEMENT, ROUTING, POOL_SIZE, PREFILL_THRESHOLD)}
+# the one-number knobs of the pool itself that its plan reads in force (`PoolState.in_force`, store/pools.py
+# `read_state`); the pool size and the prefill threshold are read with the deployment's PD view instead
+IN_POOL_STATE: tuple[Knob, ...] = (ROUTING,)

@@ -7,9 +7,10 @@ from sqlalchemy.orm import Session
 
 from controlplane.config import Settings
 from controlplane.desired import Effect, KnobKind
+from controlplane.observed.knob_in_force import KnobInForce
 from controlplane.observed.pool import KnobChange, PoolState, model_key
 from controlplane.store import actions, deployments, parks, policies, windows
-from controlplane.store.knobs import PLACEMENT, POOL_SIZE, ROUTING
+from controlplane.store.knobs import IN_POOL_STATE, KNOBS, PLACEMENT, POOL_SIZE
 from controlplane.store.tables import Action, Agent, Deployment, Pool
 from controlplane.store.timestamps import seconds
 from controlplane.store.window_reads import first_unread_index
@@ -23,18 +24,15 @@ def _changes(session: Session, pool: Pool, *, since: float, model_limit: int | N
     """Applied changes of the pool's knobs made since `since`, oldest first; a change's time is its version's."""
     result = []
     for action in reversed(actions.of_pool(session, pool, since=since, statuses=CHANGED)):
-        if action.version is None:
+        knob = KNOBS.get(action.kind)
+        if action.version is None or knob is None:  # a finding: no version of any knob
             continue
         direction = 0
         if action.kind == KnobKind.routing:
             before, after = (action.predicted.get(k) or model_limit or num_groups
                              for k in ("topk_group_before", "topk_group_after"))
             direction = (after > before) - (after < before)
-            stored = ROUTING.versions.get(session, pool, action.version)
-        elif action.kind == KnobKind.placement:
-            stored = PLACEMENT.versions.get(session, pool, action.version)
-        else:
-            stored = POOL_SIZE.versions.get(session, pool, action.version)
+        stored = knob.versions.get(session, pool, action.version)
         result.append(KnobChange(action.id, action.kind, stored.created_at if stored else seconds(action.created_at),
                                  action.status, direction, Effect.from_json(action.predicted.get("effect"))))
     return tuple(result)
@@ -47,7 +45,7 @@ def read_state(session: Session, deployment: Deployment, pool: Pool, *, now: flo
     agents = deployments.agent_counts(session, pool, now=now, stale_after_seconds=settings.stale_after_seconds,
                                       gone_after_seconds=settings.agent_gone_seconds)
     applied = PLACEMENT.versions.latest(session, pool)
-    routing = ROUTING.versions.latest(session, pool)
+    latest = {knob.kind: knob.versions.latest(session, pool) for knob in IN_POOL_STATE}
     last_hour = PLACEMENT.versions.recent(session, pool, since=now - HOUR)
     moved = 0
     previous = PLACEMENT.versions.get(session, pool, last_hour[0].version - 1) if last_hour else None
@@ -66,14 +64,13 @@ def read_state(session: Session, deployment: Deployment, pool: Pool, *, now: flo
         placement_version=applied.version, slot_to_expert=applied.value.slot_to_expert, windows=tuple(recent),
         slot_share=applied.value.slot_share,
         last_change_at=applied.created_at if applied.version > 0 else None, moved_slots_last_hour=moved,
-        topk_group=routing.value, routing_version=routing.version,
-        routing_changed_at=routing.created_at if routing.version > 0 else None,
+        in_force={kind: KnobInForce.issued(v.version, v.value, v.created_at) for kind, v in latest.items()},
         top_k=model.top_k,
         model_topk_group=model.topk_group, model_key=model_key(deployment.model), policy_version=policy_version,
         parked=parks.active(session, pool),
         changes=_changes(session, pool, since=now - max(HOUR, policy.flap_window_seconds),
                          model_limit=model.topk_group, num_groups=model.num_groups),
-        recall_reference=_recall_reference(session, routing.action_id),
+        recall_reference=_recall_reference(session, latest[KnobKind.routing].action_id),
         num_actions_last_hour=actions.count_since(session, pool, since=now - HOUR,
                                                   statuses=(actions.APPLIED, actions.VERIFIED, actions.ROLLED_BACK)))
 

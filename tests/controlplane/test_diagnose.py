@@ -10,7 +10,9 @@ from agents.protocol import PlacementTable, default_slot_to_expert
 from controlplane.desired import Decision, Effect, Mode, Policy
 from controlplane.observed.pool import ACCEPTED_AT, RANK_REPORTS, KnobChange, PoolState, Window
 from controlplane.plan.diagnose import Cause, diagnose_mtp
-from controlplane.plan.placement import plan_pool, plan_routing
+from controlplane.plan.placement import plan_pool
+from controlplane.plan.routing_limit import plan_routing
+from tests.support.pool_states import routing_in_force
 
 EP, SPR, LAYERS, EXPERTS = 2, 5, 2, 8
 TABLE = default_slot_to_expert(LAYERS, EXPERTS, EP * SPR)  # experts 0 and 1 have a replica on GPU 1
@@ -39,8 +41,8 @@ def pool(acceptance: list[float], *, hot: float = 1.0, topk_group: int | None = 
                      ep_size=EP, slots_per_rank=SPR, gpus_per_node=8, num_agents=EP, num_fresh_agents=EP,
                      placement_version=0, slot_to_expert=TABLE,
                      windows=tuple(window(90 + i, a, hot=hot) for i, a in enumerate(acceptance)),
-                     top_k=2, model_topk_group=2, topk_group=topk_group, changes=changes,
-                     recall_reference=0.8 if topk_group else None, routing_changed_at=0.0 if topk_group else None)
+                     top_k=2, model_topk_group=2, changes=changes, recall_reference=0.8 if topk_group else None,
+                     in_force=routing_in_force(topk_group, 0.0 if topk_group else None))
 
 
 def tightened(at: float, acceptance_before: float = 0.85, status: str = "verified") -> KnobChange:

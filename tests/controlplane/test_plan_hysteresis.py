@@ -11,7 +11,9 @@ import pytest
 from agents.protocol import PlacementTable, default_slot_to_expert
 from controlplane.desired import Decision, Effect, Mode, Policy
 from controlplane.observed.pool import RANK_REPORTS, KnobChange, KnobInputs, Parked, PoolState, Window
-from controlplane.plan.placement import plan_pool, plan_routing
+from controlplane.plan.placement import plan_pool
+from controlplane.plan.routing_limit import plan_routing
+from tests.support.pool_states import routing_in_force
 
 EP, SPR, LAYERS, EXPERTS = 4, 5, 2, 16
 TABLE = default_slot_to_expert(LAYERS, EXPERTS, EP * SPR)
@@ -37,7 +39,7 @@ def pool(*, topk_group: int | None = 1, changes=(), parked=None, **window_args) 
     return PoolState(deployment="d", role="decode", num_layers=LAYERS, num_experts=EXPERTS, num_groups=4, ep_size=EP,
                      slots_per_rank=SPR, gpus_per_node=8, num_agents=EP, num_fresh_agents=EP, placement_version=0,
                      slot_to_expert=TABLE, windows=tuple(window(193 + i, **window_args) for i in range(7)),
-                     top_k=4, model_topk_group=2, topk_group=topk_group, routing_changed_at=0.0, recall_reference=0.8,
+                     top_k=4, model_topk_group=2, in_force=routing_in_force(topk_group, 0.0), recall_reference=0.8,
                      model_key="m", policy_version=1, changes=tuple(changes), parked=parked or {})
 
 

@@ -9,6 +9,7 @@ import pytest
 from controlplane.desired import Mode, Policy
 from controlplane.observed.pool import GROUPS_AT, NODES_AT, PoolState, Window
 from controlplane.plan.routing_reach import MAX_OVER_LIMIT_SHARE, check_routing_limit, window_reach
+from tests.support.pool_states import routing_in_force
 
 HONOURED = [0, 300, 700, 0, 0]  # tokens by groups reached (0..top_k=4), under topk_group=2
 BYPASSED = [0, 100, 500, 300, 100]  # the same router, limit ignored: 40% of tokens reach 3 or 4 groups
@@ -27,8 +28,9 @@ def pool(*histograms, topk_group=None, model_topk_group=2, routing_changed_at=No
     return PoolState(deployment="tiny", role="decode", num_layers=2, num_experts=32, num_groups=4, ep_size=2,
                      slots_per_rank=20, gpus_per_node=1, num_agents=2, num_fresh_agents=2, placement_version=0,
                      slot_to_expert=np.zeros((2, 40), dtype=np.int64),
-                     windows=tuple(window(i, h) for i, h in enumerate(histograms)), topk_group=topk_group,
-                     routing_changed_at=routing_changed_at, top_k=4, model_topk_group=model_topk_group)
+                     windows=tuple(window(i, h) for i, h in enumerate(histograms)),
+                     in_force=routing_in_force(topk_group, routing_changed_at), top_k=4,
+                     model_topk_group=model_topk_group)
 
 
 POLICY = Policy(mode=Mode.auto, sustained_windows=2)

@@ -23,7 +23,7 @@ from controlplane.api.deps import (
 from controlplane.api.routes.deployments import get_or_404
 from controlplane.api.schemas import ActionOut, PoolSizeIn, PoolSizeOut, PoolSizeView
 from controlplane.desired import KnobKind
-from controlplane.plan.placement import check_pool_size
+from controlplane.plan.pool_size import check_pool_size
 from controlplane.store import deployments, policies, pools, requests
 from controlplane.store.knobs import POOL_SIZE
 from controlplane.store.tables import Action, Deployment, Pool
