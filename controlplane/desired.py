@@ -59,6 +59,7 @@ class KnobKind(StrEnum):
     routing = "routing"  # the group limit `topk_group`, per pool
     pool_size = "pool_size"  # instances of a pool
     local_prefill_threshold = "local_prefill_threshold"  # PD-aware local prefill (tokens), on the decode pool
+    expert_capacity = "expert_capacity"  # per-expert capacity factor, per pool (controlplane/plan/capacity_factor.py)
 
 
 class ReplicaBounds(BaseModel):
@@ -141,6 +142,15 @@ class Policy(BaseModel):
     topk_group_min: int | None = Field(default=None, ge=1, le=4096,
                                        description="routing limit range, groups per token")
     topk_group_max: int | None = Field(default=None, ge=1, le=4096)
+    max_dropped_share: float | None = Field(
+        default=None, gt=0, le=0.5,
+        description="manage the per-expert capacity factor: cap each expert's tokens per step when the placement "
+                    "cannot bring max/mean GPU load under imbalance_threshold, never dropping more than this share "
+                    "of the token-expert assignments; unset: no cap is issued")
+    expert_capacity_factor_min: float = Field(default=1.25, ge=1.0, le=1000,
+                                              description="the tightest cap, as a multiple of an expert's even share")
+    expert_capacity_factor_max: float = Field(default=4.0, ge=1.0, le=1000,
+                                              description="the loosest cap issued; past it the cap is lifted")
     replicas: dict[str, ReplicaBounds] = Field(default_factory=dict,
                                                description="pool role -> instance count bounds")
     gpu_budget: int | None = Field(default=None, ge=1, le=MAX_REPLICAS * 3,
@@ -177,6 +187,9 @@ class Policy(BaseModel):
     def _check(self) -> Policy:
         if self.max_moved_slots_per_hour_fraction < self.max_moved_slots_fraction:
             raise ValueError("max_moved_slots_per_hour_fraction must be >= max_moved_slots_fraction")
+        if self.expert_capacity_factor_min > self.expert_capacity_factor_max:
+            raise ValueError(f"expert_capacity_factor_min {self.expert_capacity_factor_min} exceeds "
+                             f"expert_capacity_factor_max {self.expert_capacity_factor_max}")
         if self.topk_group_min and self.topk_group_max and self.topk_group_min > self.topk_group_max:
             raise ValueError(f"topk_group_min {self.topk_group_min} exceeds topk_group_max {self.topk_group_max}")
         unknown = set(self.replicas) - {"prefill", "decode", "unified"}

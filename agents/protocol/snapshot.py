@@ -96,6 +96,10 @@ class RankCounters(_Frozen):
                                                                       "absent from agents that do not measure it")
     step_load: StepLoad | None = Field(default=None, description="the step-level straggler with and without the "
                                                                  "dispatch-time split; absent unless it is measured")
+    # optional (agents before it omit it: 0)
+    dropped_tokens: int = Field(default=0, ge=0, le=MAX_COUNT,
+                                description="token-expert assignments (summed over MoE layers) the per-expert capacity "
+                                            "limit (RoutingLimits.expert_capacity_factor) dropped")
 
     def _where(self) -> str:
         """What names this rank in an error message that is not about this rank alone."""

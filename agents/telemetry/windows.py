@@ -197,6 +197,7 @@ class WindowBuilder:
             recall = np.where(total > 0, kept / np.maximum(total, 1), np.nan)
         num_total = int(total.sum())
         version = sums.placement_version if sums.num_steps else self.placement_version
+        dropped = int(_host(sums.dropped_tokens, (num_layers,)).sum())
         snapshot = Snapshot(
             identity=self.identity, model=self.model, window_start=window_start(sums.index, self.window_seconds),
             window_seconds=self.window_seconds, placement_version=version, num_steps=sums.num_steps,
@@ -212,8 +213,7 @@ class WindowBuilder:
             routing_recall=min(1.0, int(kept.sum()) / num_total) if num_total else None,
             routing_groups_per_token=self._per_token(sums.groups_per_token),
             routing_nodes_per_token=self._per_token(sums.nodes_per_token),
-            serving=sums.serving(self.window_seconds), step_load=self._step_load(sums))
-        dropped = int(_host(sums.dropped_tokens, (num_layers,)).sum())
+            serving=sums.serving(self.window_seconds), step_load=self._step_load(sums), dropped_tokens=dropped)
         return ClosedWindow(snapshot, expert_tokens, slot_tokens, recall, dropped)
 
     def _step_load(self, sums: WindowSums) -> StepLoad | None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from agents.protocol.placement import PlacementTable
 from controlplane.desired import Decision, KnobKind, Policy
 from controlplane.observed.pool import PoolState
+from controlplane.plan.capacity_factor import CapacityStep
 from controlplane.plan.decisions import Decisions
 from controlplane.plan.pools_outcome import finite
 from controlplane.solve.routing import RoutingStep
@@ -40,6 +41,9 @@ def proposals(decisions: Decisions, policy: Policy, state: PoolState, role: str,
     step = decisions.routing
     if step is not None and step.is_change_from(state.topk_group):
         out.append(_routing(step, state, policy.sustained_windows))
+    cap = decisions.capacity
+    if cap is not None and cap.is_change_from(state.knob(KnobKind.expert_capacity).value):
+        out.append(_capacity(cap, state, policy.sustained_windows))
     if decisions.pools is None:
         return out
     outcome = decisions.pools
@@ -76,3 +80,18 @@ def _routing(step: RoutingStep, state: PoolState, num_windows: int) -> Proposal:
         predicted["effect"] = step.effect.to_json()
     return Proposal(KnobKind.routing, step.topk_group, Entry(step.reason, inputs, predicted),
                     f"routing {state.topk_group} -> {step.topk_group} ({step.reason})")
+
+
+def _capacity(step: CapacityStep, state: PoolState, num_windows: int) -> Proposal:
+    """The cap `step` moves to, with the windows it was decided on."""
+    current = state.knob(KnobKind.expert_capacity).value
+    windows_used = state.windows_since_change(KnobKind.expert_capacity)[-num_windows:]
+    signals = state.signals(windows_used)
+    inputs = {"windows": [w.index for w in windows_used], "expert_capacity_factor": current,
+              "measured_imbalance": [round(w.imbalance(state.ep_size) or 0.0, 4) for w in windows_used],
+              "dropped_share": None if signals["dropped_share"] is None else round(signals["dropped_share"], 6)}
+    predicted = {"factor_before": current, "factor_after": step.factor}
+    if step.effect is not None:
+        predicted["effect"] = step.effect.to_json()
+    return Proposal(KnobKind.expert_capacity, step.factor, Entry(step.reason, inputs, predicted),
+                    f"capacity factor {current or 'none'} -> {step.factor or 'none'} ({step.reason})")

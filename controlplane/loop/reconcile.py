@@ -46,7 +46,7 @@ from controlplane.store import (
     windows,
 )
 from controlplane.store.db import is_unavailable
-from controlplane.store.knobs import PLACEMENT, POOL_SIZE, ROUTING
+from controlplane.store.knobs import PLACEMENT, POOL_SIZE
 from controlplane.store.tables import Action, Deployment, Pool
 from controlplane.store.window_reads import next_pass_delay
 
@@ -193,7 +193,7 @@ class Reconciler:
                                 is_asked=any(r.trigger == "manual" for r in pending))
             with tracer.start_as_current_span("plan"):  # pure: what was read above in, every knob's decision out
                 decisions = self.compute(decide, policy, inputs, settings, now)
-            plan, routing, sized = decisions.placement, decisions.routing, decisions.pools
+            plan, sized = decisions.placement, decisions.pools
             span.set_attribute("moectl.decision", plan.decision.value)
             log.info("%s/%s: %s (%s)", deployment.name, pool.role, plan.decision.value, plan.reason)
             if sized is not None:
@@ -206,9 +206,8 @@ class Reconciler:
             serving.prune_routers(session, deployment, history_windows=settings.history_windows,
                                   limit=settings.max_prune_rows)
             with tracer.start_as_current_span("actuate"):
-                for knob, why in ((PLACEMENT.kind, plan.unparked), (ROUTING.kind, routing and routing.unparked)):
-                    if why is not None:
-                        parks.release(session, pool=pool, knob=knob, reason=why, now=now)
+                for knob, why in decisions.unparked().items():
+                    parks.release(session, pool=pool, knob=knob, reason=why, now=now)
                 # a person's size, before the planner's
                 reconcile_knobs.actuate_pool_size(pool_pass, [r for r in asked if r.knob == POOL_SIZE.kind])
                 made = proposals(decisions, policy, state, pool.role, pending)

@@ -166,6 +166,13 @@ def acceptance_by_position(windows) -> list[float]:
             for i in positions] if drafts > 0 else []
 
 
+def dropped_share(windows) -> float | None:
+    """The share of the token-expert assignments routed over `windows` that the per-expert capacity limit dropped
+    (agents/protocol/snapshot.py `dropped_tokens`); None when they routed none."""
+    routed = sum(float(w.expert_tokens.sum()) for w in windows if w.expert_tokens.size)
+    return sum(w.counters.get("dropped_tokens", 0.0) for w in windows) / routed if routed > 0 else None
+
+
 @dataclass(frozen=True)
 class KnobChange:
     """An applied change of one of the pool's knobs, whoever asked for it. direction: +1 the knob's value
@@ -273,7 +280,8 @@ class PoolState:
         return {"imbalance": mean(w.imbalance(self.ep_size) for w in windows),
                 "all2all_share": pooled(("dispatch_seconds", "combine_seconds"), "forward_seconds"),
                 "routing_recall": mean(self.routing_recall(w) for w in windows),
-                "mtp_acceptance": pooled(("spec_accepted_tokens",), "spec_draft_tokens")}
+                "mtp_acceptance": pooled(("spec_accepted_tokens",), "spec_draft_tokens"),
+                "dropped_share": dropped_share(windows)}
 
     def knob_inputs(self, *, with_expert_share: bool) -> KnobInputs:
         """What a knob's change is decided from now (controlplane/plan/parking.py): the load over the most recent

@@ -16,6 +16,8 @@ COUNTERS = (
     # tokens summed over steps and MoE layers; only from agents that measure it
     "step_split_max_tokens", "step_shares_max_tokens", "step_bound_max_tokens", "step_mean_tokens",
     "step_split_routed_mean_tokens",
+    # assignments the per-expert capacity limit dropped, summed over MoE layers (agents/protocol/snapshot.py)
+    "dropped_tokens",
 )
 # worst over reports: a percentile cannot be summed, the max is an honest upper bound
 MAXIMA = ("ttft_p99", "itl_p99")

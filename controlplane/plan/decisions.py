@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from controlplane.config import Settings
-from controlplane.desired import Decision, Plan, Policy
+from controlplane.desired import Decision, KnobKind, Plan, Policy
 from controlplane.observed.pool import PoolState
+from controlplane.plan.capacity_factor import CapacityStep, plan_capacity_factor
 from controlplane.plan.diagnose import MtpDiagnosis, diagnose_prefix_hits
 from controlplane.plan.placement import plan_pool
 from controlplane.plan.pools_outcome import ObservedPools, PoolsOutcome, plan_deployment
@@ -39,6 +40,13 @@ class Decisions:
     pools: PoolsOutcome | None  # both pools' sizes and the prefill threshold; None where not planned
     reach: RoutingReach  # whether the group limit in force is honoured
     prefix_hits: tuple[str, list[float]] | None  # the finding and the ratios it read, when hits stay under the floor
+    capacity: CapacityStep | None = None  # the per-expert cap; None: the placement moves this pass
+
+    def unparked(self) -> dict[str, str]:
+        """knob kind -> why its park is lifted this pass (its inputs changed materially, or a person asked)."""
+        steps = {KnobKind.placement: self.placement, KnobKind.routing: self.routing,
+                 KnobKind.expert_capacity: self.capacity}
+        return {kind: step.unparked for kind, step in steps.items() if step is not None and step.unparked}
 
 
 def decide(policy: Policy, inputs: PoolInputs, settings: Settings, now: float) -> Decisions:
@@ -47,5 +55,7 @@ def decide(policy: Policy, inputs: PoolInputs, settings: Settings, now: float) -
     routing = None if placement.decision == Decision.rebalance else plan_routing(policy, inputs.state, now,
                                                                                  inputs.mtp)
     pools = None if inputs.pools is None else plan_deployment(inputs.pools, policy, settings)
+    moves = placement.decision == Decision.rebalance  # one change of the pool's imbalance per pass
+    capacity = None if moves else plan_capacity_factor(policy, inputs.state, now)
     return Decisions(placement, routing, pools, reach=check_routing_limit(policy, inputs.state),
-                     prefix_hits=diagnose_prefix_hits(policy, inputs.state))
+                     prefix_hits=diagnose_prefix_hits(policy, inputs.state), capacity=capacity)

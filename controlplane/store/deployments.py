@@ -13,7 +13,7 @@ from agents.protocol.placement import PlacementTable
 from controlplane.desired import Policy
 from controlplane.store import policies
 from controlplane.store.batches import delete_some
-from controlplane.store.knobs import PLACEMENT, POOL_SIZE, PREFILL_THRESHOLD, ROUTING
+from controlplane.store.knobs import KNOBS, PLACEMENT
 from controlplane.store.tables import Action, Agent, Deployment, LoadWindow, Placement, Pool
 from controlplane.store.timestamps import utc
 
@@ -82,8 +82,9 @@ def create_pool(session: Session, *, deployment: Deployment, identity: Identity,
     model = model_of(deployment)
     table = default_slot_to_expert(model.num_layers, model.num_experts, identity.ep_size * identity.slots_per_rank)
     PLACEMENT.versions.add(session, pool=pool, version=0, value=PlacementTable(table), action_id=None, now=now)
-    for unset in (ROUTING.versions, POOL_SIZE.versions, PREFILL_THRESHOLD.versions):
-        unset.add(session, pool=pool, version=0, value=None, action_id=None, now=now)
+    for knob in KNOBS.values():
+        if knob is not PLACEMENT:
+            knob.versions.add(session, pool=pool, version=0, value=None, action_id=None, now=now)
     return pool
 
 

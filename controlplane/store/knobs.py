@@ -15,7 +15,7 @@ from agents.protocol.placement import PlacementTable
 from controlplane.desired import KnobKind
 from controlplane.store.placements import PlacementColumns, TableProposal
 from controlplane.store.tables import Action, KnobVersion, Placement, Pool
-from controlplane.store.versions import Column, Versioned
+from controlplane.store.versions import Column, Hundredths, Versioned
 
 V = TypeVar("V")
 
@@ -97,7 +97,15 @@ PREFILL_THRESHOLD: Knob[int | None] = Knob(KnobKind.local_prefill_threshold,
                                            _number(KnobKind.local_prefill_threshold), Predicted("tokens_after"),
                                            "local-prefill threshold")
 
-KNOBS: dict[str, Knob] = {knob.kind: knob for knob in (PLACEMENT, ROUTING, POOL_SIZE, PREFILL_THRESHOLD)}
+# the per-expert capacity factor: each expert takes at most this multiple of an even share of a step's tokens, the
+# rest of its assignments dropped (agents/telemetry/agent.py); kept in hundredths. None: no cap
+CAPACITY_FACTOR: Knob[float | None] = Knob(KnobKind.expert_capacity,
+                                           Versioned(KnobVersion, Hundredths("value"), KnobKind.expert_capacity),
+                                           Predicted("factor_after"), "capacity factor")
+
+KNOBS: dict[str, Knob] = {knob.kind: knob for knob in (PLACEMENT, ROUTING, POOL_SIZE, PREFILL_THRESHOLD,
+                                                       CAPACITY_FACTOR)}
 # the one-number knobs of the pool itself that its plan reads in force (`PoolState.in_force`, store/pools.py
-# `read_state`); the pool size and the prefill threshold are read with the deployment's PD view instead
-IN_POOL_STATE: tuple[Knob, ...] = (ROUTING,)
+# `read_state`) and its agents are answered with (store/in_force.py); the pool size and the prefill threshold are
+# read with the deployment's PD view instead
+IN_POOL_STATE: tuple[Knob, ...] = (ROUTING, CAPACITY_FACTOR)

@@ -32,6 +32,9 @@ def _changes(session: Session, pool: Pool, *, since: float, model_limit: int | N
             before, after = (action.predicted.get(k) or model_limit or num_groups
                              for k in ("topk_group_before", "topk_group_after"))
             direction = (after > before) - (after < before)
+        elif action.kind == KnobKind.expert_capacity:  # None: no cap, the loosest
+            before, after = (action.predicted.get(k) or float("inf") for k in ("factor_before", "factor_after"))
+            direction = (after > before) - (after < before)
         stored = knob.versions.get(session, pool, action.version)
         result.append(KnobChange(action.id, action.kind, stored.created_at if stored else seconds(action.created_at),
                                  action.status, direction, Effect.from_json(action.predicted.get("effect"))))

@@ -63,6 +63,21 @@ class Column(Generic[V]):
 
 
 @dataclass(frozen=True)
+class Hundredths:
+    """A fraction kept in an integer column as hundredths (the capacity factor 1.25 as 125): a knob of the shared
+    `KnobVersion` table whose value is not a count needs no column nor migration of its own."""
+
+    name: str
+
+    def to_columns(self, value: float | None) -> dict[str, Any]:
+        return {self.name: None if value is None else round(value * 100)}
+
+    def from_row(self, row: Any, decode: Decode) -> float | None:
+        stored = getattr(row, self.name)
+        return None if stored is None else stored / 100
+
+
+@dataclass(frozen=True)
 class Versioned(Generic[V]):
     """One knob's versions: `row_type` its table, `codec` how its value is kept there, `knob` its rows' name in
     a table of several knobs (None: the table is this knob's alone)."""

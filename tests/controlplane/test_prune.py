@@ -112,6 +112,7 @@ def test_the_job_deletes_the_old_and_keeps_what_is_in_force(sessions, settings):
             assert sorted(session.scalars(select(row.window_index))) == list(range(8, settings.history_windows + 10))
     assert pruned == {"load_windows": 8, "replica_windows": 8, "router_windows": 8, "placement_versions": 3,
                       "routing_versions": 0, "pool_size_versions": 0, "local_prefill_threshold_versions": 0,
+                      "expert_capacity_versions": 0,
                       "actions": 4, "requests": 1, "alert_events": 1, "agents": 1, "audit_events": 1,
                       "knob_parks": 1}
 

@@ -15,7 +15,7 @@ from controlplane.desired import Effect, Mode, Policy
 from controlplane.loop.verify import verify_pool
 from controlplane.observed.pool import RANK_REPORTS, Window
 from controlplane.store import actions, parks, pools
-from controlplane.store.knobs import PLACEMENT, ROUTING
+from controlplane.store.knobs import CAPACITY_FACTOR, PLACEMENT, ROUTING
 
 NOW = 1_800_000_000.0
 AUTO = Policy(mode=Mode.auto, verify_windows=2, rollback_tolerance=0.05)
@@ -145,3 +145,23 @@ def test_a_routing_limit_without_its_effect_is_reverted_and_parked(sessions, sha
         parked = parks.active(session, pool)["routing"]
         assert parked.action_id == action.id and words in parked.reason
         assert parked.inputs.policy_version == 1 and parked.inputs.expert_share is None
+
+
+@pytest.mark.parametrize("gpu_tokens, status", [((230, 170), "verified"), ((300, 100), "rolled_back")])
+def test_a_capacity_factor_is_judged_by_the_imbalance_it_aimed_at(sessions, gpu_tokens, status):
+    """The cap is one of the knobs verify knows by kind only: judged on the windows since its version, rolled back
+    and parked like any when the hot GPU did not shed its load."""
+    with sessions() as session, session.begin():
+        deployment, pool = make_pool(session, now=NOW)
+        effect = Effect("imbalance", -1, 1.5, 1.2, AUTO.rollback_tolerance)
+        action = change.propose(session, CAPACITY_FACTOR, pool, 4.0,
+                                actions.Entry("test", predicted={"factor_before": None, "factor_after": 4.0,
+                                                                 "effect": effect.to_json()}), policy=AUTO, now=NOW + 5)
+        before = window(0, 0, (300, 100))  # ran before the cap: not judged
+        after = [before] + [window(i, 0, gpu_tokens) for i in (1, 2)]
+        verify_pool(session, pool, state_with(session, deployment, pool, after), AUTO, NOW + 30)
+        assert action.status == status, action.measured
+        assert action.measured["imbalance_before"] == 1.5
+        assert action.measured["imbalance_after"] == pytest.approx(max(gpu_tokens) / 200)
+        if status == "rolled_back":
+            assert CAPACITY_FACTOR.get(session, pool, 2) is None and "expert_capacity" in parks.active(session, pool)

@@ -49,9 +49,11 @@ from controlplane.store import (
     windows,
 )
 from controlplane.store.deployments import AgentSeen
-from controlplane.store.knobs import PLACEMENT
+from controlplane.store.knobs import CAPACITY_FACTOR, PLACEMENT, ROUTING
 
 router = APIRouter(tags=["agents"])
+# the pool's one-number knobs in force (store/in_force.py `InForce.knobs`) -> their field of the agents' answer
+LIMIT_FIELDS = {ROUTING.kind: "topk_group", CAPACITY_FACTOR.kind: "expert_capacity_factor"}
 T = TypeVar("T")
 
 
@@ -150,7 +152,7 @@ def _ingest(post: _Post, session, settings, now: float, actuation: Actuation, ca
                                   policy=state.policy, created_by=caller.name, now=now)
         latest = PLACEMENT.versions.latest(session, pool)
     threshold = state.local_prefill_threshold
-    routing = RoutingLimits(topk_group=state.topk_group)
+    routing = RoutingLimits(**{LIMIT_FIELDS[kind]: value for kind, value in state.knobs.items()})
     report = post.report(settings.window_seconds)
     num_windows = deployments.record_agents(session, pool=pool, instance=ident.instance, seen=post.seen,
                                             window_index=report.window_index, now=now,

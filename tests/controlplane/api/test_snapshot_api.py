@@ -12,6 +12,8 @@ from sqlalchemy import select
 from support.auth import agent, operator
 from support.store import MODEL, register, snapshot, stored
 
+from controlplane.store import deployments
+from controlplane.store.knobs import CAPACITY_FACTOR
 from controlplane.store.tables import LoadWindow
 
 
@@ -97,6 +99,20 @@ def test_the_answer_carries_the_policys_knobs(client, clock, registered):
     client.put("/v1/deployments/tiny/policy", json={"local_prefill_threshold": 512}, headers=operator())
     answer = post(client, good(clock)).json()
     assert answer["local_prefill_threshold"] == 512 and answer["window_seconds"] == 10
+
+
+def test_the_answer_carries_the_pools_capacity_factor_and_the_window_its_dropped_assignments(client, sessions, clock,
+                                                                                          registered):
+    assert post(client, good(clock)).json()["routing"] == {}  # version 0: no cap, no limit
+    with sessions() as session, session.begin():
+        [pool] = deployments.pools_of(session, deployments.get(session, "tiny"))
+        CAPACITY_FACTOR.versions.add(session, pool=pool, version=1, value=1.25, action_id=None, now=clock.now)
+    clock.now += 10
+    answer = post(client, good(clock, dropped_tokens=17)).json()
+    assert answer["routing"] == {"expert_capacity_factor": 1.25}
+    with sessions() as session:
+        counters = session.scalars(select(LoadWindow.counters).order_by(LoadWindow.window_index)).all()
+        assert [c["dropped_tokens"] for c in counters] == [0, 17]
 
 
 def test_a_new_agents_first_window_counts_it_fresh_but_not_as_load(client, sessions, clock, registered):

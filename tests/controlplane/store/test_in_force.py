@@ -1,6 +1,6 @@
 """What a post is checked against and answered with, in one query: each part the newest of its own kind (the
-pool's placement and routing limit, the decode pool's threshold, the deployment's policy), never another
-pool's or an older version."""
+pool's placement, routing limit and capacity factor, the decode pool's threshold, the deployment's policy), never
+another pool's or an older version."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from support.store import EP_SIZE, MODEL, SLOTS_PER_RANK, make_pool
 from agents.protocol.placement import PlacementTable
 from controlplane.desired import Policy
 from controlplane.store import in_force, policies
-from controlplane.store.knobs import PLACEMENT, PREFILL_THRESHOLD, ROUTING
+from controlplane.store.knobs import CAPACITY_FACTOR, PLACEMENT, PREFILL_THRESHOLD, ROUTING
 
 NOW = 1_800_000_000.0
 
@@ -25,6 +25,8 @@ def test_a_post_reads_the_newest_of_each_knob_of_its_own_pool(sessions):
                            action_id=None, now=NOW + version)
         ROUTING.versions.add(session, pool=prefill, version=1, value=3, action_id=None, now=NOW)
         ROUTING.versions.add(session, pool=decode, version=1, value=2, action_id=None, now=NOW)
+        for version, factor in ((1, 2.5), (2, 1.25)):  # kept in hundredths, read back as the factor
+            CAPACITY_FACTOR.versions.add(session, pool=prefill, version=version, value=factor, action_id=None, now=NOW)
         PREFILL_THRESHOLD.versions.add(session, pool=decode, version=1, value=512, action_id=None, now=NOW)
         PREFILL_THRESHOLD.versions.add(session, pool=prefill, version=1, value=7, action_id=None, now=NOW)  # not read
         policies.put(session, deployment=deployment, policy=Policy(local_prefill_threshold=200), created_by="t",
@@ -40,6 +42,7 @@ def test_a_post_reads_the_newest_of_each_knob_of_its_own_pool(sessions):
         on_decode = in_force.read(session, "tiny", "decode")
         assert on_decode.pool.id == on_decode.decode.id == decode.id
         assert (on_decode.placement.version, on_decode.topk_group) == (0, 2)
+        assert state.knobs[CAPACITY_FACTOR.kind] == 1.25 and on_decode.knobs[CAPACITY_FACTOR.kind] is None
 
 
 def test_without_a_pool_of_the_role_or_a_threshold_the_policy_answers(sessions):

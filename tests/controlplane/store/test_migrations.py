@@ -20,6 +20,7 @@ TABLES = {"deployments", "pools", "agents", "load_windows", "placements", "knob_
           "router_windows", "pool_plans"}
 # the last revision with a table per scalar knob (routing_limits, pool_sizes, prefill_thresholds)
 BEFORE_KNOB_VERSIONS = "2026_12_03_deployment_engine"
+KNOB_VERSIONS = "2026_12_04_knob_versions"
 TS = DateTime(timezone=True)
 
 
@@ -164,7 +165,7 @@ def test_the_scalar_knobs_versions_move_into_one_table_and_back(database_url):
             conn.execute(text(f"INSERT INTO {table} (pool_id, version, {column}, action_id, created_at) VALUES"
                               " (1, 0, NULL, NULL, :t), (1, 1, :v, 7, :at)"),
                          {"t": created, "v": value, "at": changed})
-    upgrade(database_url)
+    upgrade(database_url, KNOB_VERSIONS)
     select_versions = text("SELECT knob, version, value, action_id, created_at FROM knob_versions"
                            " ORDER BY knob, version").columns(created_at=TS)
     with engine.begin() as conn:
@@ -182,3 +183,29 @@ def test_the_scalar_knobs_versions_move_into_one_table_and_back(database_url):
     engine.dispose()
     assert back == {"routing_limits": [(0, None, None), (1, 3, 7), (2, None, 8)],
                     "pool_sizes": [(0, None, None), (1, 2, 7)], "prefill_thresholds": [(0, None, None), (1, 512, 7)]}
+
+
+def test_every_pool_gets_version_0_of_the_capacity_factor_and_a_downgrade_removes_it(database_url):
+    """A pool made before the capacity factor holds its version 0 (no cap) after the upgrade, as a new pool
+    does (store/deployments.py `create_pool`); the downgrade leaves the other knobs' versions as they were."""
+    upgrade(database_url, KNOB_VERSIONS)
+    created = datetime(2026, 11, 1, tzinfo=UTC)
+    engine = create_engine(database_url)
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO deployments (id, name, model, created_at) VALUES (1, 'd', '{}', :t)"),
+                     {"t": created})
+        for pool_id, role in ((1, "prefill"), (2, "decode")):
+            conn.execute(text("INSERT INTO pools (id, deployment_id, role, ep_size, slots_per_rank, gpus_per_node,"
+                              " created_at) VALUES (:id, 1, :role, 2, 2, 8, :t)"),
+                         {"id": pool_id, "role": role, "t": created})
+        conn.execute(text("INSERT INTO knob_versions (pool_id, knob, version, value, action_id, created_at) VALUES"
+                          " (1, 'routing', 0, NULL, NULL, :t)"), {"t": created})
+    upgrade(database_url)
+    capacity = text("SELECT pool_id, version, value, created_at FROM knob_versions WHERE knob = 'expert_capacity'"
+                    " ORDER BY pool_id").columns(created_at=TS)
+    with engine.connect() as conn:
+        assert [(r[0], r[1], r[2], seconds(r[3])) for r in conn.execute(capacity)] == [
+            (1, 0, None, created.timestamp()), (2, 0, None, created.timestamp())]
+    downgrade(database_url, KNOB_VERSIONS)
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT knob, pool_id FROM knob_versions")).all() == [("routing", 1)]
