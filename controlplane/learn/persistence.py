@@ -8,6 +8,10 @@ fitted to the skew now that is left k - 1 windows later. The skew that does not 
 under `MIN_PERSISTENT_SHARE` of c(0)) is noise, which no placement keeps up with: its persistence is one window.
 
 history: [W, L, E] tokens per window, oldest first (as controlplane/learn/forecast.py). Returns windows.
+
+The skew's persistence says how long any hot set lasts; `gain_held_windows` says how long the particular gain a
+change would make has been there (a new placement's gain over one in force fitted to much the same skew is younger
+than the skew). A change is priced on the shorter.
 """
 
 from __future__ import annotations
@@ -59,3 +63,16 @@ def persistence_windows(history, max_windows: float) -> float:
     level = float(ratio[-1])
     tail = level * rest if slope >= 0 else level * -math.expm1(slope * rest) / -slope
     return float(min(ratio.sum() + tail, max_windows))
+
+
+def gain_held_windows(gains) -> float:
+    """How many windows back a change's gain has held at its size now: gains [W] the gain it would have had in each
+    past window (oldest first), the last the size now. The sum, newest first, of each window's gain over the gain
+    now (in [0, 1]). A gain that appeared this minute has held for a minute and is expected to hold about as long
+    again; one that every window of the history shows, at least as long as the history. 0 where there is no gain."""
+    gains = np.asarray(gains, dtype=np.float64)
+    if gains.ndim != 1 or gains.size == 0 or not np.isfinite(gains).all():
+        raise ValueError(f"gains must be finite [num_windows], got shape {gains.shape}")
+    if gains[-1] <= 0:
+        return 0.0
+    return float(np.clip(gains / gains[-1], 0.0, 1.0).sum())

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from agents.protocol.placement import PlacementTable
-from controlplane.learn.persistence import persistence_windows
+from controlplane.learn.persistence import gain_held_windows, persistence_windows
 
 DEFAULT_MARGIN = 1.25  # the forecast's and the step model's errors: a change must beat its cost by a quarter
 MAX_HORIZON_SECONDS = 3600.0  # nothing is planned for past an hour: the load and the policy move on
@@ -134,12 +134,17 @@ def price_placement(current: PlacementTable, planned: PlacementTable, history, i
     history: [W, L, E] expert tokens per window, oldest first; imbalances, step_seconds: [n] each window's measured
     max/mean and mean step seconds. Before and after are the mean max/mean of the last GAIN_WINDOWS windows had each
     table run them: a plan is fitted to the load it was solved on, so its gain there is optimistic, and on a minute
-    of measured windows a plan that chases a passing hot set gains nothing. The horizon is the hot set's persistence
-    on the history, up to MAX_HORIZON_SECONDS."""
+    of measured windows a plan that chases a passing hot set gains nothing. The horizon is the shorter of the hot
+    set's persistence on the history (up to MAX_HORIZON_SECONDS) and how long this gain has held back over the
+    history (controlplane/learn/persistence.py: a gain that appeared a minute ago is expected to last about a
+    minute more; the history's length bounds what is believed)."""
     history = np.asarray(history, dtype=np.float64)
-    recent = history[-GAIN_WINDOWS:]
-    before = float(np.mean([current.imbalance(x, num_gpus) for x in recent]))
-    after = float(np.mean([planned.imbalance(x, num_gpus) for x in recent]))
-    persistence = persistence_windows(history, MAX_HORIZON_SECONDS / window_seconds)
+    before_each = np.array([current.imbalance(x, num_gpus) for x in history])
+    after_each = np.array([planned.imbalance(x, num_gpus) for x in history])
+    before, after = float(before_each[-GAIN_WINDOWS:].mean()), float(after_each[-GAIN_WINDOWS:].mean())
+    # the gain as a minute's mean, window by window back over the history: how long it has held
+    gains = np.convolve(before_each - after_each, np.ones(GAIN_WINDOWS) / GAIN_WINDOWS, mode="valid")
+    persistence = min(persistence_windows(history, MAX_HORIZON_SECONDS / window_seconds),
+                      max(gain_held_windows(gains), 1.0))
     step = fit_step_model(imbalances, step_seconds)
     return price_change(ChangeQuote(before, after, step, window_seconds * persistence, cost, margin))

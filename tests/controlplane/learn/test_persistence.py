@@ -3,7 +3,7 @@
 import numpy as np
 
 from agents.sim.load import LoadModel
-from controlplane.learn.persistence import persistence_windows, skew_autocorrelation
+from controlplane.learn.persistence import gain_held_windows, persistence_windows, skew_autocorrelation
 
 
 def history(drift_sigma: float, num_windows: int = 96, swing_period_seconds: float | None = None,
@@ -32,3 +32,11 @@ def test_noise_without_a_lasting_skew_persists_one_window():
 def test_too_short_or_unskewed_a_history_persists_one_window():
     assert persistence_windows(history(0.0, num_windows=2), 720) == 1.0
     assert persistence_windows(np.full((10, 2, 8), 5.0), 720) == 1.0
+
+
+def test_a_gain_has_held_as_many_windows_as_it_was_there_at_its_size_now():
+    assert gain_held_windows([0.1] * 30) == 30.0
+    assert gain_held_windows([0.0] * 27 + [0.1] * 3) == 3.0  # it appeared three windows ago
+    assert gain_held_windows([0.05] * 10 + [0.1] * 3) == 8.0  # at half its size before: half a window each
+    assert gain_held_windows([0.2, -0.1, 0.1]) == 2.0  # a loss counts nothing, more than now counts as now
+    assert gain_held_windows([0.1, 0.0]) == 0.0
