@@ -52,7 +52,7 @@ def test_overview_of_a_quiet_deployment_says_unknown_not_zero(client):
     client.put("/v1/deployments/tiny", json={"model": MODEL}, headers=operator())
     overview = client.get("/v1/deployments/tiny/overview").json()
     assert overview["imbalance"] is None and overview["mtp_acceptance"] is None
-    assert overview["agents"] == {"total": 0, "fresh": 0, "stale": 0, "gone": 0}
+    assert overview["agents"] == {"total": 0, "fresh": 0, "stale": 0, "gone": 0, "unhealthy": []}
     assert client.get("/v1/deployments/nope/overview").status_code == 404
 
 
