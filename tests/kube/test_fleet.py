@@ -16,80 +16,23 @@ import time
 
 import kubernetes
 import pytest
-from kubernetes.client import AppsV1Api, AutoscalingV2Api, CoreV1Api, CustomObjectsApi
+from kubernetes.client import AppsV1Api, AutoscalingV2Api, CoreV1Api
 from support.kube import build
-from support.kube.cluster import DEFAULT_CONTROLLERS, running_cluster
-from support.kube.controller import SERVICE_ACCOUNT, grant_controller
-from support.kube.crds import install_crds, workload_crds
-from support.kube.fixture import fresh_namespace, require_built
-from support.kube.fleet import GPU, fake_pod_annotations, running_fleet
+from support.kube.fixture import require_built
+from support.kube.fleet import LwsGroups, is_ready, serving_fleet
 from support.scaling import ScaledDeployment
 from support.servers import until
 
-from controlplane.actuate.kube import KubeScaler
 from controlplane.actuate.scaler import PoolRef
-from controlplane.config import KubeScaleTarget
-from controlplane.desired import Policy
-from controlplane.kube_kinds import LWS_GROUP, LWS_NAME
 from controlplane.loop.reconcile import Reconciler
 from controlplane.store import deployments, requests
 from controlplane.store.knobs import POOL_SIZE
 
 pytestmark = [pytest.mark.kube, pytest.mark.slow]
-NUM_NODES, GPUS_PER_NODE, GROUP_SIZE = 128, 8, 2
-READY_SECONDS = 2.0
-LWS = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
-PREFILL = KubeScaleTarget(deployment="tiny", role="prefill", kind="LeaderWorkerSet", name="prefill")
-DECODE = KubeScaleTarget(deployment="tiny", role="decode", kind="Deployment", name="decode")
-POLICY = Policy(mode="auto", cooldown_seconds=0, replicas={role: {"min": 0, "max": 128}
-                                                           for role in ("prefill", "decode", "unified")})
+NUM_NODES, GPUS_PER_NODE = 128, 8
+GROUP_SIZE = LwsGroups.SIZE
+LWS = LwsGroups.RESOURCE
 WAIT_S = 120.0
-
-
-def container() -> kubernetes.client.V1Container:
-    return kubernetes.client.V1Container(name="engine", image="registry.invalid/none:0",
-                                         resources=kubernetes.client.V1ResourceRequirements(limits={GPU: "8"}))
-
-
-class LwsGroups:
-    """The LeaderWorkerSet controller's part, played here: group g of `name` is pods `name-g` (leader) and
-    `name-g-1` (worker) with the LWS labels; groups past spec.replicas go, highest first; status.readyReplicas
-    counts groups whose every pod is Ready."""
-
-    def __init__(self, admin: kubernetes.client.ApiClient, namespace: str, name: str):
-        self.objects, self.core, self.namespace, self.name = CustomObjectsApi(admin), CoreV1Api(admin), namespace, name
-
-    def pods(self) -> list[kubernetes.client.V1Pod]:
-        return [p for p in self.core.list_namespaced_pod(self.namespace, label_selector=f"{LWS_NAME}={self.name}").items
-                if p.metadata.deletion_timestamp is None]
-
-    def sync(self) -> None:
-        found = self.objects.get_namespaced_custom_object(*LWS[:2], self.namespace, LWS[2], self.name)
-        replicas, pods = found["spec"]["replicas"], self.pods()
-        have = {p.metadata.name for p in pods}
-        for pod in pods:
-            if int(pod.metadata.labels[LWS_GROUP]) >= replicas:
-                self.core.delete_namespaced_pod(pod.metadata.name, self.namespace, grace_period_seconds=0)
-        for group in range(replicas):
-            for worker in range(GROUP_SIZE):
-                name = f"{self.name}-{group}" + (f"-{worker}" if worker else "")
-                if name not in have:
-                    self.core.create_namespaced_pod(self.namespace, kubernetes.client.V1Pod(
-                        metadata=kubernetes.client.V1ObjectMeta(
-                            name=name, annotations=fake_pod_annotations(READY_SECONDS),
-                            labels={LWS_NAME: self.name, LWS_GROUP: str(group),
-                                    "leaderworkerset.sigs.k8s.io/worker-index": str(worker)}),
-                        spec=kubernetes.client.V1PodSpec(containers=[container()])))
-        ready_pods = [p for p in self.pods() if _is_ready(p)]
-        groups = [int(p.metadata.labels[LWS_GROUP]) for p in ready_pods]
-        ready = sum(groups.count(g) == GROUP_SIZE for g in range(replicas))
-        self.objects.patch_namespaced_custom_object_status(*LWS[:2], self.namespace, LWS[2], self.name, {"status": {
-            "replicas": replicas, "readyReplicas": ready,
-            "hpaPodSelector": f"{LWS_NAME}={self.name},leaderworkerset.sigs.k8s.io/worker-index=0"}})
-
-
-def _is_ready(pod: kubernetes.client.V1Pod) -> bool:
-    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
 
 
 class Rehearsal:
@@ -124,10 +67,10 @@ class Rehearsal:
     def all_ready(self, role: str, num_pods: int) -> bool:
         self.lws.sync()
         pods = self.pods(role)
-        self.last_seen = f"{role}: {len(pods)} pods, {sum(map(_is_ready, pods))} ready, " \
+        self.last_seen = f"{role}: {len(pods)} pods, {sum(map(is_ready, pods))} ready, " \
                          f"{sum(p.spec.node_name is not None for p in pods)} placed, " \
                          f"{[(c.reason, c.message) for p in pods[:1] for c in p.status.conditions or []]}"
-        return len(pods) == num_pods and all(_is_ready(p) for p in pods)
+        return len(pods) == num_pods and all(is_ready(p) for p in pods)
 
     def events(self, name: str, reason: str) -> list[str]:
         return [e.message for e in self.core.list_namespaced_event(self.namespace).items
@@ -139,35 +82,8 @@ def rehearsal(tmp_path_factory):
     bin_dir = require_built()
     if not all(build.is_cached(bin_dir, b) for b in build.binaries() if b.name in ("kube-scheduler", "kwok")):
         pytest.skip(f"kube-scheduler and kwok not built: run {build.BUILD_HINT}")
-    # node-lifecycle lifts the not-ready taint the apiserver puts on every new node once kwok makes it Ready
-    controllers = (*DEFAULT_CONTROLLERS, "pod-garbage-collector-controller", "node-lifecycle-controller")
-    kcm_args = ("--kube-api-qps=200", "--kube-api-burst=400", "--node-monitor-grace-period=300s")
-    with running_cluster(bin_dir, controllers, kcm_args) as cluster, running_fleet(cluster) as fleet, \
-            fresh_namespace(cluster) as namespace, cluster.api_client() as admin:
-        install_crds(admin, workload_crds()[:1])  # LeaderWorkerSet's own
-        fleet.add_nodes(NUM_NODES)
-        until("the fake nodes to be Ready", lambda: fleet.num_ready_nodes() == NUM_NODES, WAIT_S)
-        decode = AppsV1Api(admin)
-        body = kubernetes.client.V1Deployment(
-            metadata=kubernetes.client.V1ObjectMeta(name="decode"),
-            spec=kubernetes.client.V1DeploymentSpec(
-                replicas=0, selector=kubernetes.client.V1LabelSelector(match_labels={"app": "decode"}),
-                template=kubernetes.client.V1PodTemplateSpec(
-                    metadata=kubernetes.client.V1ObjectMeta(labels={"app": "decode"},
-                                                            annotations=fake_pod_annotations(READY_SECONDS)),
-                    spec=kubernetes.client.V1PodSpec(containers=[container()], termination_grace_period_seconds=0))))
-        decode.create_namespaced_deployment(namespace, body)
-        CustomObjectsApi(admin).create_namespaced_custom_object(*LWS[:2], namespace, LWS[2], {
-            "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": {"name": "prefill"},
-            "spec": {"replicas": 0, "leaderWorkerTemplate": {"size": GROUP_SIZE, "workerTemplate": {
-                "spec": {"containers": [container().to_dict()]}}}}})
-        grant_controller(cluster, namespace, [PREFILL, DECODE])
-        with cluster.service_account_client(namespace, SERVICE_ACCOUNT) as client:
-            scaler = KubeScaler(client, [PREFILL, DECODE], default_namespace=namespace, field_manager="moectl",
-                                reporting_instance="fleet-test")
-            pools = ScaledDeployment.create(f"sqlite:///{tmp_path_factory.mktemp('fleet') / 'moectl.db'}", scaler,
-                                            POLICY)
-            yield Rehearsal(cluster, fleet, admin, namespace, pools, LwsGroups(admin, namespace, "prefill"))
+    with serving_fleet(bin_dir, NUM_NODES, tmp_path_factory.mktemp("fleet") / "moectl.db") as served:
+        yield Rehearsal(*served)
 
 
 def test_1_a_traffic_shift_moves_gpus_from_decode_to_prefill_draining_first(rehearsal):

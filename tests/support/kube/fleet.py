@@ -18,16 +18,24 @@ from pathlib import Path
 import httpx
 import kubernetes
 import yaml
-from kubernetes.client import CoreV1Api
+from kubernetes.client import AppsV1Api, CoreV1Api, CustomObjectsApi
 
+from controlplane.actuate.kube import KubeScaler
+from controlplane.config import KubeScaleTarget
+from controlplane.desired import Policy
+from controlplane.kube_kinds import LWS_GROUP, LWS_NAME
 from support.kube import build
 from support.kube.client import KubeCluster
-from support.kube.cluster import _spawn, _wait_until
-from support.kube.crds import module_dir
-from support.servers import free_port
+from support.kube.cluster import DEFAULT_CONTROLLERS, _spawn, _wait_until, running_cluster
+from support.kube.controller import SERVICE_ACCOUNT, grant_controller
+from support.kube.crds import install_crds, module_dir, workload_crds
+from support.kube.fixture import fresh_namespace
+from support.scaling import ScaledDeployment
+from support.servers import free_port, until
 
 GPU = "nvidia.com/gpu"
 FAKE = {"kwok.x-k8s.io/node": "fake"}
+READY_SECONDS = 2.0  # a model load, scaled down
 STAGES = ("node/fast/node-initialize.yaml", "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
           "pod/general/pod-create.yaml", "pod/general/pod-ready.yaml", "pod/general/pod-delete.yaml")
 
@@ -39,6 +47,58 @@ def fake_pod_annotations(ready_seconds: float) -> dict[str, str]:
     return {"pod-create.stage.kwok.x-k8s.io/delay": "0ms", "pod-create.stage.kwok.x-k8s.io/jitter-delay": "1ms",
             "pod-ready.stage.kwok.x-k8s.io/delay": ready, "pod-ready.stage.kwok.x-k8s.io/jitter-delay": ready,
             "pod-delete.stage.kwok.x-k8s.io/delay": "0ms", "pod-delete.stage.kwok.x-k8s.io/jitter-delay": "1ms"}
+
+
+def gpu_container() -> kubernetes.client.V1Container:
+    """An engine's container asking 8 GPUs (it never runs: kwok reports it)."""
+    return kubernetes.client.V1Container(name="engine", image="registry.invalid/none:0",
+                                         resources=kubernetes.client.V1ResourceRequirements(limits={GPU: "8"}))
+
+
+class LwsGroups:
+    """The LeaderWorkerSet controller's part, played by the caller's `sync()` (the real one needs its webhooks
+    over TLS to a local endpoint): group g of `name` is pods `name-g` (leader) and `name-g-1` (worker) with the LWS
+    labels; groups past spec.replicas go; status.readyReplicas counts groups whose every pod is Ready."""
+
+    RESOURCE = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
+    SIZE = 2
+
+    def __init__(self, admin: kubernetes.client.ApiClient, namespace: str, name: str):
+        self.objects, self.core, self.namespace, self.name = CustomObjectsApi(admin), CoreV1Api(admin), namespace, name
+
+    def pods(self) -> list[kubernetes.client.V1Pod]:
+        return [p for p in self.core.list_namespaced_pod(self.namespace, label_selector=f"{LWS_NAME}={self.name}").items
+                if p.metadata.deletion_timestamp is None]
+
+    def sync(self) -> None:
+        api_group, version, plural = self.RESOURCE
+        found = self.objects.get_namespaced_custom_object(api_group, version, self.namespace, plural, self.name)
+        replicas, pods = found["spec"]["replicas"], self.pods()
+        have = {p.metadata.name for p in pods}
+        for pod in pods:
+            if int(pod.metadata.labels[LWS_GROUP]) >= replicas:
+                self.core.delete_namespaced_pod(pod.metadata.name, self.namespace, grace_period_seconds=0)
+        for group in range(replicas):
+            for worker in range(self.SIZE):
+                name = f"{self.name}-{group}" + (f"-{worker}" if worker else "")
+                if name not in have:
+                    self.core.create_namespaced_pod(self.namespace, kubernetes.client.V1Pod(
+                        metadata=kubernetes.client.V1ObjectMeta(
+                            name=name, annotations=fake_pod_annotations(READY_SECONDS),
+                            labels={LWS_NAME: self.name, LWS_GROUP: str(group),
+                                    "leaderworkerset.sigs.k8s.io/worker-index": str(worker)}),
+                        spec=kubernetes.client.V1PodSpec(containers=[gpu_container()])))
+        ready_pods = [p for p in self.pods() if is_ready(p)]
+        groups = [int(p.metadata.labels[LWS_GROUP]) for p in ready_pods]
+        ready = sum(groups.count(g) == self.SIZE for g in range(replicas))
+        status = {"replicas": replicas, "readyReplicas": ready,
+                  "hpaPodSelector": f"{LWS_NAME}={self.name},leaderworkerset.sigs.k8s.io/worker-index=0"}
+        self.objects.patch_namespaced_custom_object_status(api_group, version, self.namespace, plural, self.name,
+                                                           {"status": status})
+
+
+def is_ready(pod: kubernetes.client.V1Pod) -> bool:
+    return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
 
 
 def _node(name: str, index: int, gpus: int) -> kubernetes.client.V1Node:
@@ -123,3 +183,51 @@ def running_fleet(cluster: KubeCluster, gpus_per_node: int = 8) -> Iterator[Flee
         if kwok.poll() is not None:
             raise RuntimeError(f"kwok exited: {kwok_log.read_text()[-2000:]}")
         yield Fleet(cluster, gpus_per_node)
+
+
+PREFILL = KubeScaleTarget(deployment="tiny", role="prefill", kind="LeaderWorkerSet", name="prefill")
+DECODE = KubeScaleTarget(deployment="tiny", role="decode", kind="Deployment", name="decode")
+POLICY = Policy(mode="auto", cooldown_seconds=0, replicas={role: {"min": 0, "max": 512}
+                                                           for role in ("prefill", "decode", "unified")})
+NODES_READY_S = 120.0
+
+
+def _create_pools(admin: kubernetes.client.ApiClient, namespace: str) -> LwsGroups:
+    """decode: a Deployment of 8-GPU pods; prefill: a LeaderWorkerSet of groups of two 8-GPU pods; both empty."""
+    template = kubernetes.client.V1PodTemplateSpec(
+        metadata=kubernetes.client.V1ObjectMeta(labels={"app": "decode"},
+                                                annotations=fake_pod_annotations(READY_SECONDS)),
+        spec=kubernetes.client.V1PodSpec(containers=[gpu_container()], termination_grace_period_seconds=0))
+    AppsV1Api(admin).create_namespaced_deployment(namespace, kubernetes.client.V1Deployment(
+        metadata=kubernetes.client.V1ObjectMeta(name="decode"),
+        spec=kubernetes.client.V1DeploymentSpec(
+            replicas=0, selector=kubernetes.client.V1LabelSelector(match_labels={"app": "decode"}), template=template)))
+    group, version, plural = LwsGroups.RESOURCE
+    CustomObjectsApi(admin).create_namespaced_custom_object(group, version, namespace, plural, {
+        "apiVersion": PREFILL.api_version, "kind": PREFILL.kind, "metadata": {"name": PREFILL.name},
+        "spec": {"replicas": 0, "leaderWorkerTemplate": {"size": LwsGroups.SIZE, "workerTemplate": {
+            "spec": {"containers": [gpu_container().to_dict()]}}}}})
+    return LwsGroups(admin, namespace, PREFILL.name)
+
+
+@contextmanager
+def serving_fleet(bin_dir: Path, num_nodes: int, database: Path) -> Iterator[tuple]:
+    """A cluster of its own (the node-lifecycle controller lifts the not-ready taint the apiserver puts on every
+    new node; the pod garbage collector; the controller-manager's API QPS raised and its node grace long, as a
+    busy 2-core machine needs), kube-scheduler and kwok, `num_nodes` Ready fake 8-GPU nodes, the two pools and
+    moectl sizing them as the controller's ServiceAccount. Yields (cluster, fleet, admin client, namespace,
+    ScaledDeployment, LwsGroups)."""
+    controllers = (*DEFAULT_CONTROLLERS, "pod-garbage-collector-controller", "node-lifecycle-controller")
+    kcm_args = ("--kube-api-qps=200", "--kube-api-burst=400", "--node-monitor-grace-period=300s")
+    with running_cluster(bin_dir, controllers, kcm_args) as cluster, running_fleet(cluster) as fleet, \
+            fresh_namespace(cluster) as namespace, cluster.api_client() as admin:
+        install_crds(admin, workload_crds()[:1])  # LeaderWorkerSet's own
+        fleet.add_nodes(num_nodes)
+        until("the fake nodes to be Ready", lambda: fleet.num_ready_nodes() == num_nodes, NODES_READY_S)
+        lws = _create_pools(admin, namespace)
+        grant_controller(cluster, namespace, [PREFILL, DECODE])
+        with cluster.service_account_client(namespace, SERVICE_ACCOUNT) as client:
+            scaler = KubeScaler(client, [PREFILL, DECODE], default_namespace=namespace, field_manager="moectl",
+                                reporting_instance="fleet")
+            pools = ScaledDeployment.create(f"sqlite:///{database}", scaler, POLICY)
+            yield cluster, fleet, admin, namespace, pools, lws
