@@ -19,11 +19,12 @@ import pytest
 from kubernetes.client import AppsV1Api, AutoscalingV2Api, CoreV1Api
 from support.kube import build
 from support.kube.fixture import require_built
-from support.kube.fleet import LwsGroups, is_ready, serving_fleet
+from support.kube.fleet import POLICY, LwsGroups, is_ready, serving_fleet
 from support.scaling import ScaledDeployment
 from support.servers import until
 
 from controlplane.actuate.scaler import PoolRef
+from controlplane.loop import reconcile_pools
 from controlplane.loop.reconcile import Reconciler
 from controlplane.store import deployments, requests
 from controlplane.store.knobs import POOL_SIZE
@@ -128,6 +129,13 @@ def test_2_a_full_cluster_leaves_pods_pending_moectl_says_so_and_asks_no_more(re
     assert "Insufficient nvidia.com/gpu" in holder.measured["unschedulable_reason"]
     [warning] = r.events("prefill", "Unschedulable")
     assert "2 of 42 replicas" in warning and "asks for no more" in warning
+    # the pool planner's input: the 2 unplaced groups are not starting, and the pool may not grow past what it serves
+    with r.pools.sessions() as session:
+        deployment = deployments.get(session, "tiny")
+        by_role = {role: deployments.get_pool(session, deployment, role) for role in ("prefill", "decode")}
+        sizes = reconcile_pools._sizes(session, by_role, POLICY, r.pools.settings, r.pools.now)
+    assert (sizes["prefill"].num_unschedulable, sizes["prefill"].num_starting) == (2, 40)  # no agents report here
+    assert sizes["prefill"].max_replicas == 40
     for _ in range(3):  # passes go on: no write, no second Event, no new action
         r.pass_("prefill")
     assert r.generation("prefill") == generation and len(r.events("prefill", "Unschedulable")) == 1
