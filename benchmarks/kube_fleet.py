@@ -124,7 +124,8 @@ def main() -> None:
     rows = [("pods at the end", "pods", "{:.0f}"),
             ("scale-up from 0 to half/half: decision to all pods Ready (s)", "up_ready_s", "{:.1f}"),
             ("scale-up: moectl's apiserver writes (both pools)", "up_writes", "{:.0f}"),
-            ("traffic shift (1/8 of GPUs, at least 16, decode -> prefill): decision to all Ready (s)", "shift_ready_s", "{:.1f}"),
+            ("traffic shift (1/8 of GPUs, at least 16, decode -> prefill): decision to all Ready (s)",
+             "shift_ready_s", "{:.1f}"),
             ("pass with nothing to change, whole fleet (ms, median)", "pass_ms", "{:.0f}"),
             ("requests in that pass (all reads)", "pass_requests", "{:.0f}")]
     for name, key, fmt in rows:
