@@ -75,6 +75,11 @@ def sync_pool_size(p: PoolPass, scaler: PoolScaler, fence: Fence) -> None:
     elif applied is None:  # it runs moectl's size already: from now on a change by someone else is a conflict
         holder = newest or made_by
         holder.measured = holder.measured | {APPLIED: desired.value, "target": state.target}
+    elif APPLIED not in made_by.measured and made_by.id != newest.id:
+        # moectl wrote it but did not record it (a leader that died between its write and its commit): the action
+        # is applied as found, with no second write
+        made_by.measured = made_by.measured | {APPLIED: desired.value, "target": state.target, "found_applied": True}
+        made_by.updated_at = utc(now)
     if made_by.status == actions.APPLIED and state.running == desired.value:
         change.settle(session, POOL_SIZE, pool=pool, action=made_by, outcome=VerifyOutcome.verified, now=now,
                       measured=made_by.measured | {"replicas_running": state.running})

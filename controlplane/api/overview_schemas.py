@@ -100,6 +100,8 @@ class PoolSizing(BaseModel):
     ready: int
     starting: int = Field(description="asked for, not serving yet")
     draining: int = Field(description="leaving: finishing their requests, taking no new ones")
+    unschedulable: int = Field(default=0, description="asked for, but the cluster cannot place them (full): not "
+                                                      "starting, and the pool may not grow while any are")
     min: int
     max: int
     gpus_per_replica: int

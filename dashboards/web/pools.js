@@ -38,8 +38,9 @@ export class PoolsPanel {
     this.sub.textContent = `planned ${new Date(plan.at * 1000).toLocaleTimeString()}`
       + (plan.gpu_budget ? ` · GPU budget ${plan.gpu_budget}` : "");
     const tiles = plan.pools.map((p) => tile(`${p.role} replicas`, `${p.ready + p.starting}`, {
-      field: `replicas-${p.role}`, cls: p.starting || p.draining ? "warn" : "",
+      field: `replicas-${p.role}`, cls: p.unschedulable ? "bad" : p.starting || p.draining ? "warn" : "",
       sub: [`${p.ready} ready`, p.starting ? `${p.starting} starting` : "", p.draining ? `${p.draining} draining` : "",
+        p.unschedulable ? `${p.unschedulable} unschedulable (cluster full)` : "",
         `bounds ${p.min}..${p.max}`].filter(Boolean).join(" · ") }));
     for (const [name, target] of Object.entries(plan.slo)) {
       const value = m[name];

@@ -129,8 +129,8 @@ def _start_apiserver(stack: ExitStack, bin_dir: Path, workdir: Path, etcd_url: s
 
 
 def _start_controller_manager(stack: ExitStack, bin_dir: Path, workdir: Path, kubeconfig: Path,
-                              admin: httpx.Client, sa_key: Path, root_ca: Path,
-                              controllers: tuple[str, ...]) -> tuple[subprocess.Popen, float]:
+                              admin: httpx.Client, sa_key: Path, root_ca: Path, controllers: tuple[str, ...],
+                              extra_args: tuple[str, ...] = ()) -> tuple[subprocess.Popen, float]:
     """Returns the process and seconds until its controllers act: /healthz answers and the serviceaccount
     controller has made the `default` namespace's ServiceAccount."""
     port, log = free_port(), workdir / "kube-controller-manager.log"
@@ -139,7 +139,7 @@ def _start_controller_manager(stack: ExitStack, bin_dir: Path, workdir: Path, ku
         f"--controllers={','.join(controllers)}", "--use-service-account-credentials=true",
         f"--service-account-private-key-file={sa_key}", f"--root-ca-file={root_ca}",
         "--bind-address=127.0.0.1", f"--secure-port={port}", f"--cert-dir={workdir / 'kcm-certs'}",
-        "--leader-elect=false", "--profiling=false", "--v=1",
+        "--leader-elect=false", "--profiling=false", "--v=1", *extra_args,
     ], log)
 
     def is_ready() -> bool:
@@ -151,8 +151,10 @@ def _start_controller_manager(stack: ExitStack, bin_dir: Path, workdir: Path, ku
 
 
 @contextmanager
-def running_cluster(bin_dir: Path, controllers: tuple[str, ...] = DEFAULT_CONTROLLERS) -> Iterator[KubeCluster]:
-    """etcd + kube-apiserver + kube-controller-manager from `bin_dir`, up until the context exits."""
+def running_cluster(bin_dir: Path, controllers: tuple[str, ...] = DEFAULT_CONTROLLERS,
+                    controller_manager_args: tuple[str, ...] = ()) -> Iterator[KubeCluster]:
+    """etcd + kube-apiserver + kube-controller-manager (with `controller_manager_args`) from `bin_dir`, up until
+    the context exits."""
     workdir = Path(tempfile.mkdtemp(prefix="moectl-kube-"))
     try:
         with ExitStack() as stack:  # unwinds in reverse: controller-manager, apiserver, etcd
@@ -171,7 +173,7 @@ def running_cluster(bin_dir: Path, controllers: tuple[str, ...] = DEFAULT_CONTRO
                                               "system:kube-controller-manager", kcm_cert)
             with httpx.Client(base_url=server, verify=tls_context(ca_bundle, admin)) as api:
                 kcm, kcm_s = _start_controller_manager(stack, bin_dir, workdir, kcm_kubeconfig, api, sa_key,
-                                                       ca_bundle, controllers)
+                                                       ca_bundle, controllers, controller_manager_args)
             yield KubeCluster(
                 workdir=workdir, server=server, kubeconfig=kubeconfig, ca_file=ca_bundle, bin_dir=bin_dir,
                 startup_seconds={"etcd": etcd_s, "kube-apiserver": apiserver_s, "kube-controller-manager": kcm_s},
