@@ -32,8 +32,9 @@ sysdeps:
 
 # The Kubernetes test cluster (etcd, kube-apiserver, kube-controller-manager, helm) built with Go from the
 # module proxy, once per machine, into ~/.cache/moectl/kube (MOECTL_KUBE_CACHE); cached builds are skipped.
-kube: $(STAMP)
-	@.ci/timed "kube: test cluster binaries" $(BIN)/python tests/support/kube/build.py
+# Standard library only, so it needs no .venv: `make test` runs it beside the venv's download.
+kube:
+	@.ci/timed "kube: test cluster binaries" $(PYTHON) tests/support/kube/build.py
 
 # The engines' own code for tests/adapters: SGLang's and vLLM's released wheels (pip download --no-deps) and a venv
 # where SGLang's expert-location and recorder modules run on our torch, into ~/.cache/moectl/engines
@@ -51,7 +52,10 @@ chart-files:
 	cp dashboards/prometheus/moectl-rules.yml helm/moectl/files/prometheus/
 	cp dashboards/grafana/*.json helm/moectl/files/grafana/
 
-test: $(STAMP) sysdeps lint kube engines
+# the set-up phases wait on different things (apt and pip on the network, Go on the cores): run side by side, each
+# line whole; lint and engines wait for the .venv
+test:
+	@$(MAKE) --no-print-directory -j5 --output-sync=line $(STAMP) sysdeps kube lint engines
 	@.ci/timed pytest env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
 	  $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 

@@ -5,39 +5,50 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from controlplane.kube_kinds import KINDS
+
 DAY = 86400.0
 # every command (`up`, `serve`, `token`, `reconcile`, `migrate`, `prune`) reaches this one database by default
 DEFAULT_DATABASE_URL = "sqlite:///.moectl/moectl.db"
 
-BUILTIN_RESOURCES = {"Deployment": "deployments", "StatefulSet": "statefulsets"}
-
-
 class KubeScaleTarget(BaseModel):
-    """Where a pool runs on Kubernetes: an object with a scale subresource (an apps/v1 Deployment or
-    StatefulSet, or a custom resource such as a LeaderWorkerSet). JSON as the Helm chart writes it:
-    {"deployment", "role", "namespace", "apiVersion", "kind", "resource", "name"}."""
+    """Where a pool runs on Kubernetes: an object with a scale subresource, one of controlplane/kube_kinds.py
+    (Deployment, StatefulSet, LeaderWorkerSet, Grove's PodCliqueScalingGroup, Dynamo's and RoleBasedGroup's scaling
+    adapters: apiVersion and resource known) or another custom resource (both given). JSON as the Helm chart
+    writes it: {"deployment", "role", "namespace", "apiVersion", "kind", "resource", "name", "podsPerReplica"}."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
     deployment: str = Field(description="the moectl deployment the pool belongs to")
     role: str = Field(pattern="^(prefill|decode|unified)$")
     namespace: str = Field(default="", description="empty: the controller's own (MOECTL_POD_NAMESPACE)")
-    api_version: str = Field(default="apps/v1", alias="apiVersion", pattern="^[a-z0-9.-]+/[a-z0-9]+$",
-                             description="group/version; the core group has no scalable pools")
-    kind: str = Field(min_length=1, description="Deployment, StatefulSet, or the custom resource's kind")
-    resource: str = Field(default="", description="the plural resource name; empty: known for Deployment and "
-                                                  "StatefulSet")
+    api_version: str = Field(alias="apiVersion", pattern="^[a-z0-9.-]+/[a-z0-9]+$",
+                             description="group/version; empty: the known kind's; the core group has no scalable "
+                                         "pools")
+    kind: str = Field(min_length=1, description="a kind of controlplane/kube_kinds.py, or the custom resource's")
+    resource: str = Field(default="", description="the plural resource name; empty: the known kind's")
     name: str = Field(min_length=1)
+    pods_per_replica: int = Field(default=1, ge=1, alias="podsPerReplica",
+                                  description="pods in one replica of the scale where the object does not say "
+                                              "(a Grove or Dynamo multi-node unit, an RBG role instance); a "
+                                              "LeaderWorkerSet's is its leaderWorkerTemplate.size")
 
     @model_validator(mode="before")
     @classmethod
-    def _resource(cls, data: object) -> object:
-        if isinstance(data, dict) and not data.get("resource"):
-            if data.get("kind") not in BUILTIN_RESOURCES:
-                raise ValueError(f"scale target {data.get('name')!r}: kind {data.get('kind')} needs its plural "
-                                 f"`resource`")
-            data = data | {"resource": BUILTIN_RESOURCES[data["kind"]]}
-        return data
+    def _known_kind(cls, data: object) -> object:
+        if not isinstance(data, dict):
+            return data
+        known = KINDS.get(data.get("kind", ""))
+        api_version = data.get("apiVersion") or data.get("api_version") or (known.api_version if known else "")
+        if not api_version:
+            raise ValueError(f"scale target {data.get('name')!r}: kind {data.get('kind')} needs its `apiVersion`")
+        resource = data.get("resource") or (known.resource if known and known.api_version.split("/")[0]
+                                            == api_version.split("/")[0] else "")
+        if not resource:
+            raise ValueError(f"scale target {data.get('name')!r}: kind {data.get('kind')} needs its plural "
+                             f"`resource`")
+        return {k: v for k, v in data.items() if k != "api_version"} | {"apiVersion": api_version,
+                                                                         "resource": resource}
 
     @property
     def group(self) -> str:

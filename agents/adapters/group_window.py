@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from agents.protocol import Array, GroupSnapshot, ModelShape, PlacementTable, RankRow, Role
+from agents.protocol.group import MAX_FAULT_CAUSES
 
 
 @dataclass(frozen=True)
@@ -40,10 +41,12 @@ class GroupPlace:
 
 
 def group_snapshot(place: GroupPlace, model: ModelShape, window_start: float, window_seconds: float,
-                   expert_tokens: np.ndarray, running: PlacementTable, rank0_fields: dict) -> GroupSnapshot:
+                   expert_tokens: np.ndarray, running: PlacementTable, rank0_fields: dict,
+                   faults: dict[str, int] | None = None) -> GroupSnapshot:
     """expert_tokens: [num_layers, num_experts] tokens over the window; running: the group's table
     [num_layers, ep_size * slots_per_rank] and its version; rank0_fields: RankCounters values for rank 0
-    (agents/adapters/serving.py). Raises pydantic's ValidationError where the numbers do not fit the model."""
+    (agents/adapters/serving.py); faults: the adapter's failures since its last posted window, cause -> count (None or
+    {}: none). Raises pydantic's ValidationError where the numbers do not fit the model."""
     load = np.asarray(expert_tokens, dtype=np.int64)
     slot_tokens = np.rint(running.slot_load(load)).astype(np.int64)
     rows = [RankRow(rank=rank, placement_version=running.version, **(rank0_fields if rank == 0 else {}))
@@ -51,4 +54,5 @@ def group_snapshot(place: GroupPlace, model: ModelShape, window_start: float, wi
     return GroupSnapshot(deployment=place.deployment, instance=place.instance, role=place.role,
                          ep_size=place.ep_size, slots_per_rank=place.slots_per_rank, gpus_per_node=place.gpus_per_node,
                          model=model, window_start=window_start, window_seconds=window_seconds,
-                         expert_tokens=Array.from_numpy(load), slot_tokens=Array.from_numpy(slot_tokens), ranks=rows)
+                         expert_tokens=Array.from_numpy(load), slot_tokens=Array.from_numpy(slot_tokens), ranks=rows,
+                         adapter_faults=dict(list(faults.items())[:MAX_FAULT_CAUSES]) if faults else None)

@@ -17,16 +17,19 @@ the window again with `running_placement`, the whole group's table for that vers
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import Field, field_validator, model_serializer, model_validator
+from pydantic import Field, StringConstraints, field_validator, model_serializer, model_validator
 
 from agents.protocol.array import Array, check_counts
 from agents.protocol.identity import Identity, ModelShape, Role
 from agents.protocol.running import RunningPlacement, without_absent_table
 from agents.protocol.snapshot import RankCounters, Snapshot
-from agents.protocol.wire import NAME_PATTERN, _Frozen
+from agents.protocol.wire import MAX_COUNT, NAME_PATTERN, PRINTABLE, _Frozen
+
+MAX_FAULT_CAUSES = 32
+FaultCause = Annotated[str, StringConstraints(min_length=1, max_length=160, pattern=PRINTABLE)]
 
 GROUP_PROTOCOL_VERSION = "moectl.v2"
 # Snapshot's fields beyond a rank's counters: a group snapshot carries them once for the group
@@ -76,10 +79,17 @@ class GroupSnapshot(_Frozen):
     running_placement: RunningPlacement | None = Field(
         default=None, description="the table the group's placement_version (its ranks' newest) names; sent only "
                                   "after a PLACEMENT_UNKNOWN refusal")
+    adapter_faults: dict[FaultCause, Annotated[int, Field(ge=1, le=MAX_COUNT)]] | None = Field(
+        default=None, max_length=MAX_FAULT_CAUSES,
+        description="added 2026-12-06 (moectl.v2, optional): an engine adapter's failures since its last posted "
+                    "window, cause -> count (agents/adapters/faults.py); sent only when there were some")
 
     @model_serializer(mode="wrap")
     def _omit_absent_table(self, handler):  # noqa: ANN001
-        return without_absent_table(handler(self), self.running_placement)
+        data = without_absent_table(handler(self), self.running_placement)
+        if self.adapter_faults is None and isinstance(data, dict):
+            data.pop("adapter_faults", None)  # reads as before the field existed, for controllers that predate it
+        return data
 
     @property
     def placement_version(self) -> int:

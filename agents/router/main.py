@@ -49,6 +49,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def inherited_listener(fd: int) -> socket.socket:
+    """The listening TCP socket at descriptor `fd`; raises ValueError saying what is wrong with it."""
+    try:
+        listener = socket.socket(fileno=fd)
+    except OSError as exc:  # EBADF: not open; ENOTSOCK: a file or a pipe
+        raise ValueError(f"--fd {fd} is not an open socket ({exc.strerror or exc}): pass the descriptor of a "
+                         "listening socket inherited from the process that started the router") from None
+    if listener.type != socket.SOCK_STREAM or not listener.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+        listener.detach()  # not ours to close
+        raise ValueError(f"--fd {fd} is a socket but not a listening TCP one: call listen() on it before passing it")
+    return listener
+
+
 def main(argv: list[str] | None = None) -> int:
     import uvicorn
     from prometheus_client import disable_created_metrics
@@ -63,6 +76,11 @@ def main(argv: list[str] | None = None) -> int:
         print("error: give --unified, or --prefill and --decode, rank URLs (or --admin-token to add instances "
               "later)", file=sys.stderr)
         return 2
+    try:
+        listener = None if args.fd is None else inherited_listener(args.fd)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     windows = RouterWindows(args.deployment, args.name or f"{socket.gethostname()}-{args.port}"[:128],
                             args.window_seconds, time.time()) if args.controller else None
     router = Router(endpoints, model=args.model, local_prefill_threshold=args.local_prefill_threshold,
@@ -73,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                                            timeout_keep_alive=KEEP_ALIVE_SECONDS))
     print(f"OpenAI API on http://{args.host}:{args.port}/v1", flush=True)
     try:
-        server.run(sockets=None if args.fd is None else [socket.socket(fileno=args.fd)])
+        server.run(sockets=None if listener is None else [listener])
     except KeyboardInterrupt:  # uvicorn re-raises the signal it handled once it has shut down
         pass
     return 0

@@ -1,19 +1,25 @@
 """The pool scaler on Kubernetes (a `PoolScaler`, actuate/scaler.py), with the official client. With
 leader/lease.py the only modules that import `kubernetes`.
 
-Per pool a target with a scale subresource (`config.KubeScaleTarget`: an apps/v1 Deployment or StatefulSet,
-or a custom resource such as a LeaderWorkerSet), all read and written through the same `.../scale` path.
+Per pool a target with a scale subresource (`config.KubeScaleTarget`: a kind of controlplane/kube_kinds.py, or
+another custom resource), all read and written through the same `.../scale` path. A read also says what one
+replica is (pods, GPUs), how many replicas are ready (the kind's status field, or counted from the pods), and how
+many the scheduler cannot place (a pod `PodScheduled=False, Unschedulable`: a full cluster; not starting).
 Writes carry the resourceVersion they were decided on (a stale one is refused with 409: re-read, retry, a
 bounded number of times) and moectl's field manager, which is how `read` tells who set the replicas last
 (managedFields). HorizontalPodAutoscalers targeting the same object (KEDA's included) are other autoscalers.
 On a scale-down the pods that go get the lowest `controller.kubernetes.io/pod-deletion-cost`, which the
-ReplicaSet controller honours; ordinal controllers (StatefulSet, LeaderWorkerSet) remove the highest ordinals.
+ReplicaSet controller honours; ordinal controllers (StatefulSet, LeaderWorkerSet groups, the adapters'
+workloads) remove the highest ordinals. A custom resource without spec.replicas answers its scale's GET with
+500; that becomes a `MissingReplicas` error naming the field to set.
 Every change and refusal is an events.k8s.io/v1 Event on the target. RBAC it needs: get/patch on the targets'
 scale, get on the targets, list on horizontalpodautoscalers, get/list/patch on pods, create on events.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import re
 import time
@@ -26,6 +32,7 @@ from kubernetes.client.exceptions import ApiException
 from controlplane.actuate.fence import Fence
 from controlplane.actuate.scaler import OtherWriter, PoolRef, ScaleState
 from controlplane.config import KubeScaleTarget
+from controlplane.kube_kinds import field, kind_of
 
 log = logging.getLogger("moectl.kube")
 CONFLICT = 409
@@ -34,6 +41,11 @@ MERGE_PATCH = "application/merge-patch+json"
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 LEAVING_COST = str(-(2**31))  # int32's lowest: these pods go before any other
 REPORTING_CONTROLLER = "moectl.io/controller"
+GPU = "nvidia.com/gpu"
+
+
+class MissingReplicas(RuntimeError):
+    """The target has no spec.replicas, so its scale subresource cannot be read (the apiserver answers 500)."""
 
 
 def api_client(kubeconfig: str) -> kubernetes.client.ApiClient:
@@ -64,7 +76,9 @@ class KubeScaler:
 
     def read(self, pool: PoolRef) -> ScaleState:
         target = self.targets[(pool.deployment, pool.role)]
-        return self._state(target, self._scale(target), autoscalers=self._autoscalers(target))
+        scale, found = self._scale(target), self._object(target)
+        state = self._state(target, scale, found=found, autoscalers=self._autoscalers(target))
+        return self._with_pods(target, state, scale, found)
 
     def set_replicas(self, pool: PoolRef, replicas: int, *, expected: int, fence: Fence) -> ScaleState:
         target = self.targets[(pool.deployment, pool.role)]
@@ -94,11 +108,13 @@ class KubeScaler:
     def prepare_scale_down(self, pool: PoolRef, num_leaving: int, *, fence: Fence,
                            chosen: tuple[str, ...] = ()) -> list[str]:
         target = self.targets[(pool.deployment, pool.role)]
-        selector = self._scale(target).get("status", {}).get("selector")
-        if not selector or num_leaving <= 0:
+        pods = [p for p in self._pods(target, self._scale(target)) if p.metadata.deletion_timestamp is None]
+        if not pods or num_leaving <= 0:
             return []
-        pods = [p for p in self.core.list_namespaced_pod(target.namespace, label_selector=selector).items
-                if p.metadata.deletion_timestamp is None]
+        group_label = kind_of(target.kind, target.api_version).group_label
+        if group_label is not None:  # whole groups go, the highest indices (the LeaderWorkerSet controller's order)
+            indices = sorted({int(p.metadata.labels.get(group_label, -1)) for p in pods}, reverse=True)[:num_leaving]
+            return sorted(p.metadata.name for p in pods if int(p.metadata.labels.get(group_label, -1)) in indices)
         if not any(o.kind == "ReplicaSet" for p in pods for o in p.metadata.owner_references or []):
             leaving = sorted(pods, key=_ordinal, reverse=True)[:num_leaving]  # the controller's own choice
             return [p.metadata.name for p in leaving]
@@ -119,13 +135,49 @@ class KubeScaler:
             reason=reason, action="Scale", note=message, instance=self.reporting_instance, is_warning=is_warning)
 
     def _scale(self, target: KubeScaleTarget) -> dict:
-        return self.objects.get_namespaced_custom_object_scale(target.group, target.version, target.namespace,
-                                                               target.resource, target.name)
+        try:
+            return self.objects.get_namespaced_custom_object_scale(target.group, target.version, target.namespace,
+                                                                   target.resource, target.name)
+        except ApiException as error:
+            if error.status == 500 and "does not exist" in (error.body or ""):
+                raise MissingReplicas(
+                    f"{target.kind} {target.namespace}/{target.name} has no spec.replicas, so its scale cannot be "
+                    f"read (the apiserver answered 500: {_message(error)}): set spec.replicas on it (its current "
+                    f"size, e.g. `kubectl patch {target.resource}.{target.group} {target.name} -n "
+                    f"{target.namespace} --type=merge -p '{{\"spec\":{{\"replicas\":1}}}}'`)") from error
+            raise
 
-    def _replicas_writer(self, target: KubeScaleTarget) -> str | None:
+    def _object(self, target: KubeScaleTarget) -> dict:
+        return self.objects.get_namespaced_custom_object(target.group, target.version, target.namespace,
+                                                         target.resource, target.name)
+
+    def _pods(self, target: KubeScaleTarget, scale: dict) -> list[kubernetes.client.V1Pod]:
+        """The pool's pods: by the kind's own label (a LeaderWorkerSet's scale selector matches leaders only),
+        else by the scale's selector; none when it has none yet."""
+        label = kind_of(target.kind, target.api_version).pods_label
+        selector = f"{label}={target.name}" if label else scale.get("status", {}).get("selector")
+        return self.core.list_namespaced_pod(target.namespace, label_selector=selector).items if selector else []
+
+    def _with_pods(self, target: KubeScaleTarget, state: ScaleState, scale: dict, found: dict) -> ScaleState:
+        """`state` with what one replica is, how many are ready and how many cannot be placed."""
+        kind = kind_of(target.kind, target.api_version)
+        pods_per_replica = int(field(found, kind.size_path) or target.pods_per_replica)
+        pods = [p for p in self._pods(target, scale) if p.metadata.deletion_timestamp is None]
+        gpus = sum(_gpus(p) for p in pods)
+        ready = field(found, kind.ready_path)
+        if kind.ready_path is None:
+            ready = sum(_is_ready(p) for p in pods) // pods_per_replica
+        unschedulable = [c for p in pods for c in p.status.conditions or []
+                         if c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable"]
+        return dataclasses.replace(
+            state, num_ready=int(ready or 0), pods_per_replica=pods_per_replica,
+            gpus_per_replica=round(gpus * pods_per_replica / len(pods)) if pods else 0,
+            num_unschedulable=-(-len(unschedulable) // pods_per_replica),
+            unschedulable_reason=unschedulable[0].message or "" if unschedulable else "")
+
+    def _replicas_writer(self, target: KubeScaleTarget, found: dict | None = None) -> str | None:
         """The field manager owning spec.replicas: whoever changed them last."""
-        found = self.objects.get_namespaced_custom_object(target.group, target.version, target.namespace,
-                                                          target.resource, target.name)
+        found = found or self._object(target)
         for entry in found["metadata"].get("managedFields") or []:
             if "f:replicas" in ((entry.get("fieldsV1") or {}).get("f:spec") or {}):
                 return entry["manager"]
@@ -143,9 +195,9 @@ class KubeScaler:
                          else f"HorizontalPodAutoscaler {target.namespace}/{hpa.metadata.name}")
         return tuple(found)
 
-    def _state(self, target: KubeScaleTarget, scale: dict, *, writer: str | None = None,
+    def _state(self, target: KubeScaleTarget, scale: dict, *, writer: str | None = None, found: dict | None = None,
                autoscalers: tuple[str, ...] = ()) -> ScaleState:
-        writer = writer or self._replicas_writer(target)
+        writer = writer or self._replicas_writer(target, found)
         return ScaleState(target=f"{target.kind} {target.namespace}/{target.name}",
                           replicas=scale["spec"].get("replicas", 0), running=scale.get("status", {}).get("replicas"),
                           writer=writer, is_ours=writer == self.field_manager, autoscalers=autoscalers)
@@ -171,6 +223,17 @@ def record_event(events: EventsV1Api, regarding: kubernetes.client.V1ObjectRefer
 def _ordinal(pod: kubernetes.client.V1Pod) -> int:
     found = re.search(r"-(\d+)$", pod.metadata.name)
     return int(found.group(1)) if found else -1
+
+
+def _gpus(pod: kubernetes.client.V1Pod) -> int:
+    return sum(int((c.resources.limits or {}).get(GPU, 0)) for c in pod.spec.containers if c.resources)
+
+
+def _message(error: ApiException) -> str:
+    try:
+        return json.loads(error.body)["message"]
+    except (TypeError, ValueError, KeyError):
+        return str(error.body)[:300]
 
 
 def _is_ready(pod: kubernetes.client.V1Pod) -> bool:

@@ -6,6 +6,11 @@ KEDA's), or replicas changed by someone else since moectl last wrote them, make 
 pool. A `conflict` action says why and who. Nothing is written to the pool until a person resumes it
 (`resume`, audited on that action); then moectl's latest size is applied again. Every write and every
 refusal is reported to the platform (`PoolScaler.report`).
+
+On a full cluster the platform leaves some of the asked replicas unplaced (Kubernetes: pods Pending,
+`Insufficient nvidia.com/gpu`). Each pass records how many on the action that applied the size (`UNSCHEDULABLE`,
+read by the pool planner's input, controlplane/loop/reconcile_pools.py: not starting, and no more asked while
+any are) and says so once per change, as a Warning Event; placed again, a Normal one.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ log = logging.getLogger("moectl.scale")
 # on an action: the replicas moectl wrote to the platform, or found it running, for it; a later change by someone
 # else is measured against the newest such
 APPLIED = "replicas_applied"
+UNSCHEDULABLE = "replicas_unschedulable"  # on the same action: asked replicas the platform cannot place now
 
 
 def standing_down(session: Session, pool: Pool) -> Action | None:
@@ -61,6 +67,7 @@ def sync_pool_size(p: PoolPass, scaler: PoolScaler, fence: Fence) -> None:
                         f"after moectl set {applied}")
         return
     made_by = session.get(Action, desired.action_id)
+    _note_unschedulable(p, scaler, newest or made_by, state)
     if state.replicas != desired.value:
         state = _write(p, scaler, fence, made_by, state, desired.value)
         if state is None:
@@ -93,6 +100,26 @@ def _write(p: PoolPass, scaler: PoolScaler, fence: Fence, made_by: Action, state
     scaler.report(ref, reason="Scaled", message=message)
     log.info("%s: %s", ref, message)
     return after
+
+
+def _note_unschedulable(p: PoolPass, scaler: PoolScaler, holder: Action, state: ScaleState) -> None:
+    """Records on `holder` (the action whose size runs) how many replicas cannot be placed, and says so when
+    that changes: a Warning Event while some cannot be, a Normal one once all are placed."""
+    before = holder.measured.get(UNSCHEDULABLE, 0)
+    if state.num_unschedulable == before:
+        return
+    holder.measured = holder.measured | {UNSCHEDULABLE: state.num_unschedulable,
+                                         "unschedulable_reason": state.unschedulable_reason}
+    ref = PoolRef(p.deployment.name, p.pool.role)
+    if state.num_unschedulable:
+        message = (f"{state.num_unschedulable} of {state.replicas} replicas of {state.target} cannot be placed "
+                   f"({state.unschedulable_reason or 'no reason given'}): moectl counts them as not starting and "
+                   f"asks for no more replicas until they are placed (action {holder.id})")
+        scaler.report(ref, reason="Unschedulable", message=message, is_warning=True)
+        log.warning("%s: %s", ref, message)
+    else:
+        scaler.report(ref, reason="Placed", message=f"every replica of {state.target} is placed again; moectl "
+                                                     f"sizes the pool freely (action {holder.id})")
 
 
 def _stand_down(p: PoolPass, scaler: PoolScaler, state: ScaleState, *, writer: str, why: str) -> None:

@@ -29,6 +29,11 @@ class ScaleState:
     writer: str | None  # who set `replicas` last, when the platform tells (a Kubernetes field manager)
     is_ours: bool  # moectl set `replicas` last
     autoscalers: tuple[str, ...] = field(default=())  # other autoscalers of the pool: "HorizontalPodAutoscaler ns/x"
+    num_ready: int | None = None  # replicas whose every pod is ready; None: not read
+    num_unschedulable: int = 0  # replicas with a pod the scheduler cannot place (a full cluster): not starting
+    unschedulable_reason: str = ""  # the scheduler's word: "0/128 nodes are available: 128 Insufficient ..."
+    pods_per_replica: int = 1  # a LeaderWorkerSet group's size, a multi-node unit's pods
+    gpus_per_replica: int = 0  # nvidia.com/gpu limits of one replica's pods; 0: none seen
 
 
 class OtherWriter(Exception):

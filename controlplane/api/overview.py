@@ -59,12 +59,17 @@ def _routing_reach(policy: Policy, state: PoolState) -> RoutingReachOut:
 def _agents(session: Session, pool: Pool, state: PoolState, *, now: float,
             settings: Settings) -> tuple[AgentsHealth, int | None]:
     """The pool's agent counts, and the placement version every fresh agent runs (None: mixed or none)."""
-    versions = {a.placement_version for a in deployments.find_agents(session, pool)
-                if deployments.agent_state(a, now=now, stale_after_seconds=settings.stale_after_seconds,
-                                           gone_after_seconds=settings.agent_gone_seconds) == "fresh"}
+    fresh = [a for a in deployments.find_agents(session, pool)
+             if deployments.agent_state(a, now=now, stale_after_seconds=settings.stale_after_seconds,
+                                        gone_after_seconds=settings.agent_gone_seconds) == "fresh"]
+    versions = {a.placement_version for a in fresh}
     applied = versions.pop() if len(versions) == 1 else None
+    faulty = {a.instance: a.adapter_faults for a in fresh if a.adapter_faults}
+    unhealthy = [f"{instance}: " + ", ".join(f"{cause} x{n}" for cause, n in sorted(faults.items()))
+                 for instance, faults in sorted(faulty.items())]
     return AgentsHealth(total=state.num_agents, fresh=state.num_fresh_agents,
-                        stale=state.num_agents - state.num_fresh_agents, gone=state.num_gone_agents), applied
+                        stale=state.num_agents - state.num_fresh_agents, gone=state.num_gone_agents,
+                        unhealthy=unhealthy), applied
 
 
 def action_out(action: Action, role_of: dict[int, str]) -> ActionOut:

@@ -23,6 +23,9 @@ class AgentsHealth(BaseModel):
     stale: int = Field(description="silent past the stale limit, not yet gone: counted against the quorum")
     gone: int = Field(default=0, description="silent past agent_gone_seconds: out of the quorum and the total; "
                                              "deleted by the pruning job after retain_agents_seconds")
+    unhealthy: list[str] = Field(default_factory=list, description="added 2026-12-06: fresh instances whose engine "
+                                 "adapter reported failures in its last window, each '<instance>: <cause> xN, ...' "
+                                 "(agents/adapters/faults.py; docs/reference/reliability.md)")
 
 
 class ActionOut(BaseModel):

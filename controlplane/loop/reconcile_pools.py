@@ -10,6 +10,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from controlplane.actuate.scale import UNSCHEDULABLE, last_applied
 from controlplane.config import Settings
 from controlplane.desired import Policy, ReplicaBounds
 from controlplane.observed.serving import ROLES
@@ -29,16 +30,23 @@ MAX_HISTORY = 50
 
 def _sizes(session: Session, by_role: dict[str, Pool], policy: Policy, settings: Settings,
            now: float) -> dict[str, PoolSize]:
-    """Ready: instances reporting, up to moectl's size; starting: the rest of that size; draining: instances
-    still reporting past it (leaving). A pool moectl never sized is what reports."""
+    """Ready: instances reporting, up to moectl's size; starting: the rest of that size but those the platform
+    cannot place (a full cluster, actuate/scale.py); draining: instances still reporting past it (leaving). While
+    some cannot be placed the pool may not grow: its maximum is what it serves. A pool moectl never sized is what
+    reports."""
     out = {}
     for role, pool in by_role.items():
         fresh = pools.fresh_instances(session, pool, settings, now)
         size = POOL_SIZE.versions.latest(session, pool).value
         size = fresh if size is None else size
+        holder = last_applied(session, pool)[0]
+        unplaced = holder.measured.get(UNSCHEDULABLE, 0) if holder is not None else 0
         bounds = policy.replicas.get(role, ReplicaBounds())
-        out[role] = PoolSize(min(fresh, size), max(0, size - fresh), max(0, fresh - size),
-                             gpus_per_replica=pool.ep_size, min_replicas=bounds.min, max_replicas=bounds.max)
+        ready, starting = min(fresh, size), max(0, size - fresh - unplaced)
+        out[role] = PoolSize(ready, starting, max(0, fresh - size), num_unschedulable=unplaced,
+                             gpus_per_replica=pool.ep_size, min_replicas=bounds.min,
+                             max_replicas=min(bounds.max, max(ready + starting, bounds.min)) if unplaced
+                             else bounds.max)
     return out
 
 

@@ -53,7 +53,8 @@ class ControllerMetrics:
         # the pool planner (controlplane/loop/reconcile_pools.py), per deployment with a latency SLO
         pool = ["deployment", "role"]
         self.pool_replicas = Gauge("moectl_controller_pool_replicas", "Instances per pool: ready, starting "
-                                   "(asked for, not serving yet), draining (leaving)", [*pool, "state"],
+                                   "(asked for, not serving yet), draining (leaving), unschedulable (asked for, "
+                                   "the cluster cannot place them)", [*pool, "state"],
                                    registry=registry)
         self.pool_target = Gauge("moectl_controller_pool_target_replicas", "Instances the pool planner wants",
                                  pool, registry=registry)
@@ -78,8 +79,8 @@ class ControllerMetrics:
     def observe_pool_plan(self, deployment: str, plan: dict) -> None:
         """plan: a deployment's pool plan as people read it (controlplane/loop/reconcile_pools.py `summary`)."""
         for role, pool in plan["pools"].items():
-            for state in ("ready", "starting", "draining"):
-                self.pool_replicas.labels(deployment, role, state).set(pool[state])
+            for state in ("ready", "starting", "draining", "unschedulable"):
+                self.pool_replicas.labels(deployment, role, state).set(pool.get(state, 0))
             for bound in ("min", "max"):
                 self.pool_bounds.labels(deployment, role, bound).set(pool[bound])
             decision = pool["decision"]

@@ -85,6 +85,7 @@ def _summary(view: PoolsView, plan: PoolPlan, threshold_known: bool) -> dict:
     return finite({
         "at": view.now, "targets": {t.name: t.seconds for t in view.targets}, "gpu_budget": view.gpu_budget,
         "pools": {role: {"ready": size.num_ready, "starting": size.num_starting, "draining": size.num_draining,
+                         "unschedulable": size.num_unschedulable,
                          "min": size.min_replicas, "max": size.max_replicas, "gpus_per_replica": size.gpus_per_replica,
                          "decision": decision(plan.decision(role))} for role, size in view.pools.items()},
         "load": load, "forecast": load | {"at": view.now} if load and load["method"] != "measured" else None,

@@ -99,14 +99,16 @@ class AgentSeen:
 
 
 def record_agents(session: Session, *, pool: Pool, instance: str, seen: list[AgentSeen], window_index: int,
-                  now: float) -> list[int]:
+                  now: float, adapter_faults: dict[str, int] | None | bool = False) -> list[int]:
     """Notes that ranks of one instance reported a window (one rank's snapshot, or its whole EP group's).
     Returns for each, in order, how many windows it has reported, this one included, or 0 when it already
     reported this window (a retry: not counted twice).
 
     The usual case, known ranks reporting a new window, is one UPDATE ... RETURNING per placement version the
     ranks ran (one, but while a placement rolls out), whatever the group's size; what it did not count (new
-    ranks, a retried or late window) is read and written after it."""
+    ranks, a retried or late window) is read and written after it. adapter_faults: what a group's engine adapter
+    reported failing in this window (None: nothing), kept on its ranks; False: not a group's post, left as is."""
+    faults = {} if adapter_faults is False else {"adapter_faults": adapter_faults or None}
     in_instance = (Agent.pool_id == pool.id, Agent.instance == instance)
     by_version: dict[int, list[int]] = {}
     for rank in seen:
@@ -118,14 +120,14 @@ def record_agents(session: Session, *, pool: Pool, instance: str, seen: list[Age
             update(table).where(c.pool_id == pool.id, c.instance == instance, c.rank.in_(ranks),
                                 c.last_window_index < window_index)
             .values(last_seen=now, placement_version=version, last_window_index=window_index,
-                    num_windows=c.num_windows + 1)
+                    num_windows=c.num_windows + 1, **faults)
             .returning(c.id, c.rank, c.num_windows, c.node, c.gpu_uuid))}
     rest = [r for r in seen if r.rank not in counted]
     known = {} if not rest else {row.rank: row.id for row in session.execute(
         select(Agent.rank, Agent.id).where(*in_instance, Agent.rank.in_([r.rank for r in rest])))}
     # by primary key, each an executemany: ranks seen again in a retried or late window, ranks that moved
     seen_again = [{"id": known[r.rank], "last_seen": now, "placement_version": r.placement_version, "node": r.node,
-                   "gpu_uuid": r.gpu_uuid} for r in rest if r.rank in known]
+                   "gpu_uuid": r.gpu_uuid, **faults} for r in rest if r.rank in known]
     moved = [{"id": row.id, "node": r.node, "gpu_uuid": r.gpu_uuid} for r in seen
              if (row := counted.get(r.rank)) is not None and (row.node, row.gpu_uuid) != (r.node, r.gpu_uuid)]
     for values in (seen_again, moved):
@@ -133,7 +135,7 @@ def record_agents(session: Session, *, pool: Pool, instance: str, seen: list[Age
             session.execute(update(Agent), values)
     inserts = [{"pool_id": pool.id, "instance": instance, "rank": r.rank, "first_seen": now, "last_seen": now,
                 "node": r.node, "gpu_uuid": r.gpu_uuid, "placement_version": r.placement_version, "num_windows": 1,
-                "last_window_index": window_index} for r in rest if r.rank not in known]
+                "last_window_index": window_index, **faults} for r in rest if r.rank not in known]
     if inserts:
         session.execute(insert(Agent), inserts)
     return [counted[r.rank].num_windows if r.rank in counted else 0 if r.rank in known else 1 for r in seen]

@@ -66,6 +66,8 @@ class Agent(Base):
     last_window_index: Mapped[int] = mapped_column(Integer)
     placement_version: Mapped[int] = mapped_column(Integer)
     num_windows: Mapped[int] = mapped_column(Integer, default=0)
+    # an engine adapter's failures in its last posted window, cause -> count (GroupSnapshot.adapter_faults)
+    adapter_faults: Mapped[dict | None] = mapped_column(JSON(none_as_null=True), nullable=True, default=None)
 
 
 class LoadWindow(Base):

@@ -2,7 +2,7 @@
 now on does (store/deployments.py `create_pool`); a knob of the shared version table needs no table of its own
 
 Revision ID: 2026_12_06_expert_capacity
-Revises: 2026_12_04_knob_versions
+Revises: 2026_12_06_agent_adapter_faults
 Create Date: 2026-12-06
 """
 
@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "2026_12_06_expert_capacity"
-down_revision = "2026_12_04_knob_versions"
+down_revision = "2026_12_06_agent_adapter_faults"
 branch_labels = None
 depends_on = None
 

@@ -120,10 +120,13 @@ def test_builtin_eplb_is_refused_before_anything_is_recorded(tmp_path):
     assert server.num_started == 0
 
 
+EPOCH = "1700000000000000.abc.7"
+
+
 def _record(call: int, weight: np.ndarray) -> dict:
     """What the live plugin writes at a rebalance (agents/adapters/sglang/live_plugin.py)."""
-    return {"call": call, "at": 1.0, "weight": weight.tolist(), "current": None, "num_replicas": 20, "num_ranks": None,
-            "sglang": "0.5.23"}
+    return {"epoch": EPOCH, "model": "5x16", "call": call, "at": 1.0, "weight": weight.tolist(), "current": None,
+            "num_replicas": 20, "num_ranks": None, "sglang": "0.5.23"}
 
 
 def test_live_needs_sglangs_eplb(tmp_path):

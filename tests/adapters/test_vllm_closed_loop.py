@@ -64,7 +64,8 @@ def vllm_api(state_dir) -> TestClient:
 def test_skewed_load_in_the_controllers_placement_returned_by_every_rank(tmp_path):
     rng = np.random.default_rng(0)
     model = deepseek_model(CONFIG, name="deepseek-v3", engine="vllm").shape
-    ranks = [wrap_policy(vllm_policy_module().DefaultEplbPolicy, tmp_path / "state", version="0.34.0",
+    ranks = [wrap_policy(vllm_policy_module().DefaultEplbPolicy, tmp_path / "state", epoch="1700000000000000.a.7",
+                         version="0.34.0",
                          is_recording_rank=lambda r=r: r == 0) for r in range(8)]
     current = torch.arange(288).repeat(58, 1) % 256
 

@@ -13,6 +13,8 @@ from agents.adapters import state_dir as state
 from agents.adapters.arming import ArmedPlacement, arm_call
 from agents.adapters.vllm.policy import wrap_policy
 
+EPOCH = "1700000000000000.abc.7"
+
 NUM_LAYERS, NUM_EXPERTS, NUM_SLOTS, NUM_RANKS = 3, 16, 20, 4
 
 
@@ -33,7 +35,7 @@ def default_policy() -> type:
 
 
 def test_records_each_weight_and_returns_vllms_own_map_without_a_placement(tmp_path, default_policy):
-    policy = wrap_policy(default_policy, tmp_path, version="0.34.0", is_recording_rank=lambda: True)
+    policy = wrap_policy(default_policy, tmp_path, epoch=EPOCH, version="0.34.0", is_recording_rank=lambda: True)
     got = _rearrange(policy, 1)
     assert torch.equal(got, _rearrange(default_policy, 1))
     (record,) = state.read_loads(tmp_path)
@@ -42,10 +44,10 @@ def test_records_each_weight_and_returns_vllms_own_map_without_a_placement(tmp_p
 
 
 def test_every_rank_returns_the_armed_placement_from_the_same_rearrange(tmp_path, default_policy):
-    ranks = [wrap_policy(default_policy, tmp_path, is_recording_rank=lambda r=r: r == 0) for r in range(4)]
+    ranks = [wrap_policy(default_policy, tmp_path, epoch=EPOCH, is_recording_rank=lambda r=r: r == 0) for r in range(4)]
     first = [_rearrange(rank, 1) for rank in ranks]  # call 0 on every rank
     table = np.tile(np.r_[np.arange(16), [0, 0, 1, 1]], (NUM_LAYERS, 1))
-    state.write_armed(tmp_path, [ArmedPlacement(7, arm_call(0), table)])  # posted between calls 0 and 1
+    state.write_armed(tmp_path, [ArmedPlacement(7, arm_call(0), table, EPOCH, "3x16")])  # posted between calls 0 and 1
     second = [_rearrange(rank, 2) for rank in ranks]  # call 1: not yet
     third = [_rearrange(rank, 3) for rank in ranks]  # call 2: on every rank
     assert all(not torch.equal(got, torch.from_numpy(table)) for got in first + second)
@@ -54,8 +56,8 @@ def test_every_rank_returns_the_armed_placement_from_the_same_rearrange(tmp_path
 
 
 def test_an_armed_placement_that_drops_an_expert_falls_back_to_vllms_policy(tmp_path, default_policy):
-    policy = wrap_policy(default_policy, tmp_path, is_recording_rank=lambda: True)
+    policy = wrap_policy(default_policy, tmp_path, epoch=EPOCH, is_recording_rank=lambda: True)
     bad = np.tile(np.r_[np.arange(15), [0, 0, 1, 1, 2]], (NUM_LAYERS, 1))  # expert 15 lost
-    state.write_armed(tmp_path, [ArmedPlacement(3, 0, bad)])
+    state.write_armed(tmp_path, [ArmedPlacement(3, 0, bad, EPOCH, "3x16")])
     got = _rearrange(policy, 4)
     assert torch.equal(got, _rearrange(default_policy, 4))

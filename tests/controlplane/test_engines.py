@@ -43,3 +43,30 @@ def test_an_unknown_engine_is_refused(client):
     body = {"model": MODEL.model_dump(), "engine": "trtllm"}
     answer = client.put("/v1/deployments/steered", json=body, headers=operator())
     assert answer.status_code == 422 and "engine" in answer.text
+
+
+def test_a_re_registration_with_another_engine_is_409_naming_the_way_to_change_it(client):
+    """Old code: 200 `created: false`, the engine dropped silently (a bundled deployment kept bundled rails)."""
+    body = {"model": MODEL.model_dump(), "engine": "bundled"}
+    assert client.put("/v1/deployments/steered", json=body, headers=operator()).status_code == 200
+    again = client.put("/v1/deployments/steered", json=body | {"engine": "sglang"}, headers=operator())
+    assert again.status_code == 409 and "PUT /v1/deployments/steered/engine" in again.json()["detail"]
+    same = client.put("/v1/deployments/steered", json=body, headers=operator())
+    assert same.status_code == 200 and same.json()["created"] is False
+
+
+def test_the_engine_is_changed_explicitly_by_an_admin_and_audited(client):
+    body = {"model": MODEL.model_dump(), "engine": "bundled"}
+    assert client.put("/v1/deployments/steered", json=body, headers=operator()).status_code == 200
+    change = {"engine": "sglang", "reason": "moved to SGLang sidecars"}
+    assert client.put("/v1/deployments/steered/engine", json=change).status_code == 401
+    answer = client.put("/v1/deployments/steered/engine", json=change, headers=operator())
+    assert answer.status_code == 200 and answer.json() == {"name": "steered", "engine": "sglang",
+                                                           "previous": "bundled", "changed": True}
+    assert client.get("/v1/deployments/steered/overview", headers=operator()).json()["engine"] == "sglang"
+    (event,) = [e for e in client.get("/v1/audit", headers=operator()).json() if e["verb"] == "change_engine"]
+    assert event["detail"] == {"from": "bundled", "to": "sglang", "reason": "moved to SGLang sidecars"}
+    assert client.put("/v1/deployments/steered", json=body | {"engine": "sglang"},
+                      headers=operator()).status_code == 200  # its sidecars register now
+    assert client.put("/v1/deployments/nobody/engine", json=change, headers=operator()).status_code == 404
+    assert client.put("/v1/deployments/steered/engine", json={"engine": "trt"}, headers=operator()).status_code == 422

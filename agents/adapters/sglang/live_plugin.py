@@ -4,10 +4,11 @@ With `--enable-eplb`, every rank's `EPLBManager.rebalance` dumps the recorder, c
 `_compute_expert_location_metadata(logical_count, ...)` and moves the weights with SGLang's own
 `update_expert_location_with_recovery`, chunk by chunk. This plugin wraps that one method (an AROUND hook in
 SGLang's HookRegistry). It records the `logical_count` it is passed (rank 0, into the shared directory,
-agents/adapters/state_dir.py) for the sidecar. A placement may be armed for this rebalance (armed ahead, as
-for vLLM: agents/adapters/arming.py, so every rank returns the same). Then it returns SGLang's own
-`ExpertLocationMetadata.init_by_mapping` of it, after checking that every expert keeps a slot; otherwise SGLang's
-own EPLB layout. The sidecar (`moectl adapter sglang --live`) reads the records and arms the placements: no restart.
+agents/adapters/state_dir.py, under the engine's epoch) for the sidecar. A placement may be armed for this
+rebalance (armed ahead, as for vLLM: agents/adapters/arming.py, so every rank returns the same). Then it returns
+SGLang's own `ExpertLocationMetadata.init_by_mapping` of it, after checking that every expert keeps a slot;
+otherwise SGLang's own EPLB layout, as whenever something of ours fails (counted, logged once: faults.py). The
+sidecar (`moectl adapter sglang --live`) reads the records and arms the placements: no restart.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ import numpy as np
 from agents.adapters import state_dir
 from agents.adapters.arming import in_force
 from agents.adapters.coverage import check_covers_every_expert
+from agents.adapters.epoch import engine_epoch
 from agents.adapters.errors import PlacementRefused
+from agents.adapters.faults import Faults
 
 log = logging.getLogger("moectl.adapter.sglang.live")
 
@@ -31,9 +34,11 @@ TARGET = "sglang.srt.eplb.eplb_manager.EPLBManager._compute_expert_location_meta
 STATE_DIR_ENV = "MOECTL_SGLANG_STATE_DIR"
 
 
-def make_hook(directory: Path, *, version: str = "", is_recording_rank=None):
-    """The AROUND hook: hook(original, manager, logical_count, **kwargs) -> ExpertLocationMetadata."""
+def make_hook(directory: Path, *, epoch: str, version: str = "", is_recording_rank=None, faults: Faults | None = None):
+    """The AROUND hook: hook(original, manager, logical_count, **kwargs) -> ExpertLocationMetadata. Whatever of ours
+    fails is counted by cause, logged once, and SGLang's own layout returned (faults.py)."""
     lock, calls = threading.Lock(), {"next": 0}
+    faults = faults or Faults(log)
 
     def recording_rank() -> bool:
         if is_recording_rank is not None:
@@ -42,33 +47,48 @@ def make_hook(directory: Path, *, version: str = "", is_recording_rank=None):
 
         return not dist.is_initialized() or dist.get_rank() == 0
 
-    def hook(original, manager, logical_count, *args, **kwargs):  # noqa: ANN001 (SGLang's types)
+    def ours(manager, logical_count):  # noqa: ANN001 (SGLang's types)
         with lock:
             call, calls["next"] = calls["next"], calls["next"] + 1
         counts = np.asarray(logical_count.detach().cpu().numpy() if hasattr(logical_count, "detach")
                             else logical_count, dtype=np.int64)
         load = counts.sum(axis=0) if counts.ndim == 3 else counts  # [buffer rows, layers, experts] -> [layers, ...]
+        model = state_dir.model_key(*load.shape)
         current = manager_current_map()
         if recording_rank():
-            state_dir.write_load(directory, {"call": call, "at": time.time(), "weight": load.tolist(),
-                                             "current": None if current is None else current.tolist(),
-                                             "num_replicas": None if current is None else int(current.shape[1]),
-                                             "num_ranks": None, "sglang": version})
-        armed = in_force(state_dir.read_armed(directory), call)
-        if armed is not None:
             try:
-                num_slots = armed.table.shape[1] if current is None else int(current.shape[1])
-                table = check_covers_every_expert(armed.table, load.shape[1], num_slots)
-                if table.shape[0] != load.shape[0]:
-                    raise PlacementRefused(f"placement has {table.shape[0]} layers, SGLang {load.shape[0]}")
-                from sglang.srt.eplb.expert_location import ExpertLocationMetadata
+                state_dir.write_load(directory, {
+                    "epoch": epoch, "model": model, "call": call, "at": time.time(), "weight": load.tolist(),
+                    "current": None if current is None else current.tolist(),
+                    "num_replicas": None if current is None else int(current.shape[1]), "num_ranks": None,
+                    "faults": faults.snapshot(), "sglang": version})
+            except (OSError, ValueError) as exc:
+                faults.record("load not recorded", exc)
+        armed = in_force(state_dir.read_armed(directory, faults=faults), call, epoch=epoch, model=model)
+        if armed is None:
+            return None
+        try:
+            num_slots = armed.table.shape[1] if current is None else int(current.shape[1])
+            table = check_covers_every_expert(armed.table, load.shape[1], num_slots)
+            if table.shape[0] != load.shape[0]:
+                raise PlacementRefused(f"placement has {table.shape[0]} layers, SGLang {load.shape[0]}")
+        except PlacementRefused as exc:
+            faults.record(f"placement v{armed.version} refused", exc)
+            return None
+        from sglang.srt.eplb.expert_location import ExpertLocationMetadata
 
-                log.info("rebalance %d: placement v%d", call, armed.version)
-                return ExpertLocationMetadata.init_by_mapping(manager._model_config, physical_to_logical_map=table)
-            except PlacementRefused as exc:
-                log.error("placement v%d not used at rebalance %d: %s", armed.version, call, exc)
-        return original(manager, logical_count, *args, **kwargs)
+        log.info("rebalance %d: placement v%d", call, armed.version)
+        return ExpertLocationMetadata.init_by_mapping(manager._model_config, physical_to_logical_map=table)
 
+    def hook(original, manager, logical_count, *args, **kwargs):  # noqa: ANN001 (SGLang's types)
+        try:
+            metadata = ours(manager, logical_count)
+        except Exception as exc:  # noqa: BLE001 (whatever of ours fails, SGLang's rebalance goes on with its own)
+            faults.record(f"plugin failed ({type(exc).__name__})", exc)
+            metadata = None
+        return metadata if metadata is not None else original(manager, logical_count, *args, **kwargs)
+
+    hook.faults = faults
     return hook
 
 
@@ -89,4 +109,5 @@ def register() -> None:
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     directory = Path(os.environ[STATE_DIR_ENV])
-    HookRegistry.register(TARGET, make_hook(directory, version=sglang.__version__), HookType.AROUND)
+    HookRegistry.register(TARGET, make_hook(directory, epoch=engine_epoch(), version=sglang.__version__),
+                          HookType.AROUND)

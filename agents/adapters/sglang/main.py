@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     server = SGLangServer(args.engine, api_key=args.engine_api_key)
     sidecar: Sidecar | None = None
     poster = SnapshotPoster(ControllerLink(args.controller, args.agent_token), on_answer=lambda a: sidecar.on_answer(a),
-                            on_failure=lambda reason: None,
+                            on_failure=lambda reason: sidecar.faults.record(f"post failed ({reason})", reason),
                             registration=Registration(args.api_token, model.shape, engine="sglang"),
                             running_placement=lambda v: sidecar.running_placement(v))
     sidecar = Sidecar(server, model, Where(args.deployment, args.instance, Role(args.role), args.gpus_per_node),

@@ -10,10 +10,14 @@ on Kubernetes a ConfigMap mounted there (restart.py's KubeConfigMapStore) surviv
 from __future__ import annotations
 
 import json
-import os
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+
+from agents.adapters.private_files import read_ours, write_atomic
+
+log = logging.getLogger("moectl.adapter.sglang")
 
 PLACEMENT_FILE = "placement.json"
 META_FILE = "placement.meta.json"
@@ -42,11 +46,19 @@ def encode(placement: StoredPlacement) -> dict[str, str]:
 
 
 def decode(files: dict[str, str]) -> StoredPlacement | None:
+    """The stored placement; None when there is none or it cannot be read (an empty or torn file left by a crash:
+    a sidecar that refused to start on it would crash-loop; the server then runs what it started with)."""
     if PLACEMENT_FILE not in files or META_FILE not in files:
         return None
-    meta = json.loads(files[META_FILE])
-    return StoredPlacement(int(meta["version"]), int(meta["previous"]), float(meta["written_at"]),
-                           json.loads(files[PLACEMENT_FILE]))
+    try:
+        meta = json.loads(files[META_FILE])
+        document = json.loads(files[PLACEMENT_FILE])
+        if not isinstance(document, dict):
+            raise TypeError(f"{PLACEMENT_FILE} is not an object")
+        return StoredPlacement(int(meta["version"]), int(meta["previous"]), float(meta["written_at"]), document)
+    except (ValueError, KeyError, TypeError) as exc:
+        log.error("the stored placement cannot be read (%s): taken as none", exc)
+        return None
 
 
 class DirectoryStore:
@@ -54,14 +66,20 @@ class DirectoryStore:
         self.directory = Path(directory)
 
     def read(self) -> StoredPlacement | None:
-        files = {name: (self.directory / name).read_text() for name in (PLACEMENT_FILE, META_FILE)
-                 if (self.directory / name).exists()}
+        files = {}
+        for name in (PLACEMENT_FILE, META_FILE):
+            try:
+                files[name] = read_ours(self.directory / name).decode()
+            except FileNotFoundError:
+                continue
+            except (OSError, UnicodeDecodeError) as exc:
+                log.error("the stored placement cannot be read (%s): taken as none", exc)
+                return None
         return decode(files)
 
     def write(self, placement: StoredPlacement) -> None:
-        """The placement first, then its meta, each replaced whole (a reader never sees half a file)."""
+        """The placement first, then its meta, each replaced whole and fsynced (private_files.py): after a crash
+        the meta names a file that is there."""
         self.directory.mkdir(parents=True, exist_ok=True)
         for name, text in encode(placement).items():
-            temporary = self.directory / f".{name}.tmp"
-            temporary.write_text(text)
-            os.replace(temporary, self.directory / name)
+            write_atomic(self.directory / name, text.encode())

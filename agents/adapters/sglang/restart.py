@@ -10,10 +10,13 @@ time. The placement lives in a ConfigMap mounted into the pod (`KubeConfigMapSto
 
 from __future__ import annotations
 
+import logging
 import subprocess
 from typing import Protocol
 
 from agents.adapters.sglang.placement_store import StoredPlacement, decode, encode
+
+log = logging.getLogger("moectl.adapter.sglang")
 
 
 class Restarter(Protocol):
@@ -23,11 +26,24 @@ class Restarter(Protocol):
 
 
 class CommandRestart:
-    def __init__(self, argv: list[str]):
-        self.argv = argv
+    """The operator's command, given `timeout_seconds` to finish; one that is missing, fails or hangs is a restart
+    not done (False, logged): the sidecar goes on and tries again at the next placement."""
+
+    def __init__(self, argv: list[str], timeout_seconds: float = 300.0):
+        self.argv, self.timeout_seconds = argv, timeout_seconds
 
     def restart(self) -> bool:
-        return subprocess.run(self.argv, check=False).returncode == 0
+        try:
+            done = subprocess.run(self.argv, check=False, timeout=self.timeout_seconds)
+        except subprocess.TimeoutExpired:
+            log.error("restart command %s did not finish in %.0f s: killed", self.argv, self.timeout_seconds)
+            return False
+        except OSError as exc:
+            log.error("restart command %s cannot run: %s (is it installed? see --restart-command)", self.argv, exc)
+            return False
+        if done.returncode != 0:
+            log.error("restart command %s exited %d", self.argv, done.returncode)
+        return done.returncode == 0
 
 
 class KubeEvictRestart:

@@ -10,6 +10,11 @@ The answer is applied between windows, on this thread. A new placement is checke
 and written where SGLang starts from (placement_store.py). The group is then restarted (restart.py), at most once
 per `min_restart_seconds`. The server runs the new version once it has restarted after the file was written. A
 server that restarted (for any reason) gets its recorder started again, and that window is skipped.
+
+Live (--live), a record of a newer engine epoch says SGLang restarted (live_window.py): what was armed is gone, so
+the controller's placement is armed again for the new life. The sidecar stays up through every fault: `begin` is
+retried with back-off until the server answers, each window and each apply is guarded, and every failure is
+counted by cause (faults.py) and logged once a cause.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import numpy as np
 
 from agents.adapters import state_dir
 from agents.adapters.errors import EngineFormatError, PlacementRefused
+from agents.adapters.faults import Faults
 from agents.adapters.group_window import GroupPlace, Where, group_snapshot
 from agents.adapters.prom_text import Scrape, parse_metrics
 from agents.adapters.serving import serving_fields
@@ -37,17 +43,19 @@ from agents.adapters.sglang.names import SERVING
 from agents.adapters.sglang.placement_store import PlacementStore, StoredPlacement
 from agents.adapters.sglang.restart import Restarter
 from agents.adapters.sglang.server import SGLangServer
-from agents.adapters.sglang.server_check import ServerLayout, check_server
+from agents.adapters.sglang.server_check import ServerLayout, ServerRefused, check_server
 from agents.protocol import Array, DesiredState, GroupSnapshot, PlacementTable, RunningPlacement
 
 log = logging.getLogger("moectl.adapter.sglang")
+MAX_BEGIN_WAIT_SECONDS = 60.0
+_FAULTS = (OSError, ValueError, KeyError, TypeError, httpx.HTTPError)  # of a window or an apply: counted, not fatal
 
 
 class Sidecar:
     def __init__(self, server: SGLangServer, model: EngineModel, where: Where, dump_dir: Path, store: PlacementStore,
                  restarter: Restarter, submit: Callable[[GroupSnapshot], None], *, window_seconds: float = 10.0,
                  min_restart_seconds: float = 600.0, clock: Callable[[], float] = time.time,
-                 live_dir: Path | None = None):
+                 live_dir: Path | None = None, faults: Faults | None = None):
         """live_dir: the live plugin's directory (live_plugin.py): load from its records and placements armed
         there, applied by SGLang's own EPLB without a restart; None: dumps, files and restarts."""
         self.server, self.model, self.where, self.dump_dir = server, model, where, Path(dump_dir)
@@ -56,9 +64,16 @@ class Sidecar:
         self.answers: list[DesiredState] = []
         self.lock = threading.Lock()
         self.last_restart = -float("inf")
-        self.num_refused = 0
+        self.faults = faults or Faults(log)
+        self.desired: DesiredState | None = None  # live: the controller's newest placement, armed again on a restart
+        self.position = None
+        self.plugin_faults: dict[str, int] = {}  # live: the plugin's counts of SGLang's current life, as last read
         self.layout: ServerLayout | None = None
         self.live_dir = None if live_dir is None else Path(live_dir)
+
+    @property
+    def num_refused(self) -> int:
+        return self.faults.total
 
     # -- the server ---------------------------------------------------------------------------------------
     def begin(self) -> None:
@@ -67,8 +82,9 @@ class Sidecar:
         self.layout = check_server(info, self.model, is_live=self.live_dir is not None)
         self.started_at = float(info.get("startup_time") or 0.0)
         if self.live_dir is not None:  # SGLang's EPLB drives the recorder; the plugin records each rebalance
-            records = state_dir.read_loads(self.live_dir)
-            self.last_call = records[-1]["call"] if records else -1
+            records = state_dir.read_loads(self.live_dir, model=live_window.model_key(self.model), max_records=1,
+                                           faults=self.faults)
+            self.position = (records[-1]["epoch"], records[-1]["call"]) if records else None
             self.running = self._live_running()
             self.before = self._scrape()
             return
@@ -105,18 +121,19 @@ class Sidecar:
             after = self._scrape()
             fields = serving_fields(SERVING, self.layout.version, self.before, after)
         except EngineFormatError as exc:
-            self.num_refused += 1
-            log.error("not posted: %s", exc)
+            self.faults.record("window not posted", exc)
             return None
         self.before = after
-        if load.is_truncated:
-            log.warning("the recorder's %d rows all filled within the window: the oldest passes were overwritten "
-                        "(raise --expert-distribution-recorder-buffer-size)", self.layout.buffer_size)
+        # live, every row is one whole rebalance the plugin recorded: nothing can have been overwritten
+        if load.is_truncated and self.live_dir is None:  # logged the first time, counted every time
+            self.faults.record("recorder buffer truncated", f"the recorder's {self.layout.buffer_size} rows all "
+                               "filled within the window: the oldest passes were overwritten (raise "
+                               "--expert-distribution-recorder-buffer-size)")
         layout = self.layout
         place = GroupPlace(self.where.deployment, self.where.instance, self.where.role, layout.ep_size,
                            layout.slots_per_rank, self.where.gpus_per_node)
         snapshot = group_snapshot(place, self.model.shape, window_start, self.window_seconds, load.expert_tokens,
-                                  self.running, fields)
+                                  self.running, fields, self.faults.take_new())
         self.submit(snapshot)
         return snapshot
 
@@ -136,6 +153,8 @@ class Sidecar:
         written, else None."""
         with self.lock:
             answer, self.answers = (self.answers[-1] if self.answers else None), []
+        if answer is None and self.live_dir is not None:
+            answer = self.desired  # live: armed again when SGLang restarted (live_window.arm: once an epoch)
         if answer is None:
             return None
         if answer.window_seconds:
@@ -152,8 +171,7 @@ class Sidecar:
         try:
             document = location_file(np.asarray(answer.slot_to_expert.to_numpy()), self.model, self.layout.num_slots)
         except PlacementRefused as exc:
-            self.num_refused += 1
-            log.error("placement v%d refused: %s", answer.placement_version, exc)
+            self.faults.record("placement refused", f"v{answer.placement_version}: {exc}")
             return None
         stored = StoredPlacement(answer.placement_version, self.running.version, now, document)
         self.store.write(stored)
@@ -164,7 +182,16 @@ class Sidecar:
 
     # -- live: through the plugin (live_window.py) ----------------------------------------------------------
     def _live_dump(self) -> dict:
-        dump, self.last_call = live_window.records_as_dump(self.live_dir, self.model, self.last_call)
+        before = self.position
+        dump, self.position, plugin_faults = live_window.records_as_dump(self.live_dir, self.model, self.position,
+                                                                         self.faults)
+        if before is not None and self.position is not None and self.position[0] != before[0]:
+            self.plugin_faults = {}
+            self.faults.record("engine restarted", f"SGLang's epoch {before[0]} -> {self.position[0]}: its own "
+                               "layout again until the placement is re-armed")
+            shape = self.model.shape
+            self.running = PlacementTable.default(shape.num_layers, shape.num_experts, self.layout.num_slots)
+        self.plugin_faults = self.faults.add_plugin_counts(self.plugin_faults, plugin_faults)
         self.running = self._live_running()
         return dump
 
@@ -172,15 +199,18 @@ class Sidecar:
         shape = self.model.shape
         otherwise = getattr(self, "running", None) or PlacementTable.default(shape.num_layers, shape.num_experts,
                                                                              self.layout.num_slots)
-        return live_window.running(self.live_dir, self.model, self.last_call, otherwise)
+        return live_window.running(self.live_dir, self.model, self.position, otherwise)
 
     def _arm(self, answer: DesiredState) -> StoredPlacement | None:
+        self.desired = answer
+        if self.position is None:
+            log.info("placement v%d waits: SGLang has not rebalanced yet", answer.placement_version)
+            return None
         try:
             entry = live_window.arm(self.live_dir, self.model, np.asarray(answer.slot_to_expert.to_numpy()),
-                                    answer.placement_version, self.layout.num_slots, self.last_call)
+                                    answer.placement_version, self.layout.num_slots, self.position)
         except PlacementRefused as exc:
-            self.num_refused += 1
-            log.error("placement v%d refused: %s", answer.placement_version, exc)
+            self.faults.record("placement refused", f"v{answer.placement_version}: {exc}")
             return None
         if entry is None:
             return None
@@ -192,7 +222,18 @@ class Sidecar:
         """Until `stopping` is set: close each window of the grid at its end, then apply the answers."""
         from agents.protocol.grid import window_index, window_start
 
-        self.begin()
+        wait = 1.0
+        while True:
+            try:
+                self.begin()
+                break
+            except ServerRefused:
+                raise  # a configuration moectl cannot work with: said once, at start
+            except _FAULTS as exc:  # not up yet (SGLang loads for minutes), or a page we do not read
+                self.faults.record("engine not answering", exc)
+            if stopping.wait(wait):
+                return
+            wait = min(wait * 2, MAX_BEGIN_WAIT_SECONDS)
         while not stopping.is_set():
             seconds = self.window_seconds
             index = window_index(self.clock(), seconds)
@@ -201,6 +242,10 @@ class Sidecar:
                 return
             try:
                 self.close_window(window_start(index, seconds))
-            except (OSError, httpx.HTTPError) as exc:  # the server is down (restarting) or unreachable
-                log.warning("window not read: %s", exc)
-            self.apply_answers()
+            except _FAULTS as exc:  # the server is down (restarting), unreachable, or answered what we do not read
+                self.faults.record("window not read", exc)
+            try:
+                self.apply_answers()
+            except Exception as exc:  # noqa: BLE001 (a store or restart refused: a ConfigMap write, an eviction; the
+                # Kubernetes client raises its own ApiException; the next answer tries again)
+                self.faults.record("placement not applied", exc)

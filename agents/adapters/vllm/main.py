@@ -42,8 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     client = httpx.Client(base_url=args.engine, headers=headers, timeout=30)
     sidecar: VllmSidecar | None = None
     poster = SnapshotPoster(ControllerLink(args.controller, args.agent_token), on_answer=lambda a: sidecar.on_answer(a),
-                            on_failure=lambda reason: None,
-                            registration=Registration(args.api_token, model, engine="vllm"))
+                            on_failure=lambda reason: sidecar.faults.record(f"post failed ({reason})", reason),
+                            registration=Registration(args.api_token, model, engine="vllm"),
+                            running_placement=lambda v: sidecar.running_placement(v))
     sidecar = VllmSidecar(client, model, Where(args.deployment, args.instance, Role(args.role), args.gpus_per_node),
                           poster.submit, window_seconds=args.window_seconds)
     stopping = threading.Event()

@@ -3,11 +3,13 @@
 vLLM looks its policy up in a hard-coded registry (`EPLB_POLICIES = {"default": ...}`, `EPLBConfig.policy` is
 Literal["default"]). So `register` replaces that entry, in place, with a class that does three things:
 1. Records the `weight` it is passed at each rearrange (global logical load [num_moe_layers,
-   num_logical_experts], the same on every rank) for the sidecar.
-2. Returns the controller's placement when one is armed for this rearrange (arming.py: the same
-   on every rank), checked to keep every expert.
+   num_logical_experts], the same on every rank) for the sidecar, keyed by the engine's epoch and the model
+   (vLLM calls the policy once per model: an MTP drafter's 1-layer weight is recorded apart, state_dir.py).
+2. Returns the controller's placement when one is armed for this rearrange, epoch and model (arming.py: the
+   same on every rank), checked to keep every expert.
 3. Otherwise, or when the armed table does not fit, returns what vLLM's own policy returns.
-vLLM's rearrange then moves the weights, as it does for its own maps.
+Whatever of ours fails (the directory full, gone or torn; a placement that does not fit) is counted by cause,
+logged once (faults.py) and vLLM's own answer returned: the plugin never stops vLLM's step.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ import numpy as np
 from agents.adapters import state_dir as state
 from agents.adapters.arming import in_force
 from agents.adapters.coverage import check_covers_every_expert
+from agents.adapters.epoch import engine_epoch
 from agents.adapters.errors import PlacementRefused
+from agents.adapters.faults import Faults
 from agents.adapters.vllm import names
 
 log = logging.getLogger("moectl.adapter.vllm")
@@ -36,41 +40,66 @@ def _is_recording_rank() -> bool:
     return not dist.is_available() or not dist.is_initialized() or dist.get_rank() == 0
 
 
-def wrap_policy(inner: type, state_dir: Path, *, version: str = "", is_recording_rank=_is_recording_rank) -> type:
+def wrap_policy(inner: type, state_dir: Path, *, epoch: str, version: str = "", is_recording_rank=_is_recording_rank,
+                faults: Faults | None = None) -> type:
     """A policy class with `inner`'s signature (names.POLICY_ARGS) that records, then returns the armed placement
-    or `inner`'s. Counts its calls from 0, as every rank does."""
+    or `inner`'s. Counts its calls from 0 for each model, as every rank does. `faults`: where ours are counted."""
     import torch
 
     lock = threading.Lock()
-    calls = {"next": 0}
+    calls: dict[str, int] = {}
+    faults = faults or Faults(log)
+
+    def placement(weight, num_replicas, num_ranks, old_global_expert_indices):  # noqa: ANN001
+        load = weight.detach().cpu().numpy()
+        model = state.model_key(*load.shape)
+        with lock:
+            call = calls[model] = calls.get(model, -1) + 1
+        if is_recording_rank():
+            try:
+                current = None if old_global_expert_indices is None else \
+                    old_global_expert_indices.detach().cpu().numpy().tolist()
+                state.write_load(state_dir, {
+                    "epoch": epoch, "model": model, "call": call, "at": time.time(),
+                    "weight": load.astype(np.int64).tolist(), "current": current, "num_replicas": int(num_replicas),
+                    "num_ranks": int(num_ranks), "faults": faults.snapshot(), "vllm": version})
+            except (OSError, ValueError) as exc:
+                faults.record("load not recorded", exc)
+        armed = in_force(state.read_armed(state_dir, faults=faults), call, epoch=epoch, model=model)
+        if armed is None:
+            return None
+        try:
+            table = check_covers_every_expert(armed.table, load.shape[1], int(num_replicas))
+            if table.shape[0] != load.shape[0]:
+                raise PlacementRefused(f"placement has {table.shape[0]} layers, vLLM {load.shape[0]}")
+        except PlacementRefused as exc:
+            faults.record(f"placement v{armed.version} refused", exc)
+            return None
+        return torch.from_numpy(table.copy())
 
     class MoectlEplbPolicy(inner):  # type: ignore[misc, valid-type]
+        moectl_faults = faults
+
         @classmethod
         def rebalance_experts(cls, weight, num_replicas, num_groups, num_nodes, num_ranks,
                               old_global_expert_indices=None):  # noqa: ANN001 (vLLM's signature)
-            with lock:
-                call, calls["next"] = calls["next"], calls["next"] + 1
-            load = weight.detach().cpu().numpy()
-            if is_recording_rank():
-                current = None if old_global_expert_indices is None else \
-                    old_global_expert_indices.detach().cpu().numpy().tolist()
-                state.write_load(state_dir, {"call": call, "at": time.time(), "weight": load.astype(np.int64).tolist(),
-                                             "current": current, "num_replicas": int(num_replicas),
-                                             "num_ranks": int(num_ranks), "vllm": version})
-            armed = in_force(state.read_armed(state_dir), call)
-            if armed is not None:
-                try:
-                    table = check_covers_every_expert(armed.table, load.shape[1], int(num_replicas))
-                    if table.shape[0] != load.shape[0]:
-                        raise PlacementRefused(f"placement has {table.shape[0]} layers, vLLM {load.shape[0]}")
-                    return torch.from_numpy(table.copy())
-                except PlacementRefused as exc:
-                    log.error("placement v%d not used at rearrange %d: %s", armed.version, call, exc)
+            try:
+                ours = placement(weight, num_replicas, num_ranks, old_global_expert_indices)
+            except Exception as exc:  # noqa: BLE001 (whatever of ours fails, vLLM's step goes on with its own map)
+                faults.record(f"plugin failed ({type(exc).__name__})", exc)
+                ours = None
+            if ours is not None:
+                return ours
             return inner.rebalance_experts(weight, num_replicas, num_groups, num_nodes, num_ranks,
                                            old_global_expert_indices)
 
     MoectlEplbPolicy.__name__ = f"Moectl{inner.__name__}"
     return MoectlEplbPolicy
+
+
+def state_dir_from_env() -> Path:
+    """$MOECTL_VLLM_STATE_DIR, else the private default (state_dir.default_dir): the policy's and the endpoint's."""
+    return Path(os.environ.get(names.STATE_DIR_ENV) or state.default_dir("vllm"))
 
 
 def register() -> None:
@@ -83,5 +112,5 @@ def register() -> None:
     inner = registry[names.POLICY_NAME]
     if inner.__name__.startswith("Moectl"):
         return
-    state_dir = Path(os.environ.get(names.STATE_DIR_ENV, "/tmp/moectl-vllm"))
-    registry[names.POLICY_NAME] = wrap_policy(inner, state_dir, version=vllm.__version__)
+    registry[names.POLICY_NAME] = wrap_policy(inner, state_dir_from_env(), epoch=engine_epoch(),
+                                              version=vllm.__version__)

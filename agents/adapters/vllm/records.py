@@ -13,7 +13,8 @@ import numpy as np
 from agents.adapters.errors import EngineFormatError
 from agents.protocol import MAX_COUNT, ModelShape
 
-RECORD_KEYS = frozenset({"call", "at", "weight", "current", "num_replicas", "num_ranks", "vllm"})  # state_dir.py
+RECORD_KEYS = frozenset({"epoch", "model", "call", "at", "weight", "current", "num_replicas", "num_ranks", "faults",
+                         "vllm"})  # state_dir.py
 
 
 def window_load(records: list[dict], model: ModelShape, *, version: str) -> np.ndarray:

@@ -69,6 +69,7 @@ class _Post:
     running_placement: RunningPlacement | None  # the table placement_version names, after a PLACEMENT_UNKNOWN
     reported_by: str  # who ran it, for the adopted version's audit
     serving: list[dict[str, float] | None]  # each rank's serving counters (None: it does not measure them)
+    adapter_faults: dict[str, int] | None | bool = False  # a group's adapter's failures in its window; False: v1
 
 
 @router.post("/v1/agents/snapshot", response_model=DesiredState, response_model_exclude_none=True)
@@ -100,7 +101,7 @@ def post_group_snapshot(group: GroupSnapshot, session: SessionDep, settings: Set
                  lambda grid: to_group_report(group, grid),
                  [AgentSeen(r.rank, r.placement_version, r.node, r.gpu_uuid) for r in group.ranks],
                  group.placement_version, group.running_placement, f"{group.instance} rank {ahead.rank}",
-                 [replica_counters(r) for r in group.ranks])
+                 [replica_counters(r) for r in group.ranks], group.adapter_faults)
     return _store(post, session, settings, now, actuation, caller)
 
 
@@ -154,7 +155,8 @@ def _ingest(post: _Post, session, settings, now: float, actuation: Actuation, ca
     routing = RoutingLimits(**{LIMIT_FIELDS[kind]: value for kind, value in state.knobs.items()})
     report = post.report(settings.window_seconds)
     num_windows = deployments.record_agents(session, pool=pool, instance=ident.instance, seen=post.seen,
-                                            window_index=report.window_index, now=now)
+                                            window_index=report.window_index, now=now,
+                                            adapter_faults=post.adapter_faults)
     # a new rank's first windows start mid-window on cold caches: counted as fresh, not as load (a group's
     # expert load is one sum over its ranks: it counts once all of them are past their first windows)
     if min(num_windows) > settings.warmup_windows:

@@ -1,8 +1,9 @@
-"""Deployments: register, list, overview."""
+"""Deployments: register, list, overview, and the one explicit way to change the engine a deployment runs."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException
+from pydantic import BaseModel, Field
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -10,7 +11,8 @@ from controlplane.api import overview
 from controlplane.api.deps import AdminDep, DeploymentName, NowDep, PoolRole, SessionDep, SettingsDep, ViewerDep
 from controlplane.api.overview_schemas import Overview
 from controlplane.api.schemas import DeploymentIn, DeploymentSummary, PoolLoad
-from controlplane.store import deployments, pools
+from controlplane.plan.engines import EngineName
+from controlplane.store import audit, deployments, pools
 from controlplane.store.knobs import PLACEMENT
 from controlplane.store.tables import Deployment
 
@@ -54,12 +56,36 @@ def put_deployment(name: DeploymentName, body: DeploymentIn, session: SessionDep
 
 
 def _is_registered(session: Session, name: str, body: DeploymentIn) -> bool:
-    """True if `name` exists with this model shape; 409 if with another."""
+    """True if `name` exists with this model shape and engine; 409 if with another (the engine sets the planner's
+    rails: a re-registration never changes it silently; PUT .../engine does, audited)."""
     existing = deployments.get(session, name)
     if existing is not None and deployments.model_of(existing) != body.model:
         raise HTTPException(409, f"deployment {name!r} exists with another model shape {existing.model}; "
                                  f"use a new name for a new model")
+    if existing is not None and existing.engine != body.engine:
+        raise HTTPException(409, f"deployment {name!r} is registered for engine {existing.engine!r}, not "
+                                 f"{body.engine!r}; to change it: PUT /v1/deployments/{name}/engine (admin, audited)")
     return existing is not None
+
+
+class EngineChange(BaseModel):
+    engine: EngineName
+    reason: str = Field(default="", max_length=500, description="why, kept in the audit event")
+
+
+@router.put("/{name}/engine", status_code=200)
+def put_engine(name: DeploymentName, body: EngineChange, session: SessionDep, now: NowDep, caller: AdminDep) -> dict:
+    """Changes the engine a deployment runs (its planner rails follow from the next pass), recorded in the audit
+    trail (GET /v1/audit: verb change_engine) with who, when, from, to and why."""
+    with session.begin():
+        deployment = get_or_404(session, name)
+        deployments.lock(session, deployment)
+        before = deployment.engine
+        if before != body.engine:
+            deployment.engine = body.engine
+            audit.record(session, verb="change_engine", deployment=name, created_by=caller.name, now=now,
+                         detail={"from": before, "to": body.engine, "reason": body.reason})
+    return {"name": name, "engine": body.engine, "previous": before, "changed": before != body.engine}
 
 
 @router.get("/{name}/overview", response_model=Overview)

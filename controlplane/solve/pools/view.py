@@ -45,6 +45,7 @@ class PoolSize:
     num_ready: int
     num_starting: int = 0
     num_draining: int = 0
+    num_unschedulable: int = 0  # asked, but the platform cannot place them (a full cluster): neither ready nor starting
     gpus_per_replica: int = 1
     min_replicas: int = 1
     max_replicas: int = 64

@@ -75,10 +75,11 @@ are both made from it, so the controller is granted exactly the objects it is to
 {{- $targets = append $targets (dict "deployment" $.Values.pools.deployment "role" $role "namespace" $.Release.Namespace "apiVersion" "apps/v1" "kind" $pool.kind "resource" (printf "%ss" (lower $pool.kind)) "name" (include "moectl.poolName" (dict "root" $ "role" $role))) -}}
 {{- end -}}
 {{- end -}}
+{{- /* the kinds of controlplane/kube_kinds.py: apiVersion and plural known */ -}}
+{{- $known := dict "Deployment" (list "apps/v1" "deployments") "StatefulSet" (list "apps/v1" "statefulsets") "LeaderWorkerSet" (list "leaderworkerset.x-k8s.io/v1" "leaderworkersets") "PodCliqueScalingGroup" (list "grove.io/v1alpha1" "podcliquescalinggroups") "DynamoGraphDeploymentScalingAdapter" (list "nvidia.com/v1beta1" "dynamographdeploymentscalingadapters") "RoleBasedGroupScalingAdapter" (list "workloads.x-k8s.io/v1alpha2" "rolebasedgroupscalingadapters") -}}
 {{- range $target := .Values.scaleTargets -}}
-{{- $builtin := has $target.kind (list "Deployment" "StatefulSet") -}}
-{{- $resource := $target.resource | default (ternary (printf "%ss" (lower $target.kind)) "" $builtin) -}}
-{{- $targets = append $targets (dict "deployment" $target.deployment "role" $target.role "namespace" ($target.namespace | default $.Release.Namespace) "apiVersion" ($target.apiVersion | default "apps/v1") "kind" $target.kind "resource" $resource "name" $target.name) -}}
+{{- $defaults := get $known $target.kind | default (list "" "") -}}
+{{- $targets = append $targets (dict "deployment" $target.deployment "role" $target.role "namespace" ($target.namespace | default $.Release.Namespace) "apiVersion" ($target.apiVersion | default (index $defaults 0)) "kind" $target.kind "resource" ($target.resource | default (index $defaults 1)) "name" $target.name "podsPerReplica" ($target.podsPerReplica | default 1)) -}}
 {{- end -}}
 {{- toJson $targets -}}
 {{- end -}}

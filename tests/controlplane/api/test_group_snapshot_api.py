@@ -192,3 +192,19 @@ def test_a_group_post_files_its_ranks_serving_counters_as_their_posts_do(client,
         assert grouped.counters == pytest.approx(ranked.counters)
         assert grouped.counters["busy_seconds"] == 4.0 + EP_SIZE - 1  # lockstep ranks: the instance's is the max
         assert grouped.counters["itl_p90"] == pytest.approx(0.03 + 0.01 * (EP_SIZE - 1))
+
+
+def test_an_adapters_faults_show_the_instance_unhealthy_and_why_until_a_clean_window(client, clock):
+    """Issue 40: a sidecar's failures (engine restarted, windows not posted, plugin faults) reached no one."""
+    register(client, "groups")
+    first, second = (as_groups(snapshots)[0] for snapshots in rank_windows(clock, 2, num_instances=1))
+    faulty = first.model_copy(update={"adapter_faults": {"engine restarted": 1, "plugin: load not recorded": 3}})
+    assert post(client, faulty).status_code == 200
+    agents = client.get("/v1/deployments/groups/overview", headers=operator()).json()["pools"][0]["agents"]
+    assert agents["unhealthy"] == ["decode-0: engine restarted x1, plugin: load not recorded x3"]
+    assert "adapter_faults" not in second.model_dump(mode="json")  # absent: reads as before the field existed
+    assert post(client, second).status_code == 200
+    agents = client.get("/v1/deployments/groups/overview", headers=operator()).json()["pools"][0]["agents"]
+    assert agents["unhealthy"] == []
+    bad = second.model_copy(update={"adapter_faults": {"x\x00": 1}})
+    assert post(client, bad).status_code == 422

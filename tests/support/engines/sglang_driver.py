@@ -112,6 +112,7 @@ def live(args: argparse.Namespace) -> dict:
     spec = json.loads(open(args.spec).read())
     directory = Path(spec["state_dir"])
     os.environ[live_plugin.STATE_DIR_ENV] = str(directory)
+    os.environ.pop("MOECTL_ENGINE_EPOCH", None)  # a new engine: a new epoch (agents/adapters/epoch.py)
     live_plugin.register()  # as SGLang's loader calls the entry point (pyproject.toml)
     HookRegistry.apply_hooks()
     maps = []
@@ -123,10 +124,10 @@ def live(args: argparse.Namespace) -> dict:
         manager._model_config = model_config
         for call, logical_count in enumerate(spec["logical_counts"]):
             for armed in spec["arm_before"].get(str(call), []):
-                newest = state_dir.read_loads(directory)[-1]["call"]
-                entries = state_dir.read_armed(directory)
-                state_dir.write_armed(directory, [*entries, ArmedPlacement(armed["version"], arm_call(newest),
-                                                                           torch.tensor(armed["table"]).numpy())])
+                newest = state_dir.read_loads(directory)[-1]
+                state_dir.arm(directory, ArmedPlacement(armed["version"], arm_call(newest["call"]),
+                                                        torch.tensor(armed["table"]).numpy(), newest["epoch"],
+                                                        newest["model"]))
             metadata = manager._compute_expert_location_metadata(torch.tensor(logical_count),
                                                                  broadcast_over_world=False)
             maps.append(metadata.physical_to_logical_map_cpu.tolist())

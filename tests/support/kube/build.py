@@ -1,10 +1,11 @@
 """Builds the test cluster's binaries from the Go module proxy, once per machine, into a cache outside the
 repo keyed by the Kubernetes version: `${MOECTL_KUBE_CACHE:-~/.cache/moectl/kube}/<version>/bin/`.
 
-kube-apiserver, kube-controller-manager and etcd come from the build module next to this file
+kube-apiserver, kube-controller-manager, kube-scheduler and etcd come from the build module next to this file
 (tests/support/kube/gomod/go.mod pins k8s.io/kubernetes and replaces its staging modules with their
-published twins; `--pin vX.Y.Z` rewrites it from that release's own go.mod). helm and kwok are built
-with `go install module@version` against their own go.mod; kwok (fake nodes) only when asked for by name.
+published twins; `--pin vX.Y.Z` rewrites it from that release's own go.mod). helm and kwok (fake nodes, for
+the fleet tests) are built with `go install module@version` against their own go.mod. The modules holding the
+CRDs the tests install (LeaderWorkerSet, Grove, prometheus-operator) are downloaded into Go's module cache.
 
 One progress line per binary with its elapsed time; what is cached is skipped. A failed build exits 1
 under CI=true (make test stops); elsewhere it says so and exits 0, and the tests needing the cluster skip.
@@ -31,6 +32,9 @@ from pathlib import Path
 GOMOD_DIR = Path(__file__).resolve().parent / "gomod"
 HELM = ("helm.sh/helm/v3", "v3.22.0", "helm.sh/helm/v3/cmd/helm")
 KWOK = ("sigs.k8s.io/kwok", "v0.8.0", "sigs.k8s.io/kwok/cmd/kwok")
+# Go modules holding CRDs the tests install (support/kube/crds.py): downloaded into Go's module cache with the binaries
+CRD_MODULES = (("github.com/prometheus-operator/prometheus-operator", "v0.85.0"), ("sigs.k8s.io/lws", "v0.9.0"),
+               ("github.com/ai-dynamo/grove/operator/api", "v0.1.0-alpha.12-rc1"))
 BUILD_HINT = "python tests/support/kube/build.py (make test runs it; needs Go >= 1.26 and the Go module proxy)"
 
 
@@ -42,7 +46,6 @@ class Binary:
     package: str
     stamp: str  # what the cached binary was built from; a different stamp means rebuild
     version: str | None = None
-    is_opt_in: bool = False  # built only when named on the command line
 
 
 def cache_root() -> Path:
@@ -70,9 +73,10 @@ def binaries() -> list[Binary]:
     return [
         Binary("kube-apiserver", "k8s.io/kubernetes/cmd/kube-apiserver", f"k8s.io/kubernetes@{kube}"),
         Binary("kube-controller-manager", "k8s.io/kubernetes/cmd/kube-controller-manager", f"k8s.io/kubernetes@{kube}"),
+        Binary("kube-scheduler", "k8s.io/kubernetes/cmd/kube-scheduler", f"k8s.io/kubernetes@{kube}"),
         Binary("etcd", "./cmd/etcd", f"go.etcd.io/etcd/server/v3@{etcd}"),
         Binary("helm", HELM[2], f"{HELM[0]}@{HELM[1]}", version=HELM[1]),
-        Binary("kwok", KWOK[2], f"{KWOK[0]}@{KWOK[1]}", version=KWOK[1], is_opt_in=True),
+        Binary("kwok", KWOK[2], f"{KWOK[0]}@{KWOK[1]}", version=KWOK[1]),
     ]
 
 
@@ -126,6 +130,21 @@ def build_one(go: str, binary: Binary, directory: Path) -> tuple[bool, str]:
     return True, ""
 
 
+def download_crd_modules(go: str) -> list[str]:
+    """`go mod download` of each CRD module (a no-op once cached); returns those that failed."""
+    failed, started = [], time.monotonic()
+    with tempfile.TemporaryDirectory() as outside_any_module:
+        for module, version in CRD_MODULES:
+            done = subprocess.run([go, "mod", "download", f"{module}@{version}"], cwd=outside_any_module,
+                                  env={**go_env(), "GOFLAGS": ""}, capture_output=True, text=True)
+            if done.returncode != 0:
+                print(f"==> kube: CRDs {module}@{version} FAILED\n{done.stderr[-1000:]}", flush=True)
+                failed.append(f"{module}@{version}")
+    print(f"==> kube: CRD modules ({len(CRD_MODULES)}) in Go's module cache in {time.monotonic() - started:.0f}s",
+          flush=True)
+    return failed
+
+
 @contextmanager
 def locked(directory: Path) -> Iterator[None]:
     """Two `make test`s on one machine build once: the second waits, then finds the binaries cached."""
@@ -144,7 +163,7 @@ def build_all(only: list[str] | None = None) -> int:
         return 1 if is_ci else 0
     failed: list[str] = []
     with locked(directory):
-        wanted = [b for b in binaries() if b.name in only] if only else [b for b in binaries() if not b.is_opt_in]
+        wanted = [b for b in binaries() if b.name in only] if only else binaries()
         if any(not is_cached(directory, b) and b.version is None for b in wanted):
             started = time.monotonic()
             done = subprocess.run([go, "mod", "download"], cwd=GOMOD_DIR, env=go_env(), capture_output=True,
@@ -164,6 +183,8 @@ def build_all(only: list[str] | None = None) -> int:
                 continue
             print(f"==> kube: {binary.name} FAILED after {elapsed:.0f}s\n{log}", flush=True)
             failed.append(binary.name)
+        if not only:
+            failed += download_crd_modules(go)
     if failed and is_ci:
         print(f"error: failed to build {', '.join(failed)} (CI=true: the Kubernetes tests must run)")
         return 1
@@ -195,7 +216,8 @@ def pin(version: str) -> None:
         f"require (\n\tk8s.io/kubernetes {version}\n\tgo.etcd.io/etcd/server/v3 {etcd}\n)",
         "",
         # tool lines keep `go mod tidy` from dropping what the two commands import
-        "tool (\n\tk8s.io/kubernetes/cmd/kube-apiserver\n\tk8s.io/kubernetes/cmd/kube-controller-manager\n)",
+        "tool (\n\tk8s.io/kubernetes/cmd/kube-apiserver\n\tk8s.io/kubernetes/cmd/kube-controller-manager\n"
+        "\tk8s.io/kubernetes/cmd/kube-scheduler\n)",
         "",
         "replace (",
         *[f"\t{module} => {module} {twin}" for module in staging],
@@ -210,7 +232,7 @@ def pin(version: str) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("names", nargs="*", help="build only these binaries (default: all but kwok, which is opt-in)")
+    parser.add_argument("names", nargs="*", help="build only these binaries (default: all)")
     parser.add_argument("--pin", metavar="VERSION", help="rewrite the build module for k8s.io/kubernetes@VERSION")
     args = parser.parse_args()
     if args.pin:

@@ -4,7 +4,11 @@
   kube-prometheus-stack installs), from the operator's release through the Go module proxy, so the apiserver
   validates the chart's monitoring objects against their real schemas;
 - `Pool` (test.moectl.dev/v1), a minimal custom workload with a scale subresource, standing in for custom
-  resources such as LeaderWorkerSet that the controller may size.
+  resources such as LeaderWorkerSet that the controller may size;
+- the serving workloads moectl sizes (controlplane/kube_kinds.py): LeaderWorkerSet and Grove's
+  PodCliqueScalingGroup as their projects serve them (modules pinned below, which `make kube` downloads into Go's
+  module cache), and Dynamo's and RoleBasedGroup's scaling adapters as written here (written_crds/, each saying
+  why: the proxy refuses their modules).
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ from kubernetes.client.exceptions import ApiException
 from support.kube import build
 from support.servers import until
 
-PROMETHEUS_OPERATOR = ("github.com/prometheus-operator/prometheus-operator", "v0.85.0")
+PROMETHEUS_OPERATOR, LWS, GROVE_API = build.CRD_MODULES
+WRITTEN_CRDS = Path(__file__).resolve().parent / "written_crds"
 MONITORING_PLURALS = ("servicemonitors", "podmonitors", "prometheusrules")
 
 POOL_CRD = {
@@ -49,26 +54,39 @@ POOL_CRD = {
 
 
 @functools.cache
-def prometheus_operator_crds() -> list[dict]:
-    """The three monitoring.coreos.com definitions from the pinned prometheus-operator module (Go's module
-    cache keeps it after the first download). Skips, or fails under CI=true, when Go or the proxy is missing."""
+def module_dir(module: str, version: str) -> Path:
+    """Where Go's module cache holds `module@version` (downloaded the first time). Skips, or fails under
+    CI=true, when Go or the proxy is missing."""
     go = build.go_binary()
-    module, version = PROMETHEUS_OPERATOR
     if go is not None:
         with tempfile.TemporaryDirectory() as outside_any_module:
             done = subprocess.run([go, "mod", "download", "-json", f"{module}@{version}"], cwd=outside_any_module,
                                   env={**build.go_env(), "GOFLAGS": ""}, capture_output=True, text=True, timeout=600)
         if done.returncode == 0:
-            directory = Path(json.loads(done.stdout)["Dir"]) / "example" / "prometheus-operator-crd"
-            return [yaml.safe_load((directory / f"monitoring.coreos.com_{plural}.yaml").read_text())
-                    for plural in MONITORING_PLURALS]
+            return Path(json.loads(done.stdout)["Dir"])
         reason = f"`go mod download {module}@{version}` failed: {done.stdout[-500:]}{done.stderr[-500:]}"
     else:
         reason = "Go not found"
-    message = f"prometheus-operator's CRDs unavailable ({reason}); they come from the Go module proxy"
+    message = f"{module}@{version} unavailable ({reason}); CRDs come from the Go module proxy"
     if os.environ.get("CI") == "true":
         pytest.fail(message)
     pytest.skip(message)
+
+
+def prometheus_operator_crds() -> list[dict]:
+    """The three monitoring.coreos.com definitions from the pinned prometheus-operator module."""
+    directory = module_dir(*PROMETHEUS_OPERATOR) / "example" / "prometheus-operator-crd"
+    return [yaml.safe_load((directory / f"monitoring.coreos.com_{plural}.yaml").read_text())
+            for plural in MONITORING_PLURALS]
+
+
+@functools.cache
+def workload_crds() -> list[dict]:
+    """LeaderWorkerSet and PodCliqueScalingGroup as served by their modules; Dynamo's and RBG's scaling adapters as
+    written here."""
+    served = [module_dir(*LWS) / "config" / "crd" / "bases" / "leaderworkerset.x-k8s.io_leaderworkersets.yaml",
+              module_dir(*GROVE_API) / "core" / "v1alpha1" / "crds" / "grove.io_podcliquescalinggroups.yaml"]
+    return [yaml.safe_load(path.read_text()) for path in [*served, *sorted(WRITTEN_CRDS.glob("*.yaml"))]]
 
 
 def install_crds(api_client: kubernetes.client.ApiClient, definitions: list[dict]) -> None:

@@ -37,7 +37,7 @@ class KubeClusterDied(UserWarning):
 def require_built() -> Path:
     """The cache dir holding the binaries that `make test` builds; otherwise skip (or fail under CI=true)."""
     bin_dir = build.bin_dir()
-    missing = [b.name for b in build.binaries() if not b.is_opt_in and not build.is_cached(bin_dir, b)]
+    missing = [b.name for b in build.binaries() if not build.is_cached(bin_dir, b)]
     if shutil.which("openssl") is None:
         missing.append("openssl (the Debian package)")
     if not missing:
