@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 from support import servers
 from support.auth import AGENT_TOKEN, API_TOKEN
+from support.clock import Clock
 
 from controlplane.api.app import create_app
 from controlplane.config import Settings
@@ -41,16 +42,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     start real processes: under xdist (make test) a worker that takes a long test last holds the whole run up
     after the others have finished."""
     items.sort(key=lambda item: (item.get_closest_marker("exclusive") is None, item.get_closest_marker("slow") is None))
-
-
-class Clock:
-    """Time the test moves by hand."""
-
-    def __init__(self, now: float = 1_800_000_000.0):
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

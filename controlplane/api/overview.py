@@ -20,7 +20,7 @@ from controlplane.api.overview_schemas import (
 from controlplane.api.schemas import ActionOut, AgentsHealth
 from controlplane.config import Settings
 from controlplane.desired import KnobKind, Policy
-from controlplane.observed.pool import PoolState, Window, acceptance_by_position
+from controlplane.observed.pool import PoolState, Window, acceptance_by_position, dropped_share
 from controlplane.observed.report import merge_counters
 from controlplane.plan.diagnose import diagnose_mtp
 from controlplane.plan.engines import RAILS
@@ -96,6 +96,8 @@ def build(session: Session, deployment: Deployment, settings: Settings, now: flo
         pool_views.append(PoolOverview(role=pool.role, ep_size=pool.ep_size, slots_per_rank=pool.slots_per_rank,
                                        placement_version=state.placement_version,
                                        applied_placement_version=applied, topk_group=state.topk_group,
+                                       expert_capacity_factor=state.knob(KnobKind.expert_capacity).value,
+                                       dropped_share=dropped_share(state.windows[-1:]),
                                        imbalance=history[-1].imbalance if history else None,
                                        imbalance_floor=imbalance_floor(state.windows[-1].expert_tokens,
                                                                        state.num_slots, state.ep_size)

@@ -73,6 +73,11 @@ class PoolOverview(BaseModel):
     applied_placement_version: int | None = Field(description="the version every fresh agent runs; null if mixed")
     topk_group: int | None = Field(description="the routing limit issued to the pool's agents; null: none, they "
                                                 "route with the model's own")
+    expert_capacity_factor: float | None = Field(
+        default=None, description="the per-expert cap issued to the pool's agents, as a multiple of an expert's even "
+                                  "share of a step's tokens; null: no cap")
+    dropped_share: float | None = Field(default=None, description="share of the last window's token-expert "
+                                                                  "assignments the cap dropped")
     imbalance: float | None
     imbalance_floor: float | None = Field(default=None, description="the imbalance no placement of the pool's "
                                           "slots gets under on the last window's expert load; above the policy's "

@@ -195,11 +195,11 @@ class Reconciler:
                 decisions = self.compute(decide, policy, inputs, settings, now)
             plan, sized = decisions.placement, decisions.pools
             span.set_attribute("moectl.decision", plan.decision.value)
+            if dry_run:  # nothing acted on: its decisions are the caller's to show (SQLite's plan-ahead runs one
+                return PoolResult(plan, pool_plan=sized)  # before every pass, whose own lines would say each twice)
             log.info("%s/%s: %s (%s)", deployment.name, pool.role, plan.decision.value, plan.reason)
             if sized is not None:
                 log.info("%s/%s: pool %s", deployment.name, pool.role, sized.plan.decision(pool.role).reason)
-            if dry_run:
-                return PoolResult(plan, pool_plan=sized)
             windows.prune(session, pool, history_windows=settings.history_windows, limit=settings.max_prune_rows)
             serving.prune_replicas(session, pool, history_windows=settings.history_windows,
                                    limit=settings.max_prune_rows)

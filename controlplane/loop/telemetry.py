@@ -10,7 +10,7 @@ from controlplane.desired import KnobKind, Plan
 from controlplane.plan.diagnose import Cause, MtpDiagnosis
 from controlplane.plan.routing_reach import RoutingReach
 
-PARKABLE = (KnobKind.placement, KnobKind.routing)  # the knobs a verdict parks
+PARKABLE = (KnobKind.placement, KnobKind.routing, KnobKind.expert_capacity)  # the knobs a verdict parks
 
 
 class ControllerMetrics:

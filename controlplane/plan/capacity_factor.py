@@ -30,6 +30,7 @@ from agents.protocol.placement import PlacementTable
 from controlplane.desired import Effect, KnobKind, Mode, Policy
 from controlplane.observed.pool import PoolState
 from controlplane.plan.effect import change_context
+from controlplane.plan.holds import held_reason, not_ready, reversed_change
 from controlplane.plan.parking import parked_reason
 from controlplane.solve.placement.packing import imbalance_floor
 
@@ -75,11 +76,9 @@ def plan_capacity_factor(policy: Policy, pool: PoolState, now: float) -> Capacit
     current = pool.knob(KnobKind.expert_capacity).value
     if policy.mode == Mode.off or policy.max_dropped_share is None:
         return CapacityStep(current, "the capacity factor is not managed by this policy (no max_dropped_share)")
-    if pool.num_agents == 0 or pool.num_fresh_agents < policy.min_fresh_agents_fraction * pool.num_agents:
-        return CapacityStep(current, f"only {pool.num_fresh_agents}/{pool.num_agents} agents are fresh")
-    last = next((c for c in reversed(pool.changes) if c.knob == KnobKind.expert_capacity), None)
-    if last is not None and last.status == "applied":
-        return CapacityStep(current, f"action {last.action_id} awaits its verdict")
+    why = not_ready(policy, pool, KnobKind.expert_capacity)
+    if why is not None:
+        return CapacityStep(current, why)
     windows = pool.windows_since_change(KnobKind.expert_capacity)[-policy.sustained_windows:]
     measured = [w.imbalance(pool.ep_size) for w in windows]
     if len(windows) < policy.sustained_windows or any(m is None for m in measured):
@@ -96,12 +95,9 @@ def plan_capacity_factor(policy: Policy, pool: PoolState, now: float) -> Capacit
     if not step.is_change_from(current):
         return replace(step, unparked=unparked)
     direction = 1 if (step.factor or UNCAPPED) > (current or UNCAPPED) else -1
-    reversed_ = next((c for c in reversed(pool.changes) if c.knob == KnobKind.expert_capacity
-                      and c.direction == -direction and now - c.at < policy.flap_window_seconds), None)
+    reversed_ = reversed_change(policy, pool, KnobKind.expert_capacity, direction, now)
     if reversed_ is not None:
-        return CapacityStep(current, f"{step.reason}; held: it would reverse action {reversed_.action_id} of "
-                                     f"{now - reversed_.at:.0f}s ago within the flap window "
-                                     f"({policy.flap_window_seconds:.0f}s)", unparked=unparked)
+        return CapacityStep(current, held_reason(policy, step.reason, reversed_, now), unparked=unparked)
     floors, context = change_context(policy, pool, windows)
     assert step.effect is not None  # every move below carries its effect
     effect = replace(step.effect, floors=step.effect.floors | floors, context=context)

@@ -14,6 +14,7 @@ from controlplane.desired import Effect, KnobKind, Mode, Policy
 from controlplane.observed.pool import LOAD_SPAN_SECONDS, PoolState
 from controlplane.plan.diagnose import Cause, MtpDiagnosis
 from controlplane.plan.effect import change_context
+from controlplane.plan.holds import held_reason, not_ready, reversed_change
 from controlplane.plan.parking import parked_reason
 from controlplane.solve.routing import RECALL_TOLERANCE, GroupLimits, RoutingStep, plan_topk_group
 
@@ -26,11 +27,9 @@ def plan_routing(policy: Policy, pool: PoolState, now: float, mtp: MtpDiagnosis 
     current = pool.topk_group
     if policy.mode == Mode.off or policy.all2all_share_target is None:
         return RoutingStep(current, "routing limits are not managed by this policy")
-    if pool.num_agents == 0 or pool.num_fresh_agents < policy.min_fresh_agents_fraction * pool.num_agents:
-        return RoutingStep(current, f"only {pool.num_fresh_agents}/{pool.num_agents} agents are fresh")
-    last = next((c for c in reversed(pool.changes) if c.knob == KnobKind.routing), None)
-    if last is not None and last.status == "applied":
-        return RoutingStep(current, f"action {last.action_id} awaits its verdict")
+    why = not_ready(policy, pool, KnobKind.routing)
+    if why is not None:
+        return RoutingStep(current, why)
     # judge the limit in force on windows that ran under it only
     windows = pool.routing_windows()[-policy.sustained_windows:]
     shares = [w.all2all_share for w in windows]
@@ -60,12 +59,9 @@ def plan_routing(policy: Policy, pool: PoolState, now: float, mtp: MtpDiagnosis 
     if not step.is_change_from(current):
         return replace(step, unparked=unparked)
     direction = 1 if (step.topk_group or pool.model_topk_group or pool.num_groups) > pool.effective_topk_group else -1
-    reversed_ = next((c for c in reversed(pool.changes) if c.knob == KnobKind.routing and c.direction == -direction
-                      and now - c.at < policy.flap_window_seconds), None)
+    reversed_ = reversed_change(policy, pool, KnobKind.routing, direction, now)
     if reversed_ is not None and step.effect is not None:  # a bound enforced is never held back
-        return RoutingStep(current, f"{step.reason}; held: it would reverse action {reversed_.action_id} of "
-                                    f"{now - reversed_.at:.0f}s ago within the flap window "
-                                    f"({policy.flap_window_seconds:.0f}s)", unparked=unparked)
+        return RoutingStep(current, held_reason(policy, step.reason, reversed_, now), unparked=unparked)
     if step.effect is not None:
         floors, context = change_context(policy, pool, windows)
         step = replace(step, effect=replace(step.effect, floors=step.effect.floors | floors, context=context))

@@ -19,7 +19,7 @@ function el(tag, attrs = {}, ...children) {
 
 const when = (t) => new Date(t * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
 
-const SIGNAL_TEXT = { imbalance: "imbalance", all2all_share: "all-to-all", routing_recall: "recall", mtp_acceptance: "MTP acceptance" };
+const SIGNAL_TEXT = { imbalance: "imbalance", all2all_share: "all-to-all", routing_recall: "recall", mtp_acceptance: "MTP acceptance", dropped_share: "dropped" };
 const limitText = (v) => (v === null || v === undefined ? "model's own" : String(v));
 
 /** The change and the effect it aims at: which signal, which way, from what to what. */
@@ -30,6 +30,8 @@ function predicted(a) {
     return `${p.replicas_before ?? "unsized"} → ${p.replicas_after} replicas${slo}`;
   }
   if (p.tokens_after !== undefined) return `local prefill below ${p.tokens_before} → ${p.tokens_after} tokens`;
+  const cap = p.factor_after !== undefined ? `capacity ${p.factor_before ?? "none"} → ${p.factor_after ?? "none"}` : "";
+  if (cap) return p.effect ? `${SIGNAL_TEXT[p.effect.signal] || p.effect.signal} ${fmt(p.effect.before)} → ${fmt(p.effect.predicted)} (${cap})` : cap;
   const e = p.effect;
   const knob = p.topk_group_after !== undefined ? `topk_group ${limitText(p.topk_group_before)} → ${limitText(p.topk_group_after)}`
     : p.moved_slots !== undefined ? `${p.moved_slots} slots` : "";

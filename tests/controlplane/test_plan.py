@@ -6,6 +6,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from support.pool_states import EP, NUM_EXPERTS, NUM_LAYERS, SLOTS_PER_RANK, skewed_window
+from support.pool_states import skewed_pool as pool
 
 from agents.protocol import PlacementTable, default_slot_to_expert
 from controlplane.desired import Decision, KnobKind, Mode, Policy
@@ -14,27 +16,8 @@ from controlplane.observed.pool import RANK_REPORTS, KnobChange, PoolState, Wind
 from controlplane.plan.placement import plan_pool
 from controlplane.solve.placement.algorithm import MigrationAware
 
-NUM_LAYERS, NUM_EXPERTS, EP, SPR = 2, 16, 4, 5
+SPR = SLOTS_PER_RANK
 EVERY_RANK = {f"{RANK_REPORTS}{rank}": 1 for rank in range(EP)}  # each rank's slot load is in
-
-
-def skewed_window(index: int, table: np.ndarray, version: int = 0, hot: float = 20.0, ep: int = EP) -> Window:
-    load = np.full((NUM_LAYERS, NUM_EXPERTS), 100.0)
-    load[:, 0] *= hot  # one hot expert per layer
-    slot_tokens = PlacementTable(table).slot_load(load)
-    return Window(index=index, start=index * 10.0, seconds=10.0, placement_version=version, num_reports=ep,
-                  num_slot_reports=ep, expert_tokens=load, slot_tokens=slot_tokens,
-                  counters={f"{RANK_REPORTS}{rank}": 1 for rank in range(ep)})
-
-
-def pool(num_windows: int = 3, *, fresh: int = EP, last_change_at=None, moved_last_hour: int = 0,
-         hot: float = 20.0) -> PoolState:
-    table = default_slot_to_expert(NUM_LAYERS, NUM_EXPERTS, EP * SPR)
-    return PoolState(deployment="d", role="decode", num_layers=NUM_LAYERS, num_experts=NUM_EXPERTS, num_groups=4,
-                     ep_size=EP, slots_per_rank=SPR, gpus_per_node=8, num_agents=EP, num_fresh_agents=fresh,
-                     placement_version=0, slot_to_expert=table,
-                     windows=tuple(skewed_window(i, table, hot=hot) for i in range(num_windows)),
-                     last_change_at=last_change_at, moved_slots_last_hour=moved_last_hour)
 
 
 AUTO = Policy(mode=Mode.auto, cooldown_seconds=60, max_moved_slots_fraction=0.5)
@@ -70,7 +53,7 @@ def test_a_pool_whose_shape_is_the_limit_says_so_and_still_gains_what_it_can():
     (pool(fresh=1), "agents are fresh"),
     (pool(num_windows=1), "need 2"),
     (pool(last_change_at=990.0), "cooling down"),
-    (pool(moved_last_hour=1000), "moves budget spent"),
+    (pool(moved_slots_last_hour=1000), "moves budget spent"),
 ])
 def test_holds_when_it_should_not_act(state, words):
     plan = plan_pool(AUTO, state, now=1000.0)

@@ -4,6 +4,7 @@ loop acts on is still the one for what is stored when it holds the lock."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 import numpy as np
 from support.auth import AGENT_TOKEN, API_TOKEN
@@ -102,3 +103,14 @@ def test_what_changed_before_the_lock_is_planned_again_under_it(client, sessions
         assert after == before + fleet[0].ep_size
     else:  # the pool's lock is a row lock: planned once, under it
         assert compute.num_plans == 1
+
+
+def test_each_decision_is_logged_once_a_pass(client, sessions, settings, clock, caplog):
+    """SQLite plans ahead with a dry run before every pass; only the pass that acts says what it decided."""
+    fleet = start_fleet(client, {"mode": "observe"})
+    run_windows(client, sessions, settings, clock, fleet, 3, reconcile=False)
+    with caplog.at_level(logging.INFO, logger="moectl.reconcile"):
+        result = Reconciler(settings).once(sessions, now=clock.now + settings.window_seconds / 2 + 0.1)
+    [plan] = result.plans
+    said = [r.getMessage() for r in caplog.records if r.name == "moectl.reconcile"]
+    assert said.count(f"{plan.deployment}/{plan.role}: {plan.decision.value} ({plan.reason})") == 1, said

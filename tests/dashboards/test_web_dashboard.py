@@ -185,6 +185,26 @@ def test_the_imbalance_tile_says_when_the_pools_shape_is_the_limit(page):
     assert page.errors == []
 
 
+def test_the_capacity_tile_shows_each_pools_cap_and_what_it_dropped(page):
+    """No cap on the live fleets (their policy sets no max_dropped_share); the controller's answer is edited in
+    flight for a capped pool that drops 2% of its assignments, over the tile's 1% warning."""
+    page.open("#deployment=sim-0")
+    capacity = "#tiles [data-field=expert_capacity_factor]"
+    page.page.wait_for_function(f"/none/.test(document.querySelector('{capacity}').innerText)")
+
+    def capped(route):
+        overview = route.fetch().json()
+        for pool in overview["pools"]:
+            pool["expert_capacity_factor"], pool["dropped_share"] = 1.25, 0.02
+        route.fulfill(json=overview)
+
+    page.page.route("**/v1/deployments/sim-0/overview", capped)
+    page.page.wait_for_function(f"/1\\.25/.test(document.querySelector('{capacity}').innerText)")
+    tile = page.page.locator("#tiles .tile", has=page.page.locator("[data-field=expert_capacity_factor]"))
+    assert "dropped 2.00%" in tile.inner_text() and "warn" in tile.get_attribute("class")
+    assert page.errors == []
+
+
 def test_the_step_tile_shows_the_split_the_shares_and_the_bound_of_the_last_window(page, live):
     """sim-step (8 ranks, `observe`, placement v0) reports the dispatch-time split's step straggler of known per-step
     counts in its last window only; the tile shows, to its two decimals, the API's split / shares and bound of that

@@ -10,6 +10,7 @@ import uuid
 import pytest
 from sqlalchemy import func, select
 from sqlalchemy.exc import DBAPIError
+from support.clock import Clock
 from support.servers import create_database
 from support.store import make_pool
 
@@ -28,16 +29,6 @@ LEASE, RENEW = 10.0, 6.0
 NOW = 1_800_000_000.0
 
 
-class Clock:
-    """A monotonic clock moved by hand."""
-
-    def __init__(self):
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def elector(sessions, identity: str, clock: Clock) -> Elector:
     return Elector(DatabaseRecords(sessions, lease_seconds=LEASE), identity=identity, lease_seconds=LEASE,
                    renew_seconds=RENEW, clock=clock)
@@ -45,7 +36,7 @@ def elector(sessions, identity: str, clock: Clock) -> Elector:
 
 @pytest.fixture
 def clocks():
-    return Clock(), Clock()
+    return Clock(100.0), Clock(100.0)
 
 
 def take_over(b: Elector, clock: Clock) -> None:
@@ -154,7 +145,7 @@ def test_a_leader_paused_inside_a_fenced_transaction_holds_a_takeover_off_for_on
     upgrade(url)
     engine = make_engine(url, timeout_seconds=Settings(database_url=url).db_timeout_seconds)
     sessions = make_sessions(engine)
-    ca, cb = Clock(), Clock()
+    ca, cb = Clock(100.0), Clock(100.0)
     a, b = (Elector(DatabaseRecords(sessions, lease_seconds=1.0), identity=name, lease_seconds=1.0,
                     renew_seconds=0.5, clock=clock) for name, clock in (("a", ca), ("b", cb)))
     assert a.campaign() and not b.campaign()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 from kubernetes.client import AppsV1Api, CoordinationV1Api, CoreV1Api
+from support.clock import Clock
 from support.kube.controller import SERVICE_ACCOUNT, grant_controller
 from support.kube.objects import deployment
 
@@ -19,14 +20,6 @@ from controlplane.leader.lease import LeaseRecords
 
 LEASE, RENEW, NAME = 10.0, 6.0, "moectl-leader"
 DECODE = KubeScaleTarget(deployment="tiny", role="decode", kind="Deployment", name="decode")
-
-
-class Clock:
-    def __init__(self):
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -49,7 +42,7 @@ def lease(kube_cluster, namespace: str):
 
 
 def test_one_holds_the_lease_and_another_takes_it_once_expired(kube_cluster, kube_namespace, client):
-    ca, cb = Clock(), Clock()
+    ca, cb = Clock(100.0), Clock(100.0)
     a, b = elector(client, kube_namespace, "a", ca), elector(client, kube_namespace, "b", cb)
     assert a.campaign() and not b.campaign()
     spec = lease(kube_cluster, kube_namespace)
@@ -84,7 +77,7 @@ def test_a_stale_resource_version_loses_the_compare_and_set(client, kube_namespa
 
 
 def test_a_leader_that_lost_the_lease_writes_nothing_to_its_pools(kube_cluster, kube_namespace, client):
-    ca, cb = Clock(), Clock()
+    ca, cb = Clock(100.0), Clock(100.0)
     a, b = elector(client, kube_namespace, "a", ca), elector(client, kube_namespace, "b", cb)
     scaler = KubeScaler(client, [DECODE], default_namespace=kube_namespace, field_manager="moectl",
                         reporting_instance="a")

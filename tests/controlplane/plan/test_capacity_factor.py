@@ -5,44 +5,20 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import numpy as np
+from support.pool_states import skewed_pool
 
-from agents.protocol import PlacementTable, default_slot_to_expert
 from controlplane.desired import KnobKind, Mode, Policy
-from controlplane.observed.knob_in_force import KnobInForce
-from controlplane.observed.pool import RANK_REPORTS, KnobChange, PoolState, Window
-from controlplane.plan.capacity_factor import capped_imbalance, capped_load, plan_capacity_factor
+from controlplane.observed.pool import KnobChange, PoolState
+from controlplane.plan.capacity_factor import capped_imbalance, plan_capacity_factor
 
-NUM_LAYERS, NUM_EXPERTS = 2, 16
 NOW = 1000.0
 POLICY = Policy(mode=Mode.auto, cooldown_seconds=60, max_dropped_share=0.01)
-
-
-def window(index: int, table: np.ndarray, ep: int, *, factor: float | None, dropped_share: float = 0.0) -> Window:
-    """One hot expert per layer (20x the others); the slots process the load as capped at `factor`."""
-    load = np.full((NUM_LAYERS, NUM_EXPERTS), 100.0)
-    load[:, 0] *= 20.0
-    counters = {f"{RANK_REPORTS}{rank}": 1 for rank in range(ep)} | {"dropped_tokens": dropped_share * load.sum()}
-    return Window(index=index, start=index * 10.0, seconds=10.0, placement_version=0, num_reports=ep,
-                  num_slot_reports=ep, expert_tokens=load,
-                  slot_tokens=PlacementTable(table).slot_load(capped_load(load, factor)), counters=counters)
-
-
-def pool(ep: int, slots_per_rank: int, *, factor: float | None = None, dropped_share: float = 0.0,
-         changes: tuple[KnobChange, ...] = ()) -> PoolState:
-    table = default_slot_to_expert(NUM_LAYERS, NUM_EXPERTS, ep * slots_per_rank)
-    in_force = {} if factor is None else {KnobKind.expert_capacity: KnobInForce(1, factor, 0.0)}
-    return PoolState(deployment="d", role="decode", num_layers=NUM_LAYERS, num_experts=NUM_EXPERTS, num_groups=4,
-                     ep_size=ep, slots_per_rank=slots_per_rank, gpus_per_node=8, num_agents=ep, num_fresh_agents=ep,
-                     placement_version=0, slot_to_expert=table, in_force=in_force, changes=changes,
-                     windows=tuple(window(i, table, ep, factor=factor, dropped_share=dropped_share)
-                                   for i in range(3)))
 
 
 def shape_limited(**kwargs) -> PoolState:
     """One slot per GPU, as DeepSeek's decode pool: 20 slots for 16 experts leave the hot expert (2000 of a layer's
     3500 tokens) at 400 a replica against a mean GPU's 175: no placement gets under 2.29."""
-    return pool(20, 1, **kwargs)
+    return skewed_pool(ep=20, slots_per_rank=1, **kwargs)
 
 
 def test_a_policy_without_a_drop_budget_issues_no_cap():
@@ -51,7 +27,7 @@ def test_a_policy_without_a_drop_budget_issues_no_cap():
 
 
 def test_where_the_placement_can_relieve_the_imbalance_no_cap_is_issued():
-    step = plan_capacity_factor(POLICY, pool(4, 5), NOW)  # 20 slots on 4 GPUs: the hot expert spreads
+    step = plan_capacity_factor(POLICY, skewed_pool(), NOW)  # 20 slots on 4 GPUs: the hot expert spreads
     assert step.factor is None and "placement can bring" in step.reason
 
 

@@ -1,15 +1,10 @@
 import numpy as np
 import pytest
+from support.loads import zipf_load
 
 from agents.protocol.placement import layer_imbalance
 from controlplane.solve.placement.packing import ratio_bound
 from controlplane.solve.placement.solver import Topology, solve_placement
-
-
-def zipf_load(num_layers, num_experts, exponent, seed=0):
-    rng = np.random.default_rng(seed)
-    ranks = np.stack([rng.permutation(num_experts) + 1 for _ in range(num_layers)])
-    return 1e4 * ranks.astype(float) ** -exponent
 
 
 @pytest.mark.parametrize("topology", [Topology(5, 8, 1), Topology(2, 4, 5, 4), Topology(1, 4, 10)])

@@ -1,14 +1,9 @@
 import numpy as np
 import pytest
+from support.loads import zipf_load
 
 from agents.protocol.placement import PlacementTable, replica_counts
 from controlplane.solve.placement.solver import PlacementPlan, Topology, solve_placement
-
-
-def zipf_load(num_layers, num_experts, exponent, seed=0):
-    rng = np.random.default_rng(seed)
-    ranks = np.stack([rng.permutation(num_experts) + 1 for _ in range(num_layers)])
-    return 1e4 * ranks.astype(float) ** -exponent
 
 
 def assert_valid(plan: PlacementPlan, load, topology: Topology):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+from support.loads import zipf_load
 
 from controlplane.desired import Decision
 from controlplane.plan.placement import plan_pool
@@ -23,15 +24,14 @@ from tests.controlplane.test_plan import AUTO, EP, pool
 TOPOLOGY = Topology(num_nodes=1, gpus_per_node=8, slots_per_gpu=9)
 
 
-def zipf_load(seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    ranks = np.arange(1, 65, dtype=np.float64)
-    return np.stack([(ranks ** -0.7)[rng.permutation(64)] for _ in range(4)]) * 1e6  # [L, E] a window's tokens
+def window_load(seed: int) -> np.ndarray:
+    """[4, 64] a window's tokens."""
+    return zipf_load(4, 64, 0.7, seed, scale=1e6)
 
 
 def test_the_split_objective_is_never_worse_than_the_window_mean_plan_on_its_steps():
     for seed in range(3):
-        load = zipf_load(seed)
+        load = window_load(seed)
         plan = solve_for_split(MigrationAware(), load, TOPOLOGY, step_tokens=1536)
         mean_plan = MigrationAware().solve(load, TOPOLOGY)
         assert plan.objective == STEP_SPLIT and mean_plan.objective == WINDOW_MEAN
