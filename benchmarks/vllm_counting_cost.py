@@ -1,7 +1,9 @@
 """What moectl's per-expert counting inside vLLM costs (agents/adapters/vllm/expert_counts.py): tokens/s of the
 CPU vLLM server (tests/support/engines/vllm_cpu.py, the tiny DeepSeek-V3) with the counting and without it
 (MOECTL_VLLM_COUNTING=0; the plugins otherwise the same), in one run. Both servers are up at once and measured in
-alternating blocks, so load changes on a shared machine hit both alike; the ratio of medians is the result.
+alternating blocks, so load changes on a shared machine hit both alike; the ratio of medians is the result. Beside
+it, the hook's own time per MoE layer and step (the counter called in a loop in the vLLM venv, one thread), which
+says what the server ratio can show at most on this machine.
 
     python -m benchmarks.vllm_counting_cost [--blocks 6] [--streams 8] [--out benchmarks/results/...md]
 """
@@ -39,6 +41,32 @@ def block(url: str, streams: int, requests_per_stream: int, prompt_len: int, max
     return tokens / (time.monotonic() - start)
 
 
+HOOK_COST = """
+import sys, time, torch
+from agents.adapters.vllm.expert_counts import ExpertCounter
+torch.set_num_threads(1)
+counter = ExpertCounter()
+for num_tokens in (8, 64, 512):
+    ids = torch.randint(0, 16, (num_tokens, 4), dtype=torch.int32)
+    for _ in range(200):
+        counter.guarded(1, 16, ids)
+    start = time.perf_counter()
+    for _ in range(20000):
+        counter.guarded(1, 16, ids)
+    print(f"| {num_tokens} | {(time.perf_counter() - start) / 20000 * 1e6:.1f} |")
+"""
+
+
+def hook_cost() -> str:
+    """The counter's time per layer-step at 8, 64, 512 tokens (top-4 of 16), as table rows."""
+    import subprocess
+
+    from support.engines.vllm_server import REPO, require_vllm
+
+    return subprocess.run([str(require_vllm()), "-c", HOOK_COST], capture_output=True, text=True, check=True,
+                          env={"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}).stdout
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.vllm_counting_cost", description=__doc__.split("\n\n")[0])
     p.add_argument("--blocks", type=int, default=6, help="measured blocks per server")
@@ -72,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = ["| server | tokens/s per block | median |", "|---|---|---|"]
     lines += [f"| {name} | {', '.join(f'{r:.0f}' for r in rates[name])} | {medians[name]:.0f} |" for name in rates]
     lines.append(f"\nratio counting / no counting (medians): **{ratio:.3f}**")
+    lines += ["", "| tokens a step | hook, microseconds per MoE layer and step |", "|---|---|", hook_cost().strip()]
     print("\n".join(lines))
     if args.out:
         args.out.write_text(args.out.read_text() + "\n" + "\n".join(lines) + "\n" if args.out.exists()

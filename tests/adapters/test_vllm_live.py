@@ -141,8 +141,10 @@ def test_the_check_fails_when_a_step_is_dropped_or_doubled(server, shape, fault)
     assert mismatch.tolist() == [-prefill if fault == "drop" else prefill] * shape.num_layers
 
 
-def test_routes_answer_in_vllms_error_shape(server):
+def test_routes_answer_in_vllms_error_shape(server, shape):
     url = server.url
+    complete(url, [2, 3, 4], 2)  # the worker has counted (its reader starts at its first step)
+    counts_after(url, shape, time.time())
     assert httpx.get(f"{url}{names.COUNTS_PATH}", headers=AUTH).status_code == 200
     unauthorized = httpx.get(f"{url}{names.COUNTS_PATH}")
     assert unauthorized.status_code == 401 and "bearer token" in unauthorized.json()["error"]["message"]
@@ -172,3 +174,95 @@ def test_sidecar_posts_the_counted_load_on_its_window_grid(server, shape):
     load = np.asarray(snapshot.expert_tokens.to_numpy())
     assert load.sum(axis=1).tolist() == [shape.top_k * len(sequences[0])] * shape.num_layers
     assert snapshot.ep_size == 1 and time.time() - start < 120
+
+
+def test_a_controller_shows_the_vllm_deployment_and_its_counted_load(server, shape, tmp_path):
+    """The real sidecar process (`moectl adapter vllm`) beside the running server posts to a controller: the
+    deployment shows engine vllm in `moectl status` and /v1, and the pool's stored expert load of a window is the
+    workers' counts over it (per layer top-k x the tokens the engine put through the model in that window)."""
+    import os
+    import sys
+
+    from support.auth import AGENT_TOKEN, API_TOKEN, operator
+    from support.live import running_controller
+
+    from controlplane.config import Settings
+
+    window = 2.0
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'moectl.db'}", api_token=API_TOKEN,
+                        agent_token=AGENT_TOKEN, window_seconds=window, reconcile_seconds=0.5, warmup_windows=0)
+    with running_controller(settings) as controller:
+        log = tmp_path / "sidecar.log"
+        env = os.environ | {"MOECTL_AGENT_TOKEN": AGENT_TOKEN, "MOECTL_API_TOKEN": API_TOKEN,
+                            names.TOKEN_ENV: TOKEN}
+        # what `moectl adapter vllm` runs (its CLI wrapper does not pass SIGTERM on: controlplane/cmd/cli.py)
+        sidecar = subprocess.Popen([sys.executable, "-m", "agents.adapters", "vllm", "--engine", server.url,
+                                    "--controller", controller.url, "--deployment", "tiny", "--instance", "tiny-0",
+                                    "--model-config", str(model_dir() / "config.json"), "--model-name", "tiny",
+                                    "--window-seconds", str(window)], env=env, stdout=log.open("w"),
+                                   stderr=subprocess.STDOUT)  # a file: a full pipe would block its logging
+        try:
+            deadline, load = time.monotonic() + 90, None
+            while time.monotonic() < deadline:
+                complete(server.url, [int(t) for t in PROMPTS[2]], 8)
+                answer = httpx.get(f"{controller.url}/v1/deployments/tiny/pools/unified/load", headers=operator())
+                if answer.status_code == 200 and np.asarray(answer.json()["expert_tokens"]).sum() > 0:
+                    load = np.asarray(answer.json()["expert_tokens"])
+                    break
+                time.sleep(0.5)
+            assert load is not None, "no counted window reached the controller"
+            sums = load.sum(axis=1)
+            assert (sums == sums[0]).all() and sums[0] % shape.top_k == 0  # whole tokens, every layer alike
+            overview = httpx.get(f"{controller.url}/v1/deployments/tiny/overview", headers=operator()).json()
+            assert overview["engine"] == "vllm"
+            status = subprocess.run([sys.executable, "-m", "controlplane", "status", "--url", controller.url],
+                                    capture_output=True, text=True, timeout=60, env=env)
+            assert "tiny" in status.stdout and "engine: vllm" in status.stdout, status.stdout
+        finally:
+            sidecar.terminate()
+            sidecar.wait(30)
+    output = log.read_text()
+    assert sidecar.returncode == 0 and "Traceback" not in output, output[-3000:]
+
+
+def test_the_server_killed_mid_run_is_a_gap_and_the_sidecar_resumes(server, shape):
+    """Last in the module: it kills the shared server. While the server is down no window is posted (no window of
+    zeros); the window whose start was not read is not posted either; after a restart (same port, a new worker
+    epoch) the posted load again equals top-k x the tokens put through the model."""
+    import threading
+
+    posted = []
+    client = httpx.Client(base_url=server.url, headers=AUTH, timeout=5)
+    sidecar = VllmSidecar(client, shape, Where("tiny", "i0", Role.unified, 8), posted.append, window_seconds=1.0)
+    stopping = threading.Event()
+    thread = threading.Thread(target=sidecar.run, args=(stopping,), daemon=True)
+    complete(server.url, [2, 3, 4], 2)  # the workers have counted: the sidecar can begin
+    counts_after(server.url, shape, time.time())
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(posted) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(posted) >= 2, "no window posted while the server was up"
+        server.kill()
+        time.sleep(1.2)  # a window closing as it died may still post
+        num_posted = len(posted)
+        time.sleep(3.5)  # three windows down
+        assert len(posted) == num_posted and sidecar.num_gaps >= 2
+        server.start()
+        deadline = time.monotonic() + 30
+        while len(posted) == num_posted and time.monotonic() < deadline:
+            time.sleep(0.1)  # resumed: the first window read whole since the restart (idle: zeros, truly)
+        assert len(posted) > num_posted, "the sidecar did not resume"
+        resumed_at = len(posted)
+        sequence = complete(server.url, [int(t) for t in PROMPTS[0]], 3)
+        counts_after(server.url, shape, time.time())
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not any(
+                np.asarray(s.expert_tokens.to_numpy()).sum() for s in posted[resumed_at:]):
+            time.sleep(0.2)
+    finally:
+        stopping.set()
+        thread.join(10)
+    resumed = [np.asarray(s.expert_tokens.to_numpy()) for s in posted[resumed_at:]]
+    assert sum(r.sum(axis=1) for r in resumed).tolist() == [shape.top_k * len(sequence)] * shape.num_layers

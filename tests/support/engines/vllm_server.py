@@ -94,7 +94,7 @@ class VllmServer:
         site, tmp = self.root / "site", self.root / "tmp"
         tmp.mkdir(parents=True, exist_ok=True)
         write_dist_info(site, self.extra_entry_points)
-        self.port = free_port()
+        self.port = self.port or free_port()  # a restart keeps its port (its clients' URLs stay right)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "MOECTL_"))}
         env |= {"PYTHONPATH": os.pathsep.join([str(site), str(REPO), str(REPO / "tests")]), "TMPDIR": str(tmp),
                 "VLLM_PLUGINS": ",".join(["moectl", *{k for e in self.extra_entry_points.values() for k in e}]),
@@ -126,6 +126,11 @@ class VllmServer:
             time.sleep(1)
         self.stop()
         raise RuntimeError(f"vLLM not healthy in {MAX_START_SECONDS}s; its log: {self.log}")
+
+    def kill(self) -> None:
+        """SIGKILL to its process group: the server dies mid-run, as a crashed node's would."""
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(30)
 
     def stop(self) -> None:
         """SIGTERM to its process group (API server, engine core, workers), SIGKILL after 30 s; then its leftovers."""
