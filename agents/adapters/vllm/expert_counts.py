@@ -25,14 +25,24 @@ class ExpertCounter:
 
     def __init__(self, on_first: Callable[[ExpertCounter], None] = lambda counter: None):
         self.counts: dict[int, object] = {}
+        self.first_layer, self.last_layer = None, None  # of the MoE layers tagged (a step runs first to last)
+        self.num_steps_begun = self.num_steps_done = 0  # a seqlock: the reader copies between steps (snapshot)
         self.ones = None
         self.num_failures = 0
         self.on_first = on_first
         self.lock = threading.Lock()  # guards creating rows (the reader copies under it)
 
+    def register_layer(self, layer: int) -> None:
+        """A MoE layer the model built (hidden-layer index)."""
+        self.first_layer = layer if self.first_layer is None else min(self.first_layer, layer)
+        self.last_layer = layer if self.last_layer is None else max(self.last_layer, layer)
+
     def add(self, layer: int, num_experts: int, topk_ids) -> None:  # noqa: ANN001 (torch.Tensor)
         """topk_ids: [num_tokens, top_k] logical expert ids of one layer's step."""
         import torch
+
+        if layer == self.first_layer:
+            self.num_steps_begun += 1
 
         row = self.counts.get(layer)
         if row is None:
@@ -44,9 +54,25 @@ class ExpertCounter:
         if self.ones is None or self.ones.numel() < flat.numel() or self.ones.device != flat.device:
             self.ones = torch.ones(max(flat.numel(), 8192), dtype=torch.int64, device=flat.device)
         row.index_add_(0, flat.long(), self.ones[:flat.numel()])
+        if layer == self.last_layer:
+            self.num_steps_done = self.num_steps_begun
 
-    def snapshot(self) -> dict[int, list[int]]:
-        """Hidden layer index -> counts, copied to the host (the one sync, on the reader's thread)."""
+    def snapshot(self, max_tries: int = 2000) -> dict[int, list[int]]:
+        """Hidden layer index -> counts, copied to the host (the one sync, on the reader's thread), between two
+        steps: a copy taken while a step is between its first and last MoE layer would split that step across
+        windows by layer. Retries while steps run; after `max_tries` (a busy engine), the last copy. On the CPU
+        a step's adds are done when its host counters move; a GPU's are queued (docs/reference/engines.md)."""
+        import time
+
+        for _ in range(max_tries):
+            begun = self.num_steps_begun
+            if begun == self.num_steps_done:
+                with self.lock:
+                    rows = dict(self.counts)
+                copy = {layer: row.tolist() for layer, row in sorted(rows.items())}
+                if self.num_steps_begun == begun:
+                    return copy
+            time.sleep(0.0005)
         with self.lock:
             rows = dict(self.counts)
         return {layer: row.tolist() for layer, row in sorted(rows.items())}
@@ -86,6 +112,7 @@ def install(counter: ExpertCounter) -> bool:
         runner_init(self, *args, **kwargs)
         try:
             self.router._moectl_layer = int(self.layer_id)
+            counter.register_layer(self.router._moectl_layer)
         except Exception:  # noqa: BLE001 (a runner we cannot place is not counted, never broken)
             log.warning("MoE runner %s not counted: no layer index", getattr(self, "layer_name", "?"))
 
