@@ -75,6 +75,7 @@ class VllmServer:
     extra_entry_points: dict[str, dict[str, str]] = field(default_factory=dict)
     port: int = 0
     process: subprocess.Popen | None = None
+    shm: set[Path] = field(default_factory=set)  # /dev/shm segments its processes mapped
 
     @property
     def url(self) -> str:
@@ -120,6 +121,7 @@ class VllmServer:
                                    + self.log.read_text()[-3000:])
             try:
                 if httpx.get(f"{self.url}/health", timeout=5).status_code == 200:
+                    self.shm |= self._mapped_shm()
                     return
             except httpx.HTTPError:
                 pass
@@ -127,10 +129,26 @@ class VllmServer:
         self.stop()
         raise RuntimeError(f"vLLM not healthy in {MAX_START_SECONDS}s; its log: {self.log}")
 
+    def _mapped_shm(self) -> set[Path]:
+        """The /dev/shm segments its processes map (vLLM's message queues, `psm_*`): left behind when it is killed,
+        and by SIGTERM too, so stop() removes them."""
+        found = set()
+        for proc in Path("/proc").iterdir():
+            try:
+                if proc.name.isdigit() and os.getpgid(int(proc.name)) == self.process.pid:
+                    found |= {Path(line.split(maxsplit=5)[5]) for line in (proc / "maps").read_text().splitlines()
+                              if " /dev/shm/" in line}
+            except (OSError, IndexError):
+                continue
+        return found
+
     def kill(self) -> None:
-        """SIGKILL to its process group: the server dies mid-run, as a crashed node's would."""
+        """SIGKILL to its process group: the server dies mid-run, as a crashed node's would (its leftovers go)."""
         os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(30)
+        for shm in self.shm:
+            shm.unlink(missing_ok=True)
+        self.shm = set()
 
     def stop(self) -> None:
         """SIGTERM to its process group (API server, engine core, workers), SIGKILL after 30 s; then its leftovers."""
@@ -144,5 +162,6 @@ class VllmServer:
             except ProcessLookupError:
                 pass
         shutil.rmtree(self.root / "tmp", ignore_errors=True)  # /tmp/vllm_dist_* land in its private TMPDIR
-        for shm in Path("/dev/shm").glob(f"*vllm*{self.port}*"):
+        for shm in self.shm:
             shm.unlink(missing_ok=True)
+        self.shm = set()
