@@ -40,7 +40,7 @@ kube:
 # where SGLang's expert-location and recorder modules run on our torch, into ~/.cache/moectl/engines
 # (MOECTL_ENGINE_CACHE); cached builds are skipped.
 engines: $(STAMP)
-	@.ci/timed "engines: SGLang and vLLM wheels" $(BIN)/python tests/support/engines/build.py
+	@.ci/timed "engines: SGLang and vLLM wheels, the vLLM CPU venv and tiny model" $(BIN)/python tests/support/engines/build.py
 
 lint: $(STAMP)
 	@.ci/timed lint sh -c '$(BIN)/ruff check controlplane agents tests migrations benchmarks helm && $(BIN)/lint-imports'

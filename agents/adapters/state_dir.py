@@ -10,6 +10,8 @@ name (vllm, sglang). Written once per call by rank 0 (every rank holds the same)
 layers; SGLang's every hidden one. The newest MAX_LOADS of each model are kept; the first record of a newer epoch
 removes an older epoch's records and armed placements (their call numbers mean nothing to the new process).
 `placements.json`: the armed placements, [{version, from_call, epoch, model, table}], the last MAX_ARMED kept.
+`counts-<rank>.json`: one vLLM worker's cumulative per-expert counts (agents/adapters/vllm/window_handoff.py),
+replaced about once a second.
 
 Every file is written whole and read only when it is a regular file of ours (private_files.py); read-modify-write
 holds the directory's lock. A file that cannot be read (torn by an older writer, planted, a directory) reads as
@@ -194,3 +196,19 @@ def arm(directory: Path, entry: ArmedPlacement) -> list[ArmedPlacement]:
         armed = [*kept, entry][-MAX_ARMED:]
         _write_armed(directory, armed)
         return armed
+
+
+def write_counts(directory: Path, rank: int, record: dict) -> None:
+    """Replaces worker `rank`'s counts record. Raises OSError when the directory cannot be written (the reader
+    thread logs it and tries again next time)."""
+    directory = private_dir(Path(directory))
+    write_atomic(directory / f"counts-{int(rank):04d}.json", json.dumps(record, separators=(",", ":")).encode())
+
+
+def read_counts(directory: Path, *, faults: Faults | None = None) -> list[dict]:
+    """Every worker's newest counts record, by rank; an unreadable one is left out (counted in `faults`)."""
+    try:
+        paths = sorted(p for p in Path(directory).iterdir() if re.fullmatch(r"counts-\d{4,}\.json", p.name))
+    except OSError:
+        return []
+    return [r for r in (_read_json(p, faults) for p in paths) if isinstance(r, dict)]

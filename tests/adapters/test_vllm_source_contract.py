@@ -53,3 +53,17 @@ def test_the_metric_names_we_read():
     # prometheus_client adds `_total` to a counter's name on the page: the source names it without
     missing = [name for name in used if f'"{name.removesuffix("_total")}"' not in text]
     assert missing == []
+
+
+def test_what_the_expert_counter_wraps():
+    """expert_counts.py wraps BaseRouter._apply_eplb_mapping (its argument: the logical top-k ids, after routing and
+    before EPLB's mapping) and tags routers in MoERunner.__init__ with its layer_id; the same in the 0.32.0 that runs
+    in test_vllm_live.py, read here in the pinned 0.34.0."""
+    router = source("vllm", "vllm/model_executor/layers/fused_moe/router/base_router.py")
+    select = ast.get_source_segment(router, _method(router, "BaseRouter", "_select_experts"))
+    assert select.index("self._compute_routing(") < select.index("topk_ids = self._apply_eplb_mapping(topk_ids)")
+    assert [a.arg for a in _method(router, "BaseRouter", "_apply_eplb_mapping").args.args] == ["self", "topk_ids"]
+    assert "self.global_num_experts = global_num_experts" in router
+    runner = source("vllm", "vllm/model_executor/layers/fused_moe/runner/moe_runner.py")
+    assert _method(runner, "MoERunner", "layer_id") and "self.router = router" in runner
+    assert "0.32.0" in names.SUPPORTED_VERSIONS and names.PINNED_VERSION in names.SUPPORTED_VERSIONS

@@ -31,6 +31,7 @@ from agents.adapters.coverage import check_covers_every_expert
 from agents.adapters.errors import PlacementRefused
 from agents.adapters.faults import Faults
 from agents.adapters.vllm import names
+from agents.adapters.vllm.count_route import make_counts_router
 from agents.adapters.vllm.policy import state_dir_from_env
 
 log = logging.getLogger("moectl.adapter.vllm.endpoint")
@@ -143,6 +144,8 @@ class MoectlEndpointPlugin:
 
     def attach_router(self, app: FastAPI) -> None:
         app.include_router(make_router(self.state_dir, self.token))
+        app.include_router(make_counts_router(
+            self.state_dir, lambda authorization: _authorize(authorization, self.token, is_write=False)))
 
     async def init_state(self, engine_client, state, args) -> None:  # noqa: ANN001 (vLLM's types)
         """Nothing to set up: the routes read and write the shared directory, never the engine."""

@@ -6,6 +6,9 @@ from __future__ import annotations
 from agents.adapters.serving import ServingNames
 
 PINNED_VERSION = "0.34.0"
+# the vLLM versions the plugins install into: 0.32.0 runs in the live tests (tests/adapters/test_vllm_live.py),
+# 0.34.0's source is read by tests/adapters/test_vllm_source_contract.py; any other is refused (counting.py)
+SUPPORTED_VERSIONS = ("0.32.0", PINNED_VERSION)
 
 GENERAL_PLUGINS = "vllm.general_plugins"
 ENDPOINT_PLUGINS = "vllm.endpoint_plugins"
@@ -29,3 +32,6 @@ LOAD_PATH = "/moectl/v1/load"
 PLACEMENT_PATH = "/moectl/v1/placement"
 STATE_DIR_ENV = "MOECTL_VLLM_STATE_DIR"  # shared by vLLM's processes (a volume shared by every node's, multi-node)
 TOKEN_ENV = "MOECTL_VLLM_TOKEN"  # the bearer token the endpoint asks of whoever posts a placement
+COUNTS_PATH = "/moectl/v1/expert-counts"  # every worker's cumulative per-expert counts (count_route.py)
+COUNTING_ENV = "MOECTL_VLLM_COUNTING"  # "0": no per-expert counting in the workers
+COUNT_SECONDS_ENV = "MOECTL_VLLM_COUNT_SECONDS"  # how often a worker hands its counts over (default 1 s)

@@ -108,6 +108,13 @@ def register() -> None:
 
     import vllm
 
+    from agents.adapters.vllm.counting import register_counting, unsupported
+
+    refusal = unsupported(vllm.__version__)
+    if refusal is not None:
+        log.error(refusal)
+        return
+    register_counting(state_dir_from_env(), vllm.__version__)
     registry = getattr(importlib.import_module(names.POLICY_MODULE), names.POLICY_REGISTRY)
     inner = registry[names.POLICY_NAME]
     if inner.__name__.startswith("Moectl"):

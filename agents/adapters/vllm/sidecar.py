@@ -30,6 +30,7 @@ from agents.adapters.group_window import GroupPlace, Where, group_snapshot
 from agents.adapters.prom_text import Scrape, parse_metrics
 from agents.adapters.serving import serving_fields
 from agents.adapters.vllm import names
+from agents.adapters.vllm.count_window import Cumulative, cumulative, window_counts
 from agents.adapters.vllm.records import layout, window_load
 from agents.protocol import Array, DesiredState, GroupSnapshot, ModelShape, PlacementTable, RunningPlacement
 
@@ -52,6 +53,8 @@ class VllmSidecar:
         self.model_key = state.model_key(model.num_layers, model.num_experts)
         self.position: state.Position | None = None
         self.plugin_faults: dict[str, int] = {}  # the plugin's counts of the current engine life, as last read
+        self.counts_before: Cumulative | None = None  # the workers' counts at the last window's close
+        self.num_gaps = 0  # windows not posted because the engine could not be read at their start or end
 
     @property
     def num_refused(self) -> int:
@@ -67,19 +70,43 @@ class VllmSidecar:
                                     "not the moectl plugin's answer (is VLLM_PLUGINS=moectl set?)")
         return answer
 
+    def _read_counts(self) -> Cumulative | None:
+        """The workers' cumulative counts (count_route.py); None from a plugin without counting (404)."""
+        answer = self.client.get(names.COUNTS_PATH)
+        if answer.status_code == 404:
+            return None
+        answer.raise_for_status()
+        workers = answer.json()["workers"]
+        return cumulative(workers, self.model, version=self.version) if workers else None
+
+    def _count_load(self) -> np.ndarray | None:
+        """The window's per-expert load counted in the workers; None where nothing counts, or where the window's
+        start was not read (self.counts_before None: the caller reports a gap)."""
+        after = self._read_counts()
+        before, self.counts_before = self.counts_before, after
+        if after is None or before is None:
+            return None
+        return window_counts(before, after)
+
     def _scrape(self) -> Scrape:
         return parse_metrics(self.client.get("/metrics").raise_for_status().text, engine="vllm",
                              version=self.version, at=self.clock())
 
     def begin(self) -> bool:
-        """False until vLLM answers and has rearranged once (its first records say the group's layout)."""
+        """False until vLLM answers and either has rearranged once (its first records say the group's layout) or
+        its workers have counted (no EPLB: the experts' own slots, one replica each)."""
         answer = self.client.get("/version").raise_for_status().json()
         self.version = str(answer.get("version", "unknown")) if isinstance(answer, dict) else "unknown"
         records = self._get_load(None, limit=1)["records"]
-        if not records:
+        self.counts_before = self._read_counts()
+        if records:
+            self.position = (records[-1]["epoch"], records[-1]["call"])
+            self.ep_size, self.num_slots = layout(records[-1])
+        elif self.counts_before is not None and self.counts_before.by_rank:
+            self.position = None
+            self.ep_size, self.num_slots = self.counts_before.ep_size, self.model.num_experts
+        else:
             return False
-        self.position = (records[-1]["epoch"], records[-1]["call"])
-        self.ep_size, self.num_slots = layout(records[-1])
         self.running = self._default()
         self.before = self._scrape()
         return True
@@ -88,6 +115,8 @@ class VllmSidecar:
         return PlacementTable.default(self.model.num_layers, self.model.num_experts, self.num_slots)
 
     def _running(self, armed: list[dict]) -> PlacementTable:
+        if self.position is None:
+            return self.running  # vLLM has not rearranged: its own experts' slots
         epoch, call = self.position
         due = [a for a in armed if a.get("epoch") == epoch and a.get("model") == self.model_key
                and a.get("from_call", call + 1) <= call and a.get("version") in self.tables]
@@ -99,7 +128,7 @@ class VllmSidecar:
     def close_window(self, window_start: float) -> GroupSnapshot | None:
         answer = self._get_load(self.position)
         records = answer["records"]
-        if records and records[-1]["epoch"] != self.position[0]:
+        if records and self.position is not None and records[-1]["epoch"] != self.position[0]:
             log.warning("vLLM restarted (epoch %s -> %s): it runs its own map until the placement is re-armed",
                         self.position[0], records[-1]["epoch"])
             self.faults.record("engine restarted", f"epoch {records[-1]['epoch']}")
@@ -110,6 +139,14 @@ class VllmSidecar:
             self.plugin_faults = self.faults.add_plugin_counts(self.plugin_faults, records[-1].get("faults"))
         try:
             load = window_load(records, self.model, version=self.version)
+            counted = self._count_load()
+            if counted is None and self.counts_before is not None:
+                self.num_gaps += 1
+                log.warning("window %.0f not posted: the counts at its start were not read (a gap, not zeros)",
+                            window_start)
+                return None
+            if counted is not None:
+                load = counted  # every step's routing; the EPLB records keep their role in placement (records.py)
             after = self._scrape()
             fields = serving_fields(names.SERVING, self.version, self.before, after)
         except EngineFormatError as exc:
@@ -181,6 +218,7 @@ class VllmSidecar:
             try:
                 self.close_window(window_start(index, self.window_seconds))
             except (OSError, ValueError, KeyError, TypeError, httpx.HTTPError) as exc:
+                self.counts_before, self.num_gaps = None, self.num_gaps + 1  # the next window is not posted either
                 self.faults.record("window not read", exc)
             try:
                 self.apply_answers()

