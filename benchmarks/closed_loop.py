@@ -99,7 +99,7 @@ PREFILL = Shape("prefill EP32", "prefill", num_nodes=4, gpus_per_node=8, slots_p
 DECODE = Shape("decode EP320", "decode", num_nodes=40, gpus_per_node=8, slots_per_gpu=1,
                tokens_per_window=320 * 3_700 * 5)
 # the same decode pool with three slots per GPU (960 slots: 704 redundant): three experts' weights per GPU and layer
-# (~7.7 GB at FP8 over the 58 layers, a tenth of an 80 GB GPU) where the seeds' deployment keeps one, so that hot
+# (~7.7 GB at FP8 over the 58 layers, a tenth of an 80 GB GPU) where DeepSeek's EP320 decode keeps one, so that hot
 # experts can be spread thin enough for max/mean 1.10 (the oracle: ~2.5-2.9 at one slot, ~1.11-1.17 at two,
 # ~1.02-1.04 at three). The step-time model counts rows, not weight reads: at this batch (~500 rows per slot and
 # step) an FP8 expert GEMM is compute-bound, so a GPU's time still follows its rows

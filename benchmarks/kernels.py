@@ -39,7 +39,7 @@ def require_gpu() -> None:
     if not torch.cuda.is_available():
         sys.exit(
             "benchmarks/kernels.py measures the Triton kernels on a CUDA GPU and none is available here. "
-            "On CPU the kernels are checked, not timed: OMP_NUM_THREADS=1 pytest tests/agents/kernels"
+            "On CPU the kernels are checked, not timed: OMP_NUM_THREADS=1 pytest tests/agents/runtime/kernels"
         )
     if os.environ.get("TRITON_INTERPRET") == "1":
         sys.exit("unset TRITON_INTERPRET: the benchmark times compiled kernels, not the interpreter")

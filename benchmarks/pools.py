@@ -105,7 +105,7 @@ MOECTL_PLANNERS = ("moectl", "moectl+ceiling")
 
 
 def verdict(runs: list[Run]) -> str:
-    """The issue's targets, per trace and moectl variant: attainment >= static and >= Dynamo-style (requests missed
+    """The targets, per trace and moectl variant: attainment >= static and >= Dynamo-style (requests missed
     in brackets, the comparison being of the unrounded shares), <= 85% of static GPU-hours, 0 flaps."""
     lines = []
     for trace in dict.fromkeys(r.outcome.trace for r in runs):

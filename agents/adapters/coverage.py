@@ -1,7 +1,7 @@
 """The check every placement passes before an adapter writes it anywhere: each logical expert keeps a replica.
 
 SGLang's loader does not check it: a logical expert without a physical slot divides by zero in its static
-dispatch (../shared/docs/notes/engines-integration.md). vLLM's rearrange would drop the expert's weights.
+dispatch (its loader `sglang.srt.eplb.expert_location`). vLLM's rearrange would drop the expert's weights.
 So the adapter refuses such a table itself, before any file is written or any rank answered.
 """
 

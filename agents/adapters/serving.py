@@ -1,6 +1,6 @@
 """An engine's `/metrics` over one window -> the counters a moectl rank row carries (agents/protocol/snapshot.py):
 requests, prefix cache, MTP/speculative decoding, TTFT/ITL, and the serving work the pool planner sizes pools
-from (`ServingCounters`, controlplane/plan_pools.py). Pure: two `Scrape`s in, field values out.
+from (`ServingCounters`, controlplane/plan/pools.py). Pure: two `Scrape`s in, field values out.
 
 The engine's whole server is one row (rank 0's): its pages already sum the server's ranks, and the controller
 adds an instance's rows up (controlplane/collect/serving.py). Counters are differences between the two reads

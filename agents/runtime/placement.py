@@ -96,7 +96,7 @@ class Placement:
         `expert_to_gpus`: each expert's distinct GPUs (ranks) in slot order, -1 padded.
         `gpu_share`: the fixed share of its tokens each takes (its slots' normalised shares summed; float64).
         `gpu_slot`: the expert's first slot on that GPU, where a split sends the GPU's quota
-        (agents/protocol/replica_split.replica_gpus is the twin)."""
+        (`replica_gpus` in agents/protocol/replica_split.py is the twin)."""
         slots_per_gpu = self.num_slots // num_gpus
         share = self.slot_share if self.slot_share is not None else torch.ones(self.slot_to_expert.shape)
         totals = self.expert_share_sums(num_experts)  # [L, E]

@@ -57,7 +57,7 @@ class SimConfig:
     kv_capacity_tokens: int = 65536
     max_num_seqs: int = 64
     mean_context_tokens: int = 300  # of a sequence in the batch: the KV tokens it holds
-    is_group_limit_bypassed: bool = False  # the seeds' incident: the router silently ignores the group limit
+    is_group_limit_bypassed: bool = False  # a production bug: the router silently ignores the group limit
     seed: int = 0
 
     def __post_init__(self) -> None:

@@ -71,7 +71,7 @@ class SimInstance:
     topk_group: int | None = None  # routing limit issued; None: the model's own (every group if it has none)
     tokens_per_rank_second: int = 0  # the layout's rate (agents/sim/models.py); 0: callers say how many tokens
     rng: np.random.Generator | None = None  # this instance's draws; None: the load model's own
-    is_group_limit_bypassed: bool = False  # the seeds' incident: tokens reach every group whatever the limit
+    is_group_limit_bypassed: bool = False  # a production bug: tokens reach every group whatever the limit
     # [num_steps, num_layers, num_experts] token-expert pairs of MoE steps, as the group's dispatch-time split
     # counts them: every window reports their step straggler (`step_load`); None: not measured (the default)
     step_counts: np.ndarray | None = None

@@ -1,8 +1,8 @@
 """NVIDIA Dynamo's SLA planner, re-implemented from its published rules, behind our pool planner interface.
 
 Written by us from ai-dynamo/dynamo `components/planner/src/dynamo/planner/utils/planner_core.py` and
-`perf_interpolation.py` (the SLA planner of the 0.4-1.x releases; see the notes in
-../shared/docs/notes/pd-autoscaling.md, section 1). Every `adjustment_interval` (180 s) it reads, over the
+`perf_interpolation.py` (the SLA planner of the 0.4-1.x releases; its defaults in
+ai-dynamo/dynamo/docs/fern/components/planner/README.md). Every `adjustment_interval` (180 s) it reads, over the
 last interval: average TTFT, average ITL, request count, average request duration, average prompt and
 output length. Correction factors p = TTFT / profiled TTFT(isl) and d = ITL / profiled ITL(concurrency,
 context). It forecasts next interval's request count, isl and osl, then

@@ -1,6 +1,6 @@
 """Diagnoses: why a quality signal sits under its floor, before anything is changed for it. Pure.
 
-MTP acceptance is read as a symptom, as the seeds' team did, not a number to chase: acceptance under
+MTP acceptance is read as a symptom, as DeepSeek-V3's operators did, not a number to chase: acceptance under
 the policy's floor for `sustained_windows` windows is traced to one cause, and only load skew leads to
 a rebalance.
 

@@ -87,7 +87,7 @@ def plan_pool(policy: Policy, pool: PoolState, now: float, *, is_forced: bool = 
             shape_limit = (f"; the pool's shape is the limit: no placement of its {pool.num_slots} slots on "
                            f"{pool.ep_size} GPUs gets under {floor:.3f} on this load (more slots per GPU lift it: "
                            f"`moectl slots {pool.deployment} --role {pool.role}`)")
-    # the seeds' loop: acceptance persistently under its floor, diagnosed as load skew, asks for a rebalance
+    # MTP acceptance persistently under its floor, diagnosed as load skew, asks for a rebalance
     is_acceptance_low = mtp is not None and mtp.cause == Cause.skew
     if is_acceptance_low:
         inputs["mtp_acceptance"] = mtp.evidence["mtp_acceptance"]

@@ -1,5 +1,6 @@
 """A short run of the pool planner benchmark (benchmarks/pools.py): it runs every planner on a trace
-and reports them side by side. Speed and the issue's targets are the benchmark's business, not this test's."""
+and reports them side by side. Speed and the SLO targets (attainment >= static, >= Dynamo-style) are the
+benchmark's business, not this test's."""
 
 from __future__ import annotations
 

@@ -72,7 +72,7 @@ def test_split_is_never_worse_than_fixed_shares_and_near_the_lp_at_its_fixed_poi
         assert (tokens >= 0).all() and np.array_equal(tokens.sum(-1), load)  # every token placed ...
         assert (np.where(gpus < 0, tokens, 0) == 0).all()  # ... only on its GPUs
         balanced = split.gpu_load_of(tokens, gpus, num_gpus)
-        assert balanced.max() <= fixed.max()  # the property the issue asks for: same counts, never worse
+        assert balanced.max() <= fixed.max()  # the property asked for: same counts, never worse
     optimum = lp_optimum(load[0], gpus[0], num_gpus)
     settled = split.gpu_load_of(fixed_point(load, gpus, gpu_share, num_gpus), gpus, num_gpus)
     bound = split.split_bound(load, gpus, settled)[0]

@@ -27,7 +27,7 @@ def test_a_bypassed_group_limit_is_recorded_once_with_its_evidence(client, sessi
     assert pool["routing_reach"]["topk_group"] == 3 and pool["routing_reach"]["groups_per_token_max"] <= 3
     assert 1 <= pool["history"][-1]["groups_per_token"] <= 3
 
-    fleet[0].is_group_limit_bypassed = True  # the seeds' incident
+    fleet[0].is_group_limit_bypassed = True  # the router skips its group limit
     first = int(clock.now // settings.window_seconds)  # the first window posted under it
     bypassed = run_windows(client, sessions, settings, clock, fleet, 2)
     [found] = violations(bypassed[-1])

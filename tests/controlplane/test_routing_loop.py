@@ -46,7 +46,7 @@ def test_where_the_limit_cuts_cross_node_traffic_the_tuner_settles_under_target(
 
 
 def test_where_the_exchange_is_latency_bound_one_reverted_try_parks_the_knob(client, sessions, settings, clock):
-    # the case: share ~0.97 whatever the limit; the model's own limit keeps 1.0 of its own picks
+    # CPU gloo, latency-bound: share ~0.97 whatever the limit; the model's own limit keeps 1.0 of its picks
     fleet = start_fleet(client, POLICY, **CPU)
     overviews = run_windows(client, sessions, settings, clock, fleet, 30)
     actions = routing_actions(overviews[-1])

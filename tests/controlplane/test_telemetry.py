@@ -20,7 +20,7 @@ def observe(sessions, settings, clock) -> CollectorRegistry:
 
 
 def test_a_parked_knob_and_a_not_load_related_diagnosis_are_exported(client, sessions, settings, clock):
-    # the CPU case: routing parks after one reverted try; MTP acceptance (~0.72) stays under a floor of
+    # on CPU gloo: routing parks after one reverted try; MTP acceptance (~0.72) stays under a floor of
     # 0.95 with the load balanced enough, the model's own limit back in force and the change rolled back
     fleet = start_fleet(client, POLICY | {"mtp_acceptance_floor": 0.95}, **CPU)
     run_windows(client, sessions, settings, clock, fleet, 14)  # a minute of load, a try, its verdict, 2 windows

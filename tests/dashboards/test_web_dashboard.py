@@ -389,7 +389,7 @@ def test_a_rebalance_appears_on_the_timeline(page, live):
 
 def test_a_group_limit_not_in_effect_shows_on_the_tile_and_the_timeline(page, live):
     url, _ = live
-    # sim-2 (2 ranks, `observe`): its router ignores its group limit, as in the seeds' incident; a few recent
+    # sim-2 (2 ranks, `observe`): its router ignores its group limit, as when a code path skips it; a few recent
     # windows are enough for the loop to judge it (the first of a new agent is not counted)
     limited = DEFAULT_MODEL.model_copy(update={"topk_group": 3})
     bypassed = SimInstance(deployment="sim-2", instance="sim-2-decode-0", role=Role.decode, model=limited, ep_size=2,

@@ -1,4 +1,4 @@
-"""A worker rank whose group-limited top-k silently takes the unconstrained path, as in the seeds' incident:
+"""A worker rank whose group-limited top-k silently takes the unconstrained path, as in a production incident:
 the limit is configured, the engine is handed it, and the routing op ignores it. Nothing fails; only the
 groups and nodes each token reaches tell. Run exactly like `python -m agents.worker` (a rank: `--rank R`).
 """

@@ -1,7 +1,7 @@
 """Asking the platform to restart an SGLang group so it loads a new `--init-expert-location` file.
 
 SGLang 0.5.23 has no request that replaces its expert map while it serves (its request types are START, STOP
-and DUMP; ../shared/docs/notes/engines-integration.md). So a placement change is a restart of the group.
+and DUMP, in `srt/eplb/expert_distribution.py`). So a placement change is a restart of the group.
 `CommandRestart` runs a command the operator gives (systemctl, docker restart, a script).
 `KubeEvictRestart` evicts the group's pods through the Eviction API, which the API server refuses (429) while it
 would break the pool's PodDisruptionBudget. With the chart's budget (maxUnavailable 1) one group restarts at a

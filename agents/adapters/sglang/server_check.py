@@ -1,8 +1,9 @@
 """What the sidecar needs of the SGLang server it sits beside, read from `/server_info`. Pure.
 
-A dump resets the recorder's buffer, and SGLang's built-in EPLB dumps the same recorder on its own schedule
-(../shared/docs/notes/engines-integration.md): with both, each would read a part of the other's window, and two
-planners would move experts. So the sidecar refuses a server with `--enable-eplb` on. It reads `stat` dumps only.
+A dump resets the recorder's buffer (`dump_record` calls `_reset()` in SGLang's `srt/eplb/expert_distribution.py`),
+and SGLang's built-in EPLB dumps the same recorder on its own schedule: with both, each would read a part of
+the other's window, and two planners would move experts. So the sidecar refuses a server with `--enable-eplb` on.
+It reads `stat` dumps only.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from controlplane.solve.placement.shares import water_fill
 if TYPE_CHECKING:  # solver.py imports this module
     from controlplane.solve.placement.solver import Topology
 
-MAX_RATIO_TO_FRESH = 1.01  # mean over layers; the promise is 1.02, this leaves room for forecast error
+MAX_RATIO_TO_FRESH = 1.01  # mean over layers; promised: 1.02 of a fresh plan, the rest is room for forecast error
 STAGE_ROUNDS = 4  # first stage of local search; each later stage doubles
 BOUND_SLACK = 1e-9  # relative: a layer this close to its ratio bound is at it (float rounding)
 

@@ -211,7 +211,7 @@ def test_the_engine_counts_the_groups_each_token_reached_and_sees_a_bypassed_lim
     free = groups_reached(4)
     assert free[3:].sum() > 0  # unlimited, tokens of this model reach 3 and 4 groups
 
-    # the seeds' incident: the routing path ignores the limit it is given; the counters show it
+    # a production bug: the routing path ignores the limit it is given; the counters show it
     ops = kernels.torch_ops()
     limited_topk = ops.grouped_topk
     monkeypatch.setattr(ops, "grouped_topk", lambda scores, bias, num_groups, topk_group, *rest, **kw:

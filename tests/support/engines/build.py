@@ -4,7 +4,7 @@
   run's venv (our torch 2.13 CPU build, NumPy) on its path (support/engines/sglang_run.py), plus the few pure
   packages its expert-location, recorder and model-registry modules import, each pinned and installed without
   dependencies: nothing pulls another torch or a CUDA stack. SGLang's own pins (torch 2.14.1, sglang-kernel,
-  flashinfer) are not installed: the modules the tests run import without them (tests/adapters/README.md
+  flashinfer) are not installed: the modules the tests run import without them (docs/reference/engines.md
   says which checks run SGLang's code).
 - vLLM: its released wheel only (pip download --no-deps), read as a zip by the source-contract tests: its package
   imports its CUDA extension, built for another torch. And a runnable vLLM, the CPU build 0.32.0, in a venv of its

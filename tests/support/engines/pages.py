@@ -7,7 +7,7 @@ LABELS = 'model_name="ds",engine_type="unified",tp_rank="0",pp_rank="0",moe_ep_r
 
 
 def sglang_page(*, prompt: int, cached: int, ttft: tuple[int, int, int], running: int = 3, queue: int = 2) -> str:
-    """SGLang's page as prometheus_client writes it (names from the pinned source, tests/adapters/...contract)."""
+    """SGLang's page as prometheus_client writes it (names as in tests/adapters/test_sglang_source_contract.py)."""
     le_01, le_1, inf = ttft
     return f"""# HELP sglang:num_running_reqs The number of running requests.
 # TYPE sglang:num_running_reqs gauge
