@@ -104,7 +104,7 @@ def test_an_empty_database_adopts_what_the_fleet_runs_and_the_loop_goes_on(clien
         fleet_client.client = new  # the same agents, a controller restarted at the same address
         first = run_windows(new, new_sessions, new_settings, clock, fleet, 1, fleet_client=fleet_client)[0]
         assert first["placement_version"] == {"decode": running} and fleet[0].placement_version == running
-        assert first["agents"] == {"total": EP_SIZE, "fresh": EP_SIZE, "stale": 0, "gone": 0}
+        assert first["agents"] == {"total": EP_SIZE, "fresh": EP_SIZE, "stale": 0, "gone": 0, "unhealthy": []}
         [adopted] = first["last_actions"]
         assert (adopted["status"], adopted["trigger"], adopted["placement_version"]) == ("adopted", "fleet", running)
         assert adopted["reason"].startswith("adopted from the fleet")
@@ -211,7 +211,7 @@ def test_real_agents_keep_running_through_a_database_swap(settings):
     assert all(version >= running for _, _, version in switched), switched  # never back to v0
     assert engines[0].placement.version == engines[1].placement.version
     assert overview["placement_version"]["decode"] >= running  # what the fresh agents run, and agree on
-    assert overview["agents"] == {"total": 2, "fresh": 2, "stale": 0, "gone": 0}
+    assert overview["agents"] == {"total": 2, "fresh": 2, "stale": 0, "gone": 0, "unhealthy": []}
     adopted = [a for a in overview["last_actions"] if a["status"] == "adopted"]
     assert [a["placement_version"] for a in adopted] == [running], overview["last_actions"]
     assert sum(a.exporter.failures["placement_unknown"]._value.get() for a in agents) >= 1

@@ -28,7 +28,7 @@ def test_replaced_pods_leave_the_quorum_and_can_be_removed(client, sessions, set
         run_windows(client, sessions, settings, clock, fleet, 4, reconcile=False)
     assert reasons(sessions, settings, clock) == ["only 2/6 agents are fresh"]
     overview = client.get("/v1/deployments/sim-0/overview").json()
-    assert overview["agents"] == {"total": 6, "fresh": 2, "stale": 4, "gone": 0}
+    assert overview["agents"] == {"total": 6, "fresh": 2, "stale": 4, "gone": 0, "unhealthy": []}
 
     silent = {a["instance"]: a["state"] for a in client.get(AGENTS).json()}
     assert silent == {"pod-a": "stale", "pod-b": "stale", "pod-c": "fresh"}
@@ -46,7 +46,7 @@ def test_replaced_pods_leave_the_quorum_and_can_be_removed(client, sessions, set
     run_windows(client, sessions, settings, clock, fleet, num_windows, reconcile=False)
     assert not any("agents are fresh" in r for r in reasons(sessions, settings, clock))
     overview = client.get("/v1/deployments/sim-0/overview").json()
-    assert overview["agents"] == {"total": 2, "fresh": 2, "stale": 0, "gone": 3}
+    assert overview["agents"] == {"total": 2, "fresh": 2, "stale": 0, "gone": 3, "unhealthy": []}
     assert overview["pools"][0]["applied_placement_version"] is not None  # the fresh agents agree
 
     swept = client.delete(AGENTS, headers=operator())  # every silent agent of the pool; fresh ones stay

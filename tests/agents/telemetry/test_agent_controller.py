@@ -129,7 +129,7 @@ def test_serving_survives_a_controller_restart_and_the_agents_reconnect(settings
         run_group(agents, engines, 3.0, [], until=lambda: agents[0].poster.num_posted > posted)
         assert agents[0].poster.num_posted > posted
         overview = httpx.get(f"{second.url}/v1/deployments/tiny/overview").json()
-        assert overview["agents"] == {"total": EP_SIZE, "fresh": EP_SIZE, "stale": 0, "gone": 0}
+        assert overview["agents"] == {"total": EP_SIZE, "fresh": EP_SIZE, "stale": 0, "gone": 0, "unhealthy": []}
         second.stop()
         thread.join(timeout=10)
     finally:
