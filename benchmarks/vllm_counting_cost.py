@@ -5,7 +5,7 @@ alternating blocks, so load changes on a shared machine hit both alike; the rati
 it, the hook's own time per MoE layer and step (the counter called in a loop in the vLLM venv, one thread), which
 says what the server ratio can show at most on this machine.
 
-    python -m benchmarks.vllm_counting_cost [--blocks 6] [--streams 8] [--out benchmarks/results/...md]
+    python -m benchmarks.vllm_counting_cost [--blocks 6] [--streams 8] [--out FILE.md]
 """
 
 from __future__ import annotations

@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import secrets
-import subprocess
 import sys
 import time
 
@@ -180,7 +179,10 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in AGENT_COMMANDS:
-        return subprocess.call([sys.executable, "-m", AGENT_COMMANDS[argv[0]], *argv[1:]])
+        # replaced, not a child: a SIGTERM to `moectl adapter ...` (a pod's stop, a test's) reaches the program
+        # itself; a child left behind kept posting as an orphan
+        sys.stdout.flush()
+        os.execv(sys.executable, [sys.executable, "-m", AGENT_COMMANDS[argv[0]], *argv[1:]])
     args = parser().parse_args(argv)
     if getattr(args, "revision", "unset") is None:
         args.revision = "head" if args.direction == "up" else "base"
