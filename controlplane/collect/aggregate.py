@@ -14,7 +14,8 @@ from controlplane.observed.report import COUNTERS, Report
 
 # ACCEPTED_AT, GROUPS_AT, NODES_AT (controlplane/observed/pool.py) + n: accepted tokens at draft position n, tokens
 # whose top-k reached n groups / nodes: summed like COUNTERS
-_FIELDS = tuple(name for name in COUNTERS if name in RankRow.model_fields)  # the counters sent as they are
+_OPTIONAL = ("balancer_events",)  # None where the agent does not measure it: summed over those that do, below
+_FIELDS = tuple(name for name in COUNTERS if name in RankRow.model_fields and name not in _OPTIONAL)  # sent as they are
 
 
 def rank_counters(s: Snapshot | RankRow) -> dict[str, float]:
@@ -39,6 +40,9 @@ def group_counters(rows: Sequence[Snapshot | RankRow]) -> dict[str, float]:
         "ttft_p99": max(0.0, *(r.ttft.p99 or 0.0 for r in rows)),
         "itl_p99": max(0.0, *(r.itl.p99 or 0.0 for r in rows)),
     }
+    watched = [r.balancer_events for r in rows if r.balancer_events is not None]
+    if watched:  # the engine balancer's acts, where an adapter watches them (plan/balancer_watch.py)
+        counters |= {"balancer_events": total(watched), "balancer_reports": float(len(watched))}
     counters |= step_load_counters(rows)
     for prefix, name in ((ACCEPTED_AT, "spec_accepted_by_position"), (GROUPS_AT, "routing_groups_per_token"),
                          (NODES_AT, "routing_nodes_per_token")):

@@ -30,6 +30,7 @@ from controlplane.loop.plan_ahead import PlannedAhead
 from controlplane.loop.proposals import proposals
 from controlplane.loop.prune import Pruning
 from controlplane.loop.verify import verify_pool
+from controlplane.plan.balancer_watch import BalancerWatch
 from controlplane.plan.decisions import PoolInputs, decide
 from controlplane.plan.diagnose import Cause, MtpDiagnosis, diagnose_mtp
 from controlplane.plan.engines import engine_policy
@@ -62,6 +63,7 @@ class PoolResult:
     mtp: MtpDiagnosis | None = None  # why MTP acceptance is under its floor, if it is
     pool_plan: PoolsOutcome | None = None  # the deployment's pool plan, when the pool planner sizes it
     reach: RoutingReach | None = None  # whether the group limit in force is honoured (None: dry run)
+    balancer: BalancerWatch | None = None  # whether the engine's own balancer still acts (None: dry run)
 
     @property
     def outcome(self) -> str:
@@ -83,6 +85,10 @@ class PassResult:
     @property
     def reaches(self) -> list[RoutingReach]:
         return [r.reach for r in self.pools if r.reach is not None]
+
+    @property
+    def balancers(self) -> list[BalancerWatch]:
+        return [r.balancer for r in self.pools if r.balancer is not None]
 
     @property
     def pool_plans(self) -> dict[str, PoolsOutcome]:
@@ -190,7 +196,7 @@ class Reconciler:
             # what the pool planner reads, after the verdicts above (a size verified or rolled back) and before it plans
             sizing = reconcile_pools.observe(session, deployment, policy, settings, now=now)
             inputs = PoolInputs(state, mtp, sizing, is_forced=is_forced or bool(pending),
-                                is_asked=any(r.trigger == "manual" for r in pending))
+                                is_asked=any(r.trigger == "manual" for r in pending), engine=deployment.engine)
             with tracer.start_as_current_span("plan"):  # pure: what was read above in, every knob's decision out
                 decisions = self.compute(decide, policy, inputs, settings, now)
             plan, sized = decisions.placement, decisions.pools
@@ -216,10 +222,11 @@ class Reconciler:
                     reconcile_pools.record(session, deployment, sized, now=now)
                 findings.record_findings(pool_pass, mtp, decisions.prefix_hits)
                 findings.record_routing_reach(pool_pass, decisions.reach)
+                findings.record_balancer(pool_pass, decisions.balancer)
                 if self.scaler is not None:
                     reconcile_knobs.sync_pool_size_or_retry(pool_pass, self.scaler, self.fence)
             result = PoolResult(plan, action, is_new, parked=tuple(sorted(parks.active(session, pool))), mtp=mtp,
-                                pool_plan=sized, reach=decisions.reach)
+                                pool_plan=sized, reach=decisions.reach, balancer=decisions.balancer)
             for i, request in enumerate(pending):  # the first request made a new action, the others joined it
                 outcome = result.outcome if i == 0 else replace(result, is_new=False).outcome
                 requests.settle(request, outcome=outcome, action_id=action.id if action else None, now=now)

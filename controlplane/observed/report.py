@@ -18,6 +18,9 @@ COUNTERS = (
     "step_split_routed_mean_tokens",
     # assignments the per-expert capacity limit dropped, summed over MoE layers (agents/protocol/snapshot.py)
     "dropped_tokens",
+    # the engine balancer's acts (vLLM's rearranges) and the reports that counted them, only from adapters that
+    # watch it (agents/protocol/snapshot.py balancer_events; controlplane/plan/balancer_watch.py)
+    "balancer_events", "balancer_reports",
 )
 # worst over reports: a percentile cannot be summed, the max is an honest upper bound
 MAXIMA = ("ttft_p99", "itl_p99")

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from controlplane.config import Settings
 from controlplane.desired import Decision, KnobKind, Plan, Policy
 from controlplane.observed.pool import PoolState
+from controlplane.plan.balancer_watch import BalancerWatch, watch_balancer
 from controlplane.plan.capacity_factor import CapacityStep, plan_capacity_factor
 from controlplane.plan.diagnose import MtpDiagnosis, diagnose_prefix_hits
 from controlplane.plan.placement import plan_pool
@@ -29,6 +30,7 @@ class PoolInputs:
     pools: ObservedPools | None  # the deployment's PD view, where the pool planner sizes its pools
     is_forced: bool = False  # a request is pending (a person, an alert): trigger thresholds are skipped
     is_asked: bool = False  # a person asked: a parked placement is lifted too
+    engine: str = "bundled"  # the deployment's engine: which of its balancer's acts are watched
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class Decisions:
     reach: RoutingReach  # whether the group limit in force is honoured
     prefix_hits: tuple[str, list[float]] | None  # the finding and the ratios it read, when hits stay under the floor
     capacity: CapacityStep | None = None  # the per-expert cap; None: the placement moves this pass
+    balancer: BalancerWatch | None = None  # whether the engine's own balancer still acts
 
     def unparked(self) -> dict[str, str]:
         """knob kind -> why its park is lifted this pass (its inputs changed materially, or a person asked)."""
@@ -58,4 +61,5 @@ def decide(policy: Policy, inputs: PoolInputs, settings: Settings, now: float) -
     moves = placement.decision == Decision.rebalance  # one change of the pool's imbalance per pass
     capacity = None if moves else plan_capacity_factor(policy, inputs.state, now)
     return Decisions(placement, routing, pools, reach=check_routing_limit(policy, inputs.state),
-                     prefix_hits=diagnose_prefix_hits(policy, inputs.state), capacity=capacity)
+                     prefix_hits=diagnose_prefix_hits(policy, inputs.state), capacity=capacity,
+                     balancer=watch_balancer(inputs.state, inputs.engine))
