@@ -16,6 +16,7 @@ from agents.protocol.identity import Identity, ModelShape
 from agents.protocol.running import RunningPlacement, without_absent_table
 from agents.protocol.wire import (
     MAX_COUNT,
+    MAX_SECONDS,
     MAX_VERSION,
     PROTOCOL_VERSION,
     LatencySummary,
@@ -103,7 +104,12 @@ class RankCounters(_Frozen):
     # optional (added 2026-12-06; absent: the adapter does not watch the engine's balancer)
     balancer_events: int | None = Field(default=None, ge=0, le=MAX_COUNT,
                                         description="times the engine's own balancer acted in the window (vLLM: "
-                                                    "EPLB rearranges recorded); sent by one rank of a group")
+                                                    "EPLB rearranges recorded; the bundled runtime: placement "
+                                                    "switches); sent by one rank of a group")
+    balancer_stall_seconds: float | None = Field(
+        default=None, ge=0, le=MAX_SECONDS, allow_inf_nan=False,
+        description="seconds those acts took from serving, summed (the bundled runtime: its placement switches, "
+                    "timed); absent: not measured")
 
     @model_serializer(mode="wrap")
     def _omit_absent_counters(self, handler):  # noqa: ANN001
@@ -142,8 +148,9 @@ class RankCounters(_Frozen):
 def without_absent_counters(data: object, counters: RankCounters) -> object:
     """Serialized counters without the optional fields they do not carry: they then read exactly as before those
     fields existed, since controllers that predate them forbid them."""
-    if counters.balancer_events is None and isinstance(data, dict):
-        data.pop("balancer_events", None)
+    for name in ("balancer_events", "balancer_stall_seconds"):
+        if getattr(counters, name) is None and isinstance(data, dict):
+            data.pop(name, None)
     return data
 
 

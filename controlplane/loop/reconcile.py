@@ -30,7 +30,9 @@ from controlplane.loop.plan_ahead import PlannedAhead
 from controlplane.loop.proposals import proposals
 from controlplane.loop.prune import Pruning
 from controlplane.loop.verify import verify_pool
+from controlplane.observed.measured_cost import fold_windows
 from controlplane.plan.balancer_watch import BalancerWatch
+from controlplane.plan.change_cost import change_cost
 from controlplane.plan.decisions import PoolInputs, decide
 from controlplane.plan.diagnose import Cause, MtpDiagnosis, diagnose_mtp
 from controlplane.plan.engines import engine_policy
@@ -38,6 +40,7 @@ from controlplane.plan.pools_outcome import PoolsOutcome
 from controlplane.plan.routing_reach import RoutingReach
 from controlplane.store import (
     actions,
+    change_costs,
     deployments,
     parks,
     policies,
@@ -190,13 +193,16 @@ class Reconciler:
                     if actions.awaiting_verification(session, pool):  # else nothing to settle: the state stands
                         verify_pool(session, pool, state, policy, now)
                         state = pools.read_state(session, deployment, pool, now=now, settings=settings)
+            measured = change_costs.read(session, pool)  # what a change costs here, with the windows not yet in it
+            folded = fold_windows(measured, state.windows)
             mtp = diagnose_mtp(policy, state, now)
             if not dry_run and mtp is not None and mtp.cause == Cause.regression:
                 state = reconcile_knobs.roll_back_regression(pool_pass, state, mtp)
             # what the pool planner reads, after the verdicts above (a size verified or rolled back) and before it plans
             sizing = reconcile_pools.observe(session, deployment, policy, settings, now=now)
             inputs = PoolInputs(state, mtp, sizing, is_forced=is_forced or bool(pending),
-                                is_asked=any(r.trigger == "manual" for r in pending), engine=deployment.engine)
+                                is_asked=any(r.trigger == "manual" for r in pending), engine=deployment.engine,
+                                change_cost=change_cost(deployment.engine, folded))
             with tracer.start_as_current_span("plan"):  # pure: what was read above in, every knob's decision out
                 decisions = self.compute(decide, policy, inputs, settings, now)
             plan, sized = decisions.placement, decisions.pools
@@ -223,6 +229,8 @@ class Reconciler:
                 findings.record_findings(pool_pass, mtp, decisions.prefix_hits)
                 findings.record_routing_reach(pool_pass, decisions.reach)
                 findings.record_balancer(pool_pass, decisions.balancer)
+                if folded is not None and folded != measured:
+                    change_costs.write(session, pool, folded, now=now)
                 if self.scaler is not None:
                     reconcile_knobs.sync_pool_size_or_retry(pool_pass, self.scaler, self.fence)
             result = PoolResult(plan, action, is_new, parked=tuple(sorted(parks.active(session, pool))), mtp=mtp,

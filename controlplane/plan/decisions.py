@@ -13,8 +13,11 @@ from controlplane.desired import Decision, KnobKind, Plan, Policy
 from controlplane.observed.pool import PoolState
 from controlplane.plan.balancer_watch import BalancerWatch, watch_balancer
 from controlplane.plan.capacity_factor import CapacityStep, plan_capacity_factor
+from controlplane.plan.change_cost import change_cost
+from controlplane.plan.change_price import ChangeCost
 from controlplane.plan.diagnose import MtpDiagnosis, diagnose_prefix_hits
 from controlplane.plan.placement import plan_pool
+from controlplane.plan.placement_price import priced
 from controlplane.plan.pools_outcome import ObservedPools, PoolsOutcome, plan_deployment
 from controlplane.plan.routing_limit import plan_routing
 from controlplane.plan.routing_reach import RoutingReach, check_routing_limit
@@ -31,6 +34,7 @@ class PoolInputs:
     is_forced: bool = False  # a request is pending (a person, an alert): trigger thresholds are skipped
     is_asked: bool = False  # a person asked: a parked placement is lifted too
     engine: str = "bundled"  # the deployment's engine: which of its balancer's acts are watched
+    change_cost: ChangeCost | None = None  # what a placement change costs the pool (None: the engine's prior)
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,8 @@ class Decisions:
 def decide(policy: Policy, inputs: PoolInputs, settings: Settings, now: float) -> Decisions:
     placement = plan_pool(policy, inputs.state, now, is_forced=inputs.is_forced, is_asked=inputs.is_asked,
                           mtp=inputs.mtp)
+    cost = inputs.change_cost or change_cost(inputs.engine, None)
+    placement = priced(placement, inputs.state, cost, policy.change_price_margin, is_asked=inputs.is_asked)
     routing = None if placement.decision == Decision.rebalance else plan_routing(policy, inputs.state, now,
                                                                                  inputs.mtp)
     pools = None if inputs.pools is None else plan_deployment(inputs.pools, policy, settings)
