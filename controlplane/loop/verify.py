@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from controlplane.actuate import change
 from controlplane.desired import Effect, Policy, VerifyOutcome
 from controlplane.observed.pool import PoolState, Window, imbalance_had_it_run
+from controlplane.plan.change_guard import GuardVerdict, guard_change
 from controlplane.plan.effect import judge
 from controlplane.plan.placement_price import realised_price
 from controlplane.store import actions, parks
@@ -58,6 +59,13 @@ def verify_pool(session: Session, pool: Pool, state: PoolState, policy: Policy, 
         measured = verdict.measured | planned | {f"{effect.signal}_before": round(effect.before, 4),
                                                  f"{effect.signal}_after": verdict.measured.get(effect.signal),
                                                  "verdict": verdict.reason}
+        guard = _guard(action, state, windows, policy) if action.kind == PLACEMENT.kind else None
+        if guard is not None:
+            measured["guards"] = guard.measured
+            if guard.is_breached and verdict.is_intended:
+                roll_back(session, pool=pool, action=action, state=state, now=now,
+                          measured=measured | {"verdict": f"guard: {guard.reason}"})
+                continue
         price = action.predicted.get("price") if action.kind == PLACEMENT.kind else None
         if price and "step_fixed_seconds" in price and measured.get("imbalance_after") is not None:
             measured["realised"] = realised_price(price, effect.before, measured["imbalance_after"])
@@ -80,6 +88,16 @@ def roll_back(session: Session, *, pool: Pool, action: Action, state: PoolState,
         return
     parks.park(session, pool=pool, knob=knob.kind, action_id=action.id, reason=measured["verdict"], now=now,
                inputs=state.knob_inputs(with_expert_share=knob.kind == PLACEMENT.kind))
+
+
+def _guard(action: Action, state: PoolState, windows: list[Window], policy: Policy) -> GuardVerdict | None:
+    """The placement's guards: the windows it was planned on (still in the history) against those under it."""
+    planned_on = set(action.inputs.get("windows") or [])
+    before = [w for w in state.windows if w.index in planned_on]
+    if not before:
+        return None
+    return guard_change(before, windows, mtp_tolerance=policy.mtp_guard_tolerance,
+                        latency_tolerance=policy.latency_guard_tolerance)
 
 
 def _windows_under(action: Action, state: PoolState) -> list[Window] | None:

@@ -50,7 +50,8 @@ def wrap_policy(inner: type, state_dir: Path, *, epoch: str, version: str = "", 
     calls: dict[str, int] = {}
     faults = faults or Faults(log)
 
-    def placement(weight, num_replicas, num_ranks, old_global_expert_indices):  # noqa: ANN001
+    def record(weight, num_replicas, num_ranks, old_global_expert_indices, seconds: float) -> None:  # noqa: ANN001
+        """Rank 0 records the rearrange: the load it was passed and how long the policy's call took."""
         load = weight.detach().cpu().numpy()
         model = state.model_key(*load.shape)
         with lock:
@@ -62,9 +63,16 @@ def wrap_policy(inner: type, state_dir: Path, *, epoch: str, version: str = "", 
                 state.write_load(state_dir, {
                     "epoch": epoch, "model": model, "call": call, "at": time.time(),
                     "weight": load.astype(np.int64).tolist(), "current": current, "num_replicas": int(num_replicas),
-                    "num_ranks": int(num_ranks), "faults": faults.snapshot(), "vllm": version})
+                    "num_ranks": int(num_ranks), "faults": faults.snapshot(), "vllm": version,
+                    "seconds": round(seconds, 6)})
             except (OSError, ValueError) as exc:
                 faults.record("load not recorded", exc)
+
+    def placement(weight, num_replicas, num_ranks):  # noqa: ANN001
+        load = weight.detach().cpu().numpy()
+        model = state.model_key(*load.shape)
+        with lock:
+            call = calls.get(model, -1) + 1  # this rearrange's: recorded (and counted) once it returns
         armed = in_force(state.read_armed(state_dir, faults=faults), call, epoch=epoch, model=model)
         if armed is None:
             return None
@@ -83,15 +91,22 @@ def wrap_policy(inner: type, state_dir: Path, *, epoch: str, version: str = "", 
         @classmethod
         def rebalance_experts(cls, weight, num_replicas, num_groups, num_nodes, num_ranks,
                               old_global_expert_indices=None):  # noqa: ANN001 (vLLM's signature)
+            started = time.perf_counter()  # what the call takes of the step it runs in: part of a change's cost
             try:
-                ours = placement(weight, num_replicas, num_ranks, old_global_expert_indices)
+                ours = placement(weight, num_replicas, num_ranks)
             except Exception as exc:  # noqa: BLE001 (whatever of ours fails, vLLM's step goes on with its own map)
                 faults.record(f"plugin failed ({type(exc).__name__})", exc)
                 ours = None
-            if ours is not None:
-                return ours
-            return inner.rebalance_experts(weight, num_replicas, num_groups, num_nodes, num_ranks,
-                                           old_global_expert_indices)
+            try:
+                if ours is not None:
+                    return ours
+                return inner.rebalance_experts(weight, num_replicas, num_groups, num_nodes, num_ranks,
+                                               old_global_expert_indices)
+            finally:
+                try:
+                    record(weight, num_replicas, num_ranks, old_global_expert_indices, time.perf_counter() - started)
+                except Exception as exc:  # noqa: BLE001 (a record lost never fails vLLM's step)
+                    faults.record(f"plugin failed ({type(exc).__name__})", exc)
 
     MoectlEplbPolicy.__name__ = f"Moectl{inner.__name__}"
     return MoectlEplbPolicy

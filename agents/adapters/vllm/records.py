@@ -14,7 +14,7 @@ from agents.adapters.errors import EngineFormatError
 from agents.protocol import MAX_COUNT, ModelShape
 
 RECORD_KEYS = frozenset({"epoch", "model", "call", "at", "weight", "current", "num_replicas", "num_ranks", "faults",
-                         "vllm"})  # state_dir.py
+                         "vllm", "seconds"})  # state_dir.py; seconds: the policy's call, timed (since 2026-12-06)
 
 
 def window_load(records: list[dict], model: ModelShape, *, version: str) -> np.ndarray:
