@@ -41,7 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request to vLLM drowns `moectl up`'s output
     root = Path(tempfile.mkdtemp(prefix=f"moectl-{args.instance}-"))
-    server = VllmServer(root, token=secrets.token_urlsafe(16), port=int(args.ports), is_tied_to_parent=True)
+    # vLLM's CPU build binds its thread to the first core by default: every server of the pool on one core, and a
+    # second server adds no capacity. Unbound, the kernel spreads them over the machine's cores
+    server = VllmServer(root, token=secrets.token_urlsafe(16), port=int(args.ports), is_tied_to_parent=True,
+                        extra_env={"VLLM_CPU_OMP_THREADS_BIND": "nobind"})
 
     def stop(*_):
         raise SystemExit(0)

@@ -4,7 +4,7 @@ window's end, the engine's TTFT histogram) against the policy's TTFT target.
 
 One replica more when the pool is pressed in each of the last `breach_windows` windows (a replica's TTFT percentile
 over its target, or requests waiting for room in its batch), none while a replica it asked for is still starting.
-One replica fewer when it has been calm for the cooldown (no request waiting, every replica's TTFT under
+One replica fewer, none starting, when it has been calm for the cooldown (no request waiting, every replica's TTFT under
 `calm_share` of its target) and the request rate now is at most `down_share` of the rate that made it grow (the
 last step up's): the replicas that stay then carry at most that share of what pressed them. No change within the
 cooldown of the last one. (The KV-cache usage vLLM exports is not read here: its capacity rides only in a label,
@@ -93,6 +93,8 @@ def plan_unified(view: PoolsView, rules: UnifiedRules = UnifiedRules()) -> PoolP
         return decide(DecisionKind.reactive, current + 1, f"pressed {rules.breach_windows} windows running: "
                       f"{measured}, {waiting} waiting", rate,
                       PredictedEffect(ttft.name, ttft.seconds, ttft.seconds, current + 1))
+    if size.num_starting:  # what it grew for has not served yet: a step down now would judge a pool that never ran
+        return decide(DecisionKind.hold, current, f"{measured}; {size.num_starting} replica(s) starting")
     calm_windows = max(1, math.ceil(rules.cooldown_seconds / latest.seconds))
     calm = view.windows[-calm_windows:]
     if current > size.min_replicas and len(calm) == calm_windows and \

@@ -56,6 +56,8 @@ def test_calm_for_the_cooldown_at_a_low_rate_removes_one():
     # still half the rate it grew at, or one window of waiting within the cooldown: it stays
     busy = [window(t, ttft=0.3, arrivals=8, replicas=2) for t in range(40, 60, 2)]
     assert decision(view(busy, ready=2, history=(grew,))).target == 2
+    # a replica it grew by still starting: it holds (a step down would judge a pool that never ran)
+    assert decision(view(calm, ready=1, starting=1, history=(grew,))).kind == DecisionKind.hold
     blip = calm[:-2] + [window(56, ttft=0.3, waiting=1, replicas=2), calm[-1]]
     assert decision(view(blip, ready=2, history=(grew,))).target == 2
 
