@@ -30,6 +30,7 @@ from controlplane.desired import Effect, Policy, VerifyOutcome
 from controlplane.observed.pool import PoolState, Window, imbalance_had_it_run
 from controlplane.plan.diagnose import Cause, MtpDiagnosis, diagnose_mtp
 from controlplane.plan.effect import judge
+from controlplane.plan.placement_price import realised_price
 from controlplane.store import actions, parks
 from controlplane.store.knobs import KNOBS, PLACEMENT, POOL_SIZE
 from controlplane.store.tables import Action, Pool
@@ -104,6 +105,9 @@ def verify_pool(session: Session, pool: Pool, state: PoolState, policy: Policy, 
         measured = verdict.measured | planned | {f"{effect.signal}_before": round(effect.before, 4),
                                                  f"{effect.signal}_after": verdict.measured.get(effect.signal),
                                                  "verdict": verdict.reason}
+        price = action.predicted.get("price") if action.kind == PLACEMENT.kind else None
+        if price and "step_fixed_seconds" in price and measured.get("imbalance_after") is not None:
+            measured["realised"] = realised_price(price, effect.before, measured["imbalance_after"])
         if verdict.is_intended:
             change.settle(session, knob, pool=pool, action=action, outcome=VerifyOutcome.verified, measured=measured,
                           now=now)
