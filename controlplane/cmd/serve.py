@@ -29,7 +29,8 @@ from controlplane.leader.lease import LeaseRecords
 from controlplane.loop.compute import WorkerProcess, in_process
 from controlplane.loop.liveness import LoopLiveness
 from controlplane.loop.prune import prune_all
-from controlplane.loop.reconcile import PassResult, Reconciler
+from controlplane.loop.reconcile import Reconciler
+from controlplane.loop.results import PassResult
 from controlplane.loop.telemetry import ControllerMetrics
 from controlplane.plan.decisions import decide
 from controlplane.store.db import make_engine, make_sessions, upgrade

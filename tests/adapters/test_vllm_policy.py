@@ -65,8 +65,9 @@ def test_an_armed_placement_that_drops_an_expert_falls_back_to_vllms_policy(tmp_
 
 def test_each_rearrange_records_how_long_the_policys_call_took(tmp_path, default_policy):
     policy = wrap_policy(default_policy, tmp_path, epoch=EPOCH, version="0.34.0", is_recording_rank=lambda: True)
-    _rearrange(policy, 1)
-    _rearrange(policy, 2)
+    for seed in (1, 2, 3):
+        _rearrange(policy, seed)
     records = state.read_loads(tmp_path)
-    assert [r["call"] for r in records] == [0, 1]
-    assert all(0 < r["seconds"] < 60 for r in records)  # vLLM's own policy ran in it: some time, timed
+    assert [r["call"] for r in records] == [0, 1, 2]
+    assert "previous_seconds" not in records[0]  # written as the first call starts: nothing timed yet
+    assert all(0 < r["previous_seconds"] < 60 for r in records[1:])  # the call before, vLLM's own policy in it
