@@ -12,6 +12,8 @@ from controlplane.desired import Policy
 from controlplane.observed.serving import PoolWindow
 from controlplane.plan.pools import planner_for
 from controlplane.solve.pools.decision import PoolDecision, PoolPlan
+from controlplane.solve.pools.unified import ROLE as UNIFIED
+from controlplane.solve.pools.unified import UnifiedRules, plan_unified
 from controlplane.solve.pools.view import PoolsView
 
 
@@ -34,9 +36,12 @@ class PoolsOutcome:
 
 
 def plan_deployment(observed: ObservedPools, policy: Policy, settings: Settings) -> PoolsOutcome:
-    """Plans both pools of the deployment `observed` describes."""
+    """Plans both pools of the deployment `observed` describes, or its unified pool."""
     view = observed.view
-    plan = planner_for(policy, settings.window_seconds, settings.replica_startup_seconds).plan(view)
+    if set(view.pools) == {UNIFIED}:
+        plan = plan_unified(view, UnifiedRules(cooldown_seconds=policy.pool_cooldown_seconds))
+    else:
+        plan = planner_for(policy, settings.window_seconds, settings.replica_startup_seconds).plan(view)
     summary = _summary(view, plan, observed.is_threshold_known)
     if not observed.is_threshold_known:
         plan = PoolPlan(plan.at, plan.decisions, None, plan.load)

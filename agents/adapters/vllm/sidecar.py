@@ -151,7 +151,8 @@ class VllmSidecar:
             if counted is not None:
                 load = counted  # every step's routing; the EPLB records keep their role in placement (records.py)
             after = self._scrape()
-            fields = serving_fields(names.SERVING, self.version, self.before, after)
+            # the rearranges vLLM recorded in the window: the controller watches that its EPLB keeps acting
+            fields = serving_fields(names.SERVING, self.version, self.before, after) | {"balancer_events": len(records)}
         except EngineFormatError as exc:
             self.faults.record("window not posted", exc)
             return None
