@@ -70,7 +70,8 @@ def report(actions: list[dict], overview: dict, seconds: float) -> str:
     tries = ", ".join(f"{a['role']} {a['status']}" for a in routing) or "none"
     lines = [f"`moectl up --ep-size 4`, {seconds:.0f} s after it said it was up.", "",
              f"- routing-limit tries: {len(routing)} ({tries})",
-             f"- placement changes: {len(placements)}", ""]
+             f"- placement changes: {len(placements)}",
+             f"- balancer findings (balancer_stalled): {sum(a['kind'] == 'balancer_stalled' for a in actions)}", ""]
     lines += ["| action | pool | status | predicted gain (s) | cost (s) | cost source | realised gain (s) |",
               "|---|---|---|---|---|---|---|"]
     for a in placements:
