@@ -31,8 +31,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run(seconds: float, extra: list[str]) -> tuple[list[dict], dict]:
-    """Starts `moectl up`, waits `seconds` once it is up, returns (its actions oldest first, the overview)."""
+def run(seconds: float, extra: list[str]) -> tuple[list[dict], dict, list[str]]:
+    """Starts `moectl up`, waits `seconds` once it is up, returns (its actions oldest first, the overview, the
+    lines it printed)."""
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="moectl-up-changes-") as tmp:
         process = subprocess.Popen(
@@ -55,7 +56,7 @@ def run(seconds: float, extra: list[str]) -> tuple[list[dict], dict]:
             url = f"http://127.0.0.1:{port}/v1/deployments/tiny"
             actions = list(reversed(httpx.get(f"{url}/actions", timeout=30).json()))
             overview = httpx.get(f"{url}/overview", timeout=30).json()
-            return actions, overview
+            return actions, overview, lines
         finally:
             os.killpg(process.pid, signal.SIGINT)
             try:
@@ -64,14 +65,22 @@ def run(seconds: float, extra: list[str]) -> tuple[list[dict], dict]:
                 os.killpg(process.pid, signal.SIGKILL)
 
 
-def report(actions: list[dict], overview: dict, seconds: float) -> str:
+def report(actions: list[dict], overview: dict, seconds: float, printed: list[str]) -> str:
     routing = [a for a in actions if a["kind"] == "routing"]
     placements = [a for a in actions if a["kind"] == "placement"]
     tries = ", ".join(f"{a['role']} {a['status']}" for a in routing) or "none"
     lines = [f"`moectl up --ep-size 4`, {seconds:.0f} s after it said it was up.", "",
              f"- routing-limit tries: {len(routing)} ({tries})",
              f"- placement changes: {len(placements)}",
-             f"- balancer findings (balancer_stalled): {sum(a['kind'] == 'balancer_stalled' for a in actions)}", ""]
+             f"- balancer findings (balancer_stalled): {sum(a['kind'] == 'balancer_stalled' for a in actions)}"]
+    # the loop's log line per pool and pass: what it decided and why (controlplane/loop/reconcile.py)
+    for role in sorted({a["role"] for a in actions} | {p["role"] for p in overview["pools"]}):
+        passes = [line for line in printed if any(f"tiny/{role}: {d} (" in line for d in ("keep", "hold", "rebalance"))]
+        unpaid = [line for line in passes if "the change does not pay" in line]
+        last = unpaid[-1].split("the change does not pay: ")[1].strip()[:300] if unpaid else ""
+        lines.append(f"- {role}: {len(passes)} passes logged, {len(unpaid)} held because the change did not pay"
+                     + (f"; the last: {last}" if last else ""))
+    lines.append("")
     lines += ["| action | pool | status | predicted gain (s) | cost (s) | cost source | realised gain (s) |",
               "|---|---|---|---|---|---|---|"]
     for a in placements:
@@ -93,8 +102,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=240.0)
     parser.add_argument("--out", type=Path, default=None, help="append the report to this markdown file")
     args, extra = parser.parse_known_args()
-    actions, overview = run(args.seconds, extra)
-    text = report(actions, overview, args.seconds)
+    actions, overview, printed = run(args.seconds, extra)
+    text = report(actions, overview, args.seconds, printed)
     print(text)
     if args.out is not None:
         with args.out.open("a") as f:
