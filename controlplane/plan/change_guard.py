@@ -8,18 +8,22 @@ the value before: `mtp_guard_tolerance` for acceptance, `latency_guard_tolerance
 change back with that reason, as an imbalance regression does, and parks the knob (controlplane/loop/verify.py).
 The absolute floor (`mtp_acceptance_floor`) still holds on its own.
 
-Latencies need `MIN_LATENCY_SAMPLES` on both sides: a mean of a few requests says nothing of the change.
+Each side needs enough of a sample to say anything of the change: `MIN_LATENCY_SAMPLES` latencies, and
+`MIN_DRAFT_TOKENS` draft tokens, where acceptance must also have fallen by `MIN_SIGMAS` standard errors of the
+difference (a binomial share: a few windows of a small pool swing by several points by chance).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from controlplane.observed.pool import Window
 
-MIN_LATENCY_SAMPLES = 20  # requests (TTFT) or tokens (ITL) on each side before a latency is compared
-MIN_DRAFT_TOKENS = 100  # draft tokens on each side before acceptance is compared
+MIN_LATENCY_SAMPLES = 200  # requests (TTFT) or tokens (ITL) on each side before a latency is compared
+MIN_DRAFT_TOKENS = 1000  # draft tokens on each side before acceptance is compared
+MIN_SIGMAS = 3.0  # acceptance's fall must be this many standard errors of the difference, besides the tolerance
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,12 @@ def guard_change(before: Sequence[Window], after: Sequence[Window], *, mtp_toler
             continue
         measured[name] = {"before": round(was, 4), "after": round(now, 4)}
         worse = (was - now) / was if better > 0 else (now - was) / was  # the share it got worse by
+        if name == "mtp_acceptance":
+            n_before, n_after = (sum(w.counters.get(denominator, 0.0) for w in ws) for ws in (before, after))
+            pooled = (was * n_before + now * n_after) / (n_before + n_after)
+            error = math.sqrt(max(pooled * (1 - pooled), 0.0) * (1 / n_before + 1 / n_after))
+            if was - now <= MIN_SIGMAS * error:
+                continue  # within what chance moves it
         if worse > tolerance:
             what = "fell" if better > 0 else "rose"
             breaches.append(f"{name.replace('_', ' ')} {what} from {was:.3f} to {now:.3f} under the change "
