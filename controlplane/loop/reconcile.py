@@ -40,8 +40,9 @@ from controlplane.loop.prune import Pruning
 from controlplane.loop.results import PassResult, PoolResult
 from controlplane.loop.verify import Settlement, settle
 from controlplane.observed.pool import PoolState
-from controlplane.plan.decisions import Decisions, PoolInputs, decide
+from controlplane.plan.decisions import Decisions, decide
 from controlplane.plan.engines import engine_policy
+from controlplane.plan.pool_inputs import PoolInputs
 from controlplane.store import deployments, parks, policies, pools, requests
 from controlplane.store.db import is_unavailable
 from controlplane.store.knobs import PLACEMENT, POOL_SIZE

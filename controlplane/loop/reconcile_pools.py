@@ -14,8 +14,9 @@ from controlplane.actuate.scale import UNSCHEDULABLE, last_applied
 from controlplane.config import Settings
 from controlplane.desired import Policy, ReplicaBounds
 from controlplane.observed.serving import ROLES
+from controlplane.plan.pool_inputs import ObservedPools
 from controlplane.plan.pools import targets_of
-from controlplane.plan.pools_outcome import ObservedPools, PoolsOutcome
+from controlplane.plan.pools_outcome import PoolsOutcome
 from controlplane.solve.pools.decision import DecisionKind, PoolDecision, ThresholdDecision
 from controlplane.solve.pools.view import PoolSize, PoolsView
 from controlplane.store import actions, deployments, pool_plans, pools, prefill_thresholds, serving

@@ -8,20 +8,14 @@ import math
 from dataclasses import dataclass
 
 from controlplane.config import Settings
-from controlplane.desired import Policy
-from controlplane.observed.serving import PoolWindow
+from controlplane.desired import KnobKind, Policy
+from controlplane.observed.pool import PoolState
+from controlplane.observed.serving import THRESHOLD_ROLE, PoolWindow
+from controlplane.plan.knob_plan import Given, KnobPlan, Move
+from controlplane.plan.pool_inputs import ObservedPools
 from controlplane.plan.pools import planner_for
 from controlplane.solve.pools.decision import PoolDecision, PoolPlan
 from controlplane.solve.pools.view import PoolsView
-
-
-@dataclass(frozen=True)
-class ObservedPools:
-    """Everything the pool planner reads of one deployment, read before it plans."""
-
-    deployment: str
-    view: PoolsView  # windows, sizes, targets, threshold (0 when unknown), GPU budget, past decisions
-    is_threshold_known: bool  # False: none in force nor reported by the routers: no threshold decision
 
 
 @dataclass(frozen=True)
@@ -93,3 +87,33 @@ def _summary(view: PoolsView, plan: PoolPlan, threshold_known: bool) -> dict:
                       "decision": None if threshold is None or not threshold_known else
                       {"current": threshold.current, "target": threshold.target, "reason": threshold.reason}},
         "measured": _measured(view.latest)})
+
+
+def _decide(given: Given) -> PoolsOutcome | None:
+    pools = given.inputs.pools
+    return None if pools is None else plan_deployment(pools, given.policy, given.settings)
+
+
+def _moves(outcome: PoolsOutcome | None, policy: Policy, state: PoolState, role: str) -> list[Move]:
+    """The pool's size, and on the decode pool the local-prefill threshold, where the plan moves them."""
+    if outcome is None:
+        return []
+    out = []
+    d = outcome.plan.decision(role)
+    if d.direction:
+        pool = {k: v for k, v in outcome.summary["pools"][role].items() if k != "decision"}
+        inputs = {"kind": d.kind.value, "request_rate": finite(d.request_rate),
+                  "measured": outcome.summary["measured"], "load": outcome.summary["load"], "pool": pool}
+        predicted = finite({"replicas_before": d.current, "replicas_after": d.target} | d.predicted_dict())
+        out.append(Move(KnobKind.pool_size, d.target, f"{d.kind.value}: {d.reason}", inputs, predicted,
+                        f"{d.current} -> {d.target} replicas ({d.kind.value}: {d.reason})"))
+    t = outcome.plan.threshold
+    if role == THRESHOLD_ROLE and t is not None and t.direction:
+        out.append(Move(KnobKind.local_prefill_threshold, t.target, t.reason, finite(dict(t.measured)),
+                        {"tokens_before": t.current, "tokens_after": t.target},
+                        f"local-prefill threshold {t.current} -> {t.target} tokens ({t.reason})"))
+    return out
+
+
+# both pools' sizes and the local-prefill threshold; a size is verified once the platform runs it (actuate/scale.py)
+POOLS_PLAN = KnobPlan(KnobKind.pool_size, _decide, _moves, is_judged=False)

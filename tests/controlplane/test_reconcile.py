@@ -51,16 +51,16 @@ def test_a_broken_pool_is_isolated(client, sessions, settings, clock, monkeypatc
     from agents.sim.fleet_client import FleetClient
     FleetClient(client, api_token="test-operator-token", agent_token="test-agent-token").register(fleets[1])
     run_windows(client, sessions, settings, clock, fleets[0] + fleets[1], 3, reconcile=False)
-    import controlplane.plan.decisions as decisions
+    import controlplane.plan.placement as placement
 
-    real = decisions.plan_pool
+    real = placement.plan_pool
 
     def flaky(policy, state, now, **kwargs):
         if state.deployment == "sim-b":
             raise RuntimeError("boom")
         return real(policy, state, now, **kwargs)
 
-    monkeypatch.setattr(decisions, "plan_pool", flaky)
+    monkeypatch.setattr(placement, "plan_pool", flaky)
     result = Reconciler(settings).once(sessions, now=clock.now + settings.window_seconds)
     assert result.num_errors == 1 and [p.deployment for p in result.plans] == ["sim-0"]
 
