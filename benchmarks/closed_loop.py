@@ -61,7 +61,9 @@ from agents.sim.reach import Routing, sample_reach
 from agents.sim.workloads import WORKLOADS, Workload
 from benchmarks.baselines.eplb import Eplb
 from controlplane.desired import Decision, KnobKind, Policy
-from controlplane.observed.pool import RANK_REPORTS, KnobChange, PoolState, Window
+from controlplane.observed.knob_change import KnobChange
+from controlplane.observed.pool import PoolState
+from controlplane.observed.window import RANK_REPORTS, Window
 from controlplane.plan.placement import plan_pool
 from controlplane.solve.placement.solver import Topology, solve_placement
 

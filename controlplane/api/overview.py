@@ -20,8 +20,9 @@ from controlplane.api.overview_schemas import (
 from controlplane.api.schemas import ActionOut, AgentsHealth
 from controlplane.config import Settings
 from controlplane.desired import KnobKind, Policy
-from controlplane.observed.pool import PoolState, Window, acceptance_by_position, dropped_share
+from controlplane.observed.pool import PoolState
 from controlplane.observed.report import merge_counters
+from controlplane.observed.window import Window, acceptance_by_position, dropped_share
 from controlplane.plan.diagnose import diagnose_mtp
 from controlplane.plan.engines import RAILS
 from controlplane.plan.routing_reach import check_routing_limit, window_reach

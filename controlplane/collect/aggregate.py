@@ -9,10 +9,10 @@ from collections.abc import Iterable, Sequence
 from agents.protocol import Snapshot
 from agents.protocol.grid import window_index
 from agents.protocol.group import GroupSnapshot, RankRow
-from controlplane.observed.pool import ACCEPTED_AT, GROUPS_AT, NODES_AT
 from controlplane.observed.report import COUNTERS, Report
+from controlplane.observed.window import ACCEPTED_AT, GROUPS_AT, NODES_AT
 
-# ACCEPTED_AT, GROUPS_AT, NODES_AT (controlplane/observed/pool.py) + n: accepted tokens at draft position n, tokens
+# ACCEPTED_AT, GROUPS_AT, NODES_AT (controlplane/observed/window.py) + n: accepted tokens at draft position n, tokens
 # whose top-k reached n groups / nodes: summed like COUNTERS
 _FIELDS = tuple(name for name in COUNTERS if name in RankRow.model_fields)  # the counters sent as they are
 

@@ -27,7 +27,8 @@ from sqlalchemy.orm import Session
 from controlplane.actuate import change
 from controlplane.actuate.pool_pass import PoolPass
 from controlplane.desired import Effect, Policy, VerifyOutcome
-from controlplane.observed.pool import PoolState, Window
+from controlplane.observed.pool import PoolState
+from controlplane.observed.window import Window
 from controlplane.plan.diagnose import Cause, MtpDiagnosis, diagnose_mtp
 from controlplane.plan.effect import judge
 from controlplane.plan.knob_plan import KnobPlan, since_change

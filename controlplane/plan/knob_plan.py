@@ -17,7 +17,8 @@ from typing import Any
 
 from controlplane.config import Settings
 from controlplane.desired import Effect, KnobKind, Policy
-from controlplane.observed.pool import PoolState, Window
+from controlplane.observed.pool import PoolState
+from controlplane.observed.window import Window
 from controlplane.plan.diagnose import MtpDiagnosis
 from controlplane.plan.pool_inputs import PoolInputs
 

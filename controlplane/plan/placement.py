@@ -17,7 +17,8 @@ import numpy as np
 from agents.protocol.placement import PlacementTable
 from controlplane.desired import Decision, Effect, KnobKind, Mode, PlacementChange, Plan, Policy
 from controlplane.learn.forecast import forecast_ahead
-from controlplane.observed.pool import PoolState, imbalance_had_it_run
+from controlplane.observed.pool import PoolState
+from controlplane.observed.window import imbalance_had_it_run
 from controlplane.plan.diagnose import Cause, MtpDiagnosis
 from controlplane.plan.effect import change_context
 from controlplane.plan.knob_plan import Given, KnobPlan, Move

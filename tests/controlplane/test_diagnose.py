@@ -8,7 +8,9 @@ import pytest
 
 from agents.protocol import PlacementTable, default_slot_to_expert
 from controlplane.desired import Decision, Effect, Mode, Policy
-from controlplane.observed.pool import ACCEPTED_AT, RANK_REPORTS, KnobChange, PoolState, Window
+from controlplane.observed.knob_change import KnobChange
+from controlplane.observed.pool import PoolState
+from controlplane.observed.window import ACCEPTED_AT, RANK_REPORTS, Window
 from controlplane.plan.diagnose import Cause, diagnose_mtp
 from controlplane.plan.placement import plan_pool
 from controlplane.plan.routing_limit import plan_routing

@@ -12,7 +12,9 @@ from support.pool_states import skewed_pool as pool
 from agents.protocol import PlacementTable, default_slot_to_expert
 from controlplane.desired import Decision, KnobKind, Mode, Policy
 from controlplane.learn.forecast import MAX_LEVEL_WINDOWS, forecast_load
-from controlplane.observed.pool import RANK_REPORTS, KnobChange, PoolState, Window
+from controlplane.observed.knob_change import KnobChange
+from controlplane.observed.pool import PoolState
+from controlplane.observed.window import RANK_REPORTS, Window
 from controlplane.plan.placement import plan_pool
 from controlplane.solve.placement.algorithm import MigrationAware
 

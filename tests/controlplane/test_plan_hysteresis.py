@@ -10,7 +10,10 @@ import pytest
 
 from agents.protocol import PlacementTable, default_slot_to_expert
 from controlplane.desired import Decision, Effect, Mode, Policy
-from controlplane.observed.pool import RANK_REPORTS, KnobChange, KnobInputs, Parked, PoolState, Window
+from controlplane.observed.knob_change import KnobChange
+from controlplane.observed.knob_park import KnobInputs, Parked
+from controlplane.observed.pool import PoolState
+from controlplane.observed.window import RANK_REPORTS, Window
 from controlplane.plan.placement import plan_pool
 from controlplane.plan.routing_limit import plan_routing
 from tests.support.pool_states import routing_in_force
