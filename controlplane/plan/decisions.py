@@ -18,7 +18,7 @@ from controlplane.plan.diagnose import MtpDiagnosis, diagnose_mtp, diagnose_pref
 from controlplane.plan.knob_plan import Given, Move
 from controlplane.plan.knob_plans import KNOB_PLANS
 from controlplane.plan.pool_inputs import PoolInputs
-from controlplane.plan.pools_outcome import PoolsOutcome
+from controlplane.plan.pool_plan import PoolPlan
 from controlplane.plan.routing_reach import RoutingReach, check_routing_limit
 
 
@@ -37,7 +37,7 @@ class Decisions:
         return self.steps[KnobKind.placement]
 
     @property
-    def pools(self) -> PoolsOutcome | None:
+    def pool_plan(self) -> PoolPlan | None:
         """The deployment's pool plan, where the pool planner sizes it: what the pass records for people."""
         return self.steps[KnobKind.pool_size]
 

@@ -1,5 +1,5 @@
 """One knob's part of a pool's plan, behind one interface (`KnobPlan`), pure. Each knob's planner module ends with
-its `KnobPlan` (plan/placement.py, plan/routing_limit.py, plan/capacity_factor.py, plan/pools_outcome.py); the
+its `KnobPlan` (plan/placement.py, plan/routing_limit.py, plan/capacity_factor.py, plan/pool_plan.py); the
 registry (plan/knob_plans.py) lists them, and the pass's decide (plan/decisions.py), its proposals
 (loop/proposals.py) and its verification (loop/verify.py) loop over it instead of naming knobs.
 

@@ -8,7 +8,7 @@ from controlplane.desired import KnobKind
 from controlplane.plan.capacity_factor import CAPACITY_PLAN
 from controlplane.plan.knob_plan import KnobPlan
 from controlplane.plan.placement import PLACEMENT_PLAN
-from controlplane.plan.pools_outcome import POOLS_PLAN
+from controlplane.plan.pool_plan import POOLS_PLAN
 from controlplane.plan.routing_limit import ROUTING_PLAN
 
 KNOB_PLANS: tuple[KnobPlan, ...] = (PLACEMENT_PLAN, ROUTING_PLAN, CAPACITY_PLAN, POOLS_PLAN)

@@ -54,7 +54,7 @@ def split_step_tokens(pool: PoolState, windows) -> float | None:
     return float(w.expert_tokens.sum()) / num_layers / num_group_steps if num_group_steps > 0 else None
 
 
-def plan_pool(policy: Policy, pool: PoolState, now: float, *, is_forced: bool = False, is_asked: bool = False,
+def plan_placement(policy: Policy, pool: PoolState, now: float, *, is_forced: bool = False, is_asked: bool = False,
               mtp: MtpDiagnosis | None = None, algorithm: PlacementAlgorithm = MIGRATION_AWARE) -> Plan:
     """`is_forced`: a person or an alert asked for a rebalance. The trigger thresholds are skipped;
     the data hygiene, cooldown, budgets and the minimum gain still hold. `is_asked`: a person asked, which also
@@ -163,7 +163,7 @@ from controlplane.plan.routing_limit import plan_routing  # noqa: E402,F401
 
 def _decide(given: Given) -> Plan:
     inputs = given.inputs
-    return plan_pool(given.policy, inputs.state, given.now, is_forced=inputs.is_forced, is_asked=inputs.is_asked,
+    return plan_placement(given.policy, inputs.state, given.now, is_forced=inputs.is_forced, is_asked=inputs.is_asked,
                      mtp=given.mtp)
 
 

@@ -75,7 +75,7 @@ class ThresholdDecision:
 
 
 @dataclass(frozen=True)
-class PoolPlan:
+class PoolDecisions:
     at: float
     decisions: tuple[PoolDecision, ...]  # one per pool
     threshold: ThresholdDecision | None = None
@@ -104,4 +104,4 @@ class PoolPlanner(Protocol):
 
     name: str
 
-    def plan(self, view: PoolsView) -> PoolPlan: ...
+    def plan(self, view: PoolsView) -> PoolDecisions: ...

@@ -14,27 +14,27 @@ from controlplane.observed.serving import THRESHOLD_ROLE, PoolWindow
 from controlplane.plan.knob_plan import Given, KnobPlan, Move
 from controlplane.plan.pool_inputs import ObservedPools
 from controlplane.plan.pools import planner_for
-from controlplane.solve.pools.decision import PoolDecision, PoolPlan
+from controlplane.solve.pools.decision import PoolDecision, PoolDecisions
 from controlplane.solve.pools.view import PoolsView
 
 
 @dataclass(frozen=True)
-class PoolsOutcome:
+class PoolPlan:
     """One deployment's pool plan in a pass; `summary` is what people read (store.pool_plans)."""
 
     deployment: str
-    plan: PoolPlan
+    plan: PoolDecisions
     summary: dict
 
 
-def plan_deployment(observed: ObservedPools, policy: Policy, settings: Settings) -> PoolsOutcome:
+def plan_deployment(observed: ObservedPools, policy: Policy, settings: Settings) -> PoolPlan:
     """Plans both pools of the deployment `observed` describes."""
     view = observed.view
     plan = planner_for(policy, settings.window_seconds, settings.replica_startup_seconds).plan(view)
     summary = _summary(view, plan, observed.is_threshold_known)
     if not observed.is_threshold_known:
-        plan = PoolPlan(plan.at, plan.decisions, None, plan.load)
-    return PoolsOutcome(observed.deployment, plan, summary)
+        plan = PoolDecisions(plan.at, plan.decisions, None, plan.load)
+    return PoolPlan(observed.deployment, plan, summary)
 
 
 def finite(value):
@@ -62,7 +62,7 @@ def _measured(window: PoolWindow | None) -> dict:
             "ttft_p99": pct(window.ttft, "p99"), "itl_p90": pct(window.itl, "p90"), "itl_p99": pct(window.itl, "p99")}
 
 
-def _summary(view: PoolsView, plan: PoolPlan, threshold_known: bool) -> dict:
+def _summary(view: PoolsView, plan: PoolDecisions, threshold_known: bool) -> dict:
     def decision(d: PoolDecision) -> dict:
         return {"kind": d.kind.value, "current": d.current, "target": d.target, "reason": d.reason,
                 "predicted": d.predicted_dict()}
@@ -89,25 +89,25 @@ def _summary(view: PoolsView, plan: PoolPlan, threshold_known: bool) -> dict:
         "measured": _measured(view.latest)})
 
 
-def _decide(given: Given) -> PoolsOutcome | None:
+def _decide(given: Given) -> PoolPlan | None:
     pools = given.inputs.pools
     return None if pools is None else plan_deployment(pools, given.policy, given.settings)
 
 
-def _moves(outcome: PoolsOutcome | None, policy: Policy, state: PoolState, role: str) -> list[Move]:
+def _moves(pool_plan: PoolPlan | None, policy: Policy, state: PoolState, role: str) -> list[Move]:
     """The pool's size, and on the decode pool the local-prefill threshold, where the plan moves them."""
-    if outcome is None:
+    if pool_plan is None:
         return []
     out = []
-    d = outcome.plan.decision(role)
+    d = pool_plan.plan.decision(role)
     if d.direction:
-        pool = {k: v for k, v in outcome.summary["pools"][role].items() if k != "decision"}
+        pool = {k: v for k, v in pool_plan.summary["pools"][role].items() if k != "decision"}
         inputs = {"kind": d.kind.value, "request_rate": finite(d.request_rate),
-                  "measured": outcome.summary["measured"], "load": outcome.summary["load"], "pool": pool}
+                  "measured": pool_plan.summary["measured"], "load": pool_plan.summary["load"], "pool": pool}
         predicted = finite({"replicas_before": d.current, "replicas_after": d.target} | d.predicted_dict())
         out.append(Move(KnobKind.pool_size, d.target, f"{d.kind.value}: {d.reason}", inputs, predicted,
                         f"{d.current} -> {d.target} replicas ({d.kind.value}: {d.reason})"))
-    t = outcome.plan.threshold
+    t = pool_plan.plan.threshold
     if role == THRESHOLD_ROLE and t is not None and t.direction:
         out.append(Move(KnobKind.local_prefill_threshold, t.target, t.reason, finite(dict(t.measured)),
                         {"tokens_before": t.current, "tokens_after": t.target},
