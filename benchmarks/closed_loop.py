@@ -65,7 +65,8 @@ from controlplane.observed.knob_change import KnobChange
 from controlplane.observed.pool import PoolState
 from controlplane.observed.window import RANK_REPORTS, Window
 from controlplane.plan.placement import plan_placement
-from controlplane.solve.placement.solver import Topology, solve_placement
+from controlplane.solve.placement.solver import solve_placement
+from controlplane.solve.placement.topology import Topology
 
 WINDOW_SECONDS = 5.0
 STEPS_PER_WINDOW = int(WINDOW_SECONDS * 20)  # as the simulated fleet's windows

@@ -33,7 +33,8 @@ from benchmarks.baselines.dynamo_kalman import Kalman
 from benchmarks.baselines.dynamo_load import LoadLoop
 from benchmarks.pdsim.profile import Profile
 from controlplane.observed.serving import ROLES
-from controlplane.solve.pools.decision import DecisionKind, PoolDecision, PoolDecisions
+from controlplane.solve.pools.decision import DecisionKind, PoolDecision
+from controlplane.solve.pools.planning import PoolDecisions
 from controlplane.solve.pools.view import PoolsView
 
 

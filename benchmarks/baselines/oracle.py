@@ -18,7 +18,8 @@ from benchmarks.baselines.static import StaticPools
 from benchmarks.pdsim.simulator import SimConfig
 from benchmarks.pdsim.trace import Trace
 from controlplane.observed.serving import ROLES
-from controlplane.solve.pools.decision import DecisionKind, PoolDecision, PoolDecisions
+from controlplane.solve.pools.decision import DecisionKind, PoolDecision
+from controlplane.solve.pools.planning import PoolDecisions
 from controlplane.solve.pools.view import PoolsView
 
 

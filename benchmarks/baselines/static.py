@@ -17,7 +17,8 @@ from benchmarks.pdsim.outcome import meets_targets
 from benchmarks.pdsim.simulator import SimConfig, simulate
 from benchmarks.pdsim.trace import Trace
 from controlplane.observed.serving import ROLES
-from controlplane.solve.pools.decision import DecisionKind, PoolDecision, PoolDecisions
+from controlplane.solve.pools.decision import DecisionKind, PoolDecision
+from controlplane.solve.pools.planning import PoolDecisions
 from controlplane.solve.pools.view import PoolsView
 
 PEAK_SECONDS = 300  # the span the peak rate is averaged over

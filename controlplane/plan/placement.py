@@ -26,8 +26,8 @@ from controlplane.plan.pacing import HOUR, placement_allowance
 from controlplane.plan.parking import parked_reason
 from controlplane.solve.placement.algorithm import MigrationAware, PlacementAlgorithm
 from controlplane.solve.placement.packing import imbalance_floor
-from controlplane.solve.placement.solver import Topology
 from controlplane.solve.placement.step_split import solve_for_split
+from controlplane.solve.placement.topology import Topology
 
 MAX_FORECAST_WINDOWS = 48  # 4 minutes of 5 s windows: the level's and the trend's history (learn/forecast.py)
 MIGRATION_AWARE = MigrationAware()

@@ -14,7 +14,8 @@ from controlplane.observed.serving import THRESHOLD_ROLE, PoolWindow
 from controlplane.plan.knob_plan import Given, KnobPlan, Move
 from controlplane.plan.pool_inputs import ObservedPools
 from controlplane.plan.pools import planner_for
-from controlplane.solve.pools.decision import PoolDecision, PoolDecisions
+from controlplane.solve.pools.decision import PoolDecision
+from controlplane.solve.pools.planning import PoolDecisions
 from controlplane.solve.pools.view import PoolsView
 
 

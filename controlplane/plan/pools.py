@@ -23,9 +23,9 @@ from controlplane.learn.forecast import forecast_series
 from controlplane.learn.latency import COLD_START_WINDOWS, MIN_SAMPLES, PoolLatency, fit_decode, fit_prefill
 from controlplane.observed.serving import PoolWindow
 from controlplane.solve.pools.capacity import LoadForecast
-from controlplane.solve.pools.decision import PoolDecisions
 from controlplane.solve.pools.load import load_series, measured_load, sure_rate
 from controlplane.solve.pools.planner import is_predictive_tick, plan_pools
+from controlplane.solve.pools.planning import PoolDecisions
 from controlplane.solve.pools.rules import PoolRules
 from controlplane.solve.pools.view import PoolsView, SloTarget
 

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from agents.protocol import LatencySummary
 from controlplane.learn.latency import DecodeLatency, PoolLatency, PrefillLatency
 from controlplane.observed.serving import ROLES, PoolWindow, ReplicaWindow
-from controlplane.solve.pools.decision import DecisionKind, PoolDecision, PoolDecisions
+from controlplane.solve.pools.decision import DecisionKind, PoolDecision
+from controlplane.solve.pools.planning import PoolDecisions
 from controlplane.solve.pools.view import PoolSize, PoolsView, SloTarget
 
 TARGETS = (SloTarget("ttft", 90, 1.0), SloTarget("ttft", 99, 2.0), SloTarget("itl", 90, 0.05),

@@ -43,9 +43,10 @@ from controlplane.solve.pools.capacity import (
     replicas_needed,
     worst,
 )
-from controlplane.solve.pools.decision import DecisionKind, PoolDecision, PoolDecisions, PredictedEffect
+from controlplane.solve.pools.decision import DecisionKind, PoolDecision, PredictedEffect
 from controlplane.solve.pools.load import burst_peak_rate
 from controlplane.solve.pools.local_prefill import step_threshold
+from controlplane.solve.pools.planning import PoolDecisions
 from controlplane.solve.pools.reactive import breaches, is_short, react
 from controlplane.solve.pools.rules import PoolRules
 from controlplane.solve.pools.undone import last_undone

@@ -10,7 +10,6 @@ from support.loads import zipf_load
 from controlplane.desired import Decision
 from controlplane.plan.placement import plan_placement
 from controlplane.solve.placement.algorithm import MigrationAware
-from controlplane.solve.placement.solver import Topology
 from controlplane.solve.placement.step_split import (
     PEAK_Z,
     STEP_SPLIT,
@@ -19,6 +18,7 @@ from controlplane.solve.placement.step_split import (
     solve_for_split,
     step_split_imbalance,
 )
+from controlplane.solve.placement.topology import Topology
 from tests.controlplane.test_plan import AUTO, EP, pool
 
 TOPOLOGY = Topology(num_nodes=1, gpus_per_node=8, slots_per_gpu=9)
