@@ -31,7 +31,7 @@ def stalled(overview: dict) -> list[dict]:
 
 def gauge(settings, sessions, clock, deployment: str, engine: str) -> float | None:
     metrics = ControllerMetrics(CollectorRegistry())
-    result = Reconciler(settings).once(sessions, now=clock.now + settings.window_seconds)
+    result = Reconciler(settings).run_pass(sessions, now=clock.now + settings.window_seconds)
     metrics.observe_pass(result.plans, result.num_errors, result.seconds, balancers=result.balancers)
     return metrics.registry.get_sample_value("moectl_controller_balancer_stalled",
                                              {"deployment": deployment, "role": "decode", "engine": engine})

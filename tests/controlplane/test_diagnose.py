@@ -8,9 +8,11 @@ import pytest
 
 from agents.protocol import PlacementTable, default_slot_to_expert
 from controlplane.desired import Decision, Effect, Mode, Policy
-from controlplane.observed.pool import ACCEPTED_AT, RANK_REPORTS, KnobChange, PoolState, Window
+from controlplane.observed.knob_change import KnobChange
+from controlplane.observed.pool import PoolState
+from controlplane.observed.window import ACCEPTED_AT, RANK_REPORTS, Window
 from controlplane.plan.diagnose import Cause, diagnose_mtp
-from controlplane.plan.placement import plan_pool
+from controlplane.plan.placement import plan_placement
 from controlplane.plan.routing_limit import plan_routing
 from tests.support.pool_states import routing_in_force
 
@@ -79,11 +81,11 @@ def test_no_diagnosis_above_the_floor_without_one_or_before_it_is_sustained():
 
 def test_only_skew_leads_to_a_rebalance():
     skewed = pool([0.5, 0.5], hot=3.0)
-    plan = plan_pool(POLICY, skewed, NOW, mtp=diagnose_mtp(POLICY, skewed, NOW))
+    plan = plan_placement(POLICY, skewed, NOW, mtp=diagnose_mtp(POLICY, skewed, NOW))
     assert plan.decision == Decision.rebalance and "load skew" in plan.reason
     assert plan.change.effect.signal == "imbalance"
     unrelated = pool([0.5, 0.5])
-    assert plan_pool(POLICY, unrelated, NOW, mtp=diagnose_mtp(POLICY, unrelated, NOW)).decision == Decision.keep
+    assert plan_placement(POLICY, unrelated, NOW, mtp=diagnose_mtp(POLICY, unrelated, NOW)).decision == Decision.keep
 
 
 def test_a_routing_cause_loosens_toward_the_models_own_limit():

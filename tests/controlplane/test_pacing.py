@@ -9,7 +9,9 @@ import pytest
 
 from agents.protocol import default_slot_to_expert
 from controlplane.desired import KnobKind, Mode, Policy
-from controlplane.observed.pool import RANK_REPORTS, KnobChange, PoolState, Window
+from controlplane.observed.knob_change import KnobChange
+from controlplane.observed.pool import PoolState
+from controlplane.observed.window import RANK_REPORTS, Window
 from controlplane.plan.pacing import FREE_SHARE, HOUR, placement_allowance
 
 NUM_LAYERS, NUM_SLOTS = 2, 20

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from controlplane.observed.pool import KnobInputs, model_key
+from controlplane.observed.knob_park import KnobInputs, model_key
 from controlplane.plan.parking import LOAD_SHIFT, load_shift, material_change
 
 SHARE = np.array([[0.5, 0.3, 0.2], [0.4, 0.4, 0.2]])

@@ -42,7 +42,7 @@ def test_a_change_that_does_not_pay_is_not_made_and_is_made_when_the_cost_is_low
                headers={"Authorization": f"Bearer {API_TOKEN}"}).raise_for_status()
     held = run_windows(client, sessions, settings, clock, fleet, 5)
     assert not placements(held[-1]) and fleet[0].placement_version == 0
-    [plan] = Reconciler(settings).once(sessions, now=clock.now + settings.window_seconds / 2, dry_run=True).plans
+    [plan] = Reconciler(settings).run_pass(sessions, now=clock.now + settings.window_seconds / 2, dry_run=True).plans
     assert plan.decision.value == "hold" and plan.reason.startswith("the change does not pay: "), plan.reason
     assert plan.inputs["price"]["cost_seconds"] == 180.0 and not plan.inputs["price"]["is_paying"]
     pool = held[-1]["pools"][0]

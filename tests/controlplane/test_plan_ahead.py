@@ -77,7 +77,7 @@ def test_an_agents_post_goes_through_while_the_loop_plans_and_the_pool_is_planne
                                    json=snapshot.model_dump(mode="json")).status_code)
 
     compute = CountingCompute(during=post_next_window)
-    result = Reconciler(settings, compute=compute).once(sessions, now=clock.now + settings.window_seconds / 2 + 0.1)
+    result = Reconciler(settings, compute=compute).run_pass(sessions, now=clock.now + settings.window_seconds / 2 + 0.1)
     # SQLite: planned before the lock (its one write lock), so the post was not held behind the planner
     assert answers == [200]
     assert [p.decision.value for p in result.plans] == ["rebalance"] and result.num_errors == 0
@@ -96,7 +96,7 @@ def test_what_changed_before_the_lock_is_planned_again_under_it(client, sessions
             [other], late_start, settings.window_seconds)
 
     compute = CountingCompute(during=late_post)
-    Reconciler(settings, compute=compute).once(sessions, now=clock.now + settings.window_seconds / 2 + 0.1)
+    Reconciler(settings, compute=compute).run_pass(sessions, now=clock.now + settings.window_seconds / 2 + 0.1)
     if settings.database_url.startswith("sqlite"):  # planned ahead, then again under the lock on what is stored
         assert compute.num_plans == 2
         before, after = (state.windows[-1].num_reports for state in compute.states)
@@ -110,7 +110,7 @@ def test_each_decision_is_logged_once_a_pass(client, sessions, settings, clock, 
     fleet = start_fleet(client, {"mode": "observe"})
     run_windows(client, sessions, settings, clock, fleet, 3, reconcile=False)
     with caplog.at_level(logging.INFO, logger="moectl.reconcile"):
-        result = Reconciler(settings).once(sessions, now=clock.now + settings.window_seconds / 2 + 0.1)
+        result = Reconciler(settings).run_pass(sessions, now=clock.now + settings.window_seconds / 2 + 0.1)
     [plan] = result.plans
     said = [r.getMessage() for r in caplog.records if r.name == "moectl.reconcile"]
     assert said.count(f"{plan.deployment}/{plan.role}: {plan.decision.value} ({plan.reason})") == 1, said

@@ -10,8 +10,11 @@ import pytest
 
 from agents.protocol import PlacementTable, default_slot_to_expert
 from controlplane.desired import Decision, Effect, Mode, Policy
-from controlplane.observed.pool import RANK_REPORTS, KnobChange, KnobInputs, Parked, PoolState, Window
-from controlplane.plan.placement import plan_pool
+from controlplane.observed.knob_change import KnobChange
+from controlplane.observed.knob_park import KnobInputs, Parked
+from controlplane.observed.pool import PoolState
+from controlplane.observed.window import RANK_REPORTS, Window
+from controlplane.plan.placement import plan_placement
 from controlplane.plan.routing_limit import plan_routing
 from tests.support.pool_states import routing_in_force
 
@@ -85,7 +88,7 @@ def test_a_parked_placement_holds_until_the_load_shifts_or_a_person_asks(hot_exp
     inputs = at_park.knob_inputs(with_expert_share=True)
     state = replace(pool(topk_group=None, hot_expert=hot_expert),
                     parked={"placement": Parked("placement", NOW - 100, 9, "did not move as intended", inputs)})
-    plan = plan_pool(POLICY, state, NOW, is_asked=is_asked, is_forced=is_asked)
+    plan = plan_placement(POLICY, state, NOW, is_asked=is_asked, is_forced=is_asked)
     assert plan.decision == decision, plan.reason
     assert words in (plan.reason if decision == Decision.hold else plan.unparked)
 

@@ -21,8 +21,9 @@ from controlplane.plan.pools import (
     rules_of,
     targets_of,
 )
-from controlplane.solve.pools.decision import DecisionKind, PoolPlanner
+from controlplane.solve.pools.decision import DecisionKind
 from controlplane.solve.pools.load import burst_peak_rate, load_series, measured_load, sure_rate
+from controlplane.solve.pools.planning import PoolPlanner
 from controlplane.solve.pools.rules import PoolRules
 from controlplane.solve.pools.view import SloTarget
 

@@ -15,7 +15,7 @@ from controlplane.actuate.scale import APPLIED
 from controlplane.collect.aggregate import to_report
 from controlplane.desired import Mode, Policy, VerifyOutcome
 from controlplane.loop.prune import Pruning, prune_all
-from controlplane.observed.pool import KnobInputs
+from controlplane.observed.knob_park import KnobInputs
 from controlplane.store import actions, alerts, audit, deployments, parks, requests, serving, windows
 from controlplane.store.knobs import PLACEMENT, POOL_SIZE
 from controlplane.store.tables import (

@@ -24,7 +24,7 @@ def test_dry_run_plans_and_writes_nothing(client, sessions, settings, clock):
     fleet = start_fleet(client, {"mode": "auto", "cooldown_seconds": 0})
     run_windows(client, sessions, settings, clock, fleet, 3, reconcile=False)
     before = counts(sessions)
-    result = Reconciler(settings).once(sessions, now=clock.now + settings.window_seconds, dry_run=True)
+    result = Reconciler(settings).run_pass(sessions, now=clock.now + settings.window_seconds, dry_run=True)
     assert [p.decision.value for p in result.plans] == ["rebalance"]
     assert counts(sessions) == before
 
@@ -35,7 +35,7 @@ def test_spans_follow_the_phases_of_the_pass(client, sessions, settings, clock):
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    Reconciler(settings, tracer=provider.get_tracer("t")).once(sessions, now=clock.now + settings.window_seconds)
+    Reconciler(settings, tracer=provider.get_tracer("t")).run_pass(sessions, now=clock.now + settings.window_seconds)
     names = [s.name for s in exporter.get_finished_spans()]
     # on SQLite the pool is planned before its lock, the database's one write lock, is taken (plan_ahead.py)
     ahead = ["reconcile.plan_ahead"] if settings.database_url.startswith("sqlite") else []
@@ -51,17 +51,17 @@ def test_a_broken_pool_is_isolated(client, sessions, settings, clock, monkeypatc
     from agents.sim.fleet_client import FleetClient
     FleetClient(client, api_token="test-operator-token", agent_token="test-agent-token").register(fleets[1])
     run_windows(client, sessions, settings, clock, fleets[0] + fleets[1], 3, reconcile=False)
-    import controlplane.plan.decisions as decisions
+    import controlplane.plan.placement as placement
 
-    real = decisions.plan_pool
+    real = placement.plan_placement
 
     def flaky(policy, state, now, **kwargs):
         if state.deployment == "sim-b":
             raise RuntimeError("boom")
         return real(policy, state, now, **kwargs)
 
-    monkeypatch.setattr(decisions, "plan_pool", flaky)
-    result = Reconciler(settings).once(sessions, now=clock.now + settings.window_seconds)
+    monkeypatch.setattr(placement, "plan_placement", flaky)
+    result = Reconciler(settings).run_pass(sessions, now=clock.now + settings.window_seconds)
     assert result.num_errors == 1 and [p.deployment for p in result.plans] == ["sim-0"]
 
 

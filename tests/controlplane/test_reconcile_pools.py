@@ -55,7 +55,7 @@ def test_a_sustained_itl_breach_adds_a_decode_replica_once(client, clock, sessio
     windows(client, clock, 4, itl=0.03)
     windows(client, clock, 3, itl=0.09)  # over the 50 ms target in every window: the decode pool's breach
     off_tick(clock)
-    result = Reconciler(settings).once(sessions, now=clock.now)
+    result = Reconciler(settings).run_pass(sessions, now=clock.now)
     assert result.num_errors == 0 and set(result.pool_plans) == {"tiny"}
     [action] = size_actions(sessions)
     with sessions() as session:
@@ -76,7 +76,7 @@ def test_a_sustained_itl_breach_adds_a_decode_replica_once(client, clock, sessio
     # the breach goes on while the replica starts: the action in flight is not doubled
     windows(client, clock, 1, itl=0.09)
     off_tick(clock)
-    Reconciler(settings).once(sessions, now=clock.now)
+    Reconciler(settings).run_pass(sessions, now=clock.now)
     assert len(size_actions(sessions)) == 1
     overview = client.get("/v1/deployments/tiny/overview").json()
     plan = overview["pool_plan"]
@@ -102,7 +102,7 @@ def test_the_plan_says_which_model_sized_the_prefill_pool(client, clock, session
     register(client, pool_size_prefill_by_mix=by_mix)
     windows(client, clock, 4, prompt_buckets=prompt_buckets(b2=50))
     off_tick(clock)
-    assert Reconciler(settings).once(sessions, now=clock.now).num_errors == 0
+    assert Reconciler(settings).run_pass(sessions, now=clock.now).num_errors == 0
     overview = client.get("/v1/deployments/tiny/overview").json()
     assert overview["pool_plan"]["load"]["prefill_sized_by"] == sized_by
     assert f"prefill by {sized_by}" in render_pools(overview)[1]
@@ -112,7 +112,7 @@ def test_observe_records_the_plan_and_changes_nothing(client, clock, sessions, s
     register(client, mode="observe")
     windows(client, clock, 6, itl=0.09)
     off_tick(clock)
-    Reconciler(settings).once(sessions, now=clock.now)
+    Reconciler(settings).run_pass(sessions, now=clock.now)
     [action] = size_actions(sessions)
     assert action.status == "planned" and action.version is None
     with sessions() as session:
@@ -124,10 +124,10 @@ def test_healthy_windows_keep_the_pools_and_no_slo_plans_nothing(client, clock, 
     register(client)
     windows(client, clock, 6, itl=0.02)
     off_tick(clock)
-    result = Reconciler(settings).once(sessions, now=clock.now)
+    result = Reconciler(settings).run_pass(sessions, now=clock.now)
     assert size_actions(sessions) == [] and result.pool_plans["tiny"].plan.changes == ()
     client.put("/v1/deployments/tiny/policy", json=POLICY | {"slo": None}, headers=operator())
-    assert Reconciler(settings).once(sessions, now=clock.now).pool_plans == {}
+    assert Reconciler(settings).run_pass(sessions, now=clock.now).pool_plans == {}
 
 
 def test_on_a_predictive_step_decode_itl_near_its_target_moves_the_threshold_down(client, clock, sessions,
@@ -136,7 +136,7 @@ def test_on_a_predictive_step_decode_itl_near_its_target_moves_the_threshold_dow
     windows(client, clock, 6, itl=0.045)  # at 90% of its target: short prompts back to the prefill pool
     while not is_predictive_tick(clock.now, WINDOW, POLICY["pool_predictive_interval_seconds"]):
         windows(client, clock, 1, itl=0.045)
-    Reconciler(settings).once(sessions, now=clock.now)
+    Reconciler(settings).run_pass(sessions, now=clock.now)
     [action] = size_actions(sessions, "local_prefill_threshold")
     assert action.predicted == {"tokens_before": 256, "tokens_after": 128} and action.status == "applied"
     assert action.reason.startswith("decode ITL at 0.90 of its target")

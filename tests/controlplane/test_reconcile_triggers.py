@@ -18,7 +18,7 @@ ORDERS = [("loop", "alert", "manual"), ("alert", "manual", "loop"), ("manual", "
 def trigger(kind: str, client, sessions, settings, clock) -> int | None:
     """Fires one trigger; returns the action id it answers with (the loop answers with none)."""
     if kind == "loop":
-        Reconciler(settings).once(sessions, now=clock.now)
+        Reconciler(settings).run_pass(sessions, now=clock.now)
         return None
     if kind == "alert":
         answer = client.post("/v1/alerts/alertmanager", json=payload(alert("fp-imbalance")), headers=operator())

@@ -40,7 +40,7 @@ def test_a_bypassed_group_limit_is_recorded_once_with_its_evidence(client, sessi
     reach = later[-1]["pools"][0]["routing_reach"]
     assert reach["is_violated"] and reach["groups_per_token_max"] > 3 and "not in effect" in reach["reason"]
     metrics = ControllerMetrics(CollectorRegistry())
-    result = Reconciler(settings).once(sessions, now=clock.now + settings.window_seconds)
+    result = Reconciler(settings).run_pass(sessions, now=clock.now + settings.window_seconds)
     metrics.observe_pass(result.plans, result.num_errors, result.seconds, reaches=result.reaches)
     labels = {"deployment": fleet[0].deployment, "role": "decode"}
     assert metrics.registry.get_sample_value("moectl_controller_routing_limit_violation", labels) == 1

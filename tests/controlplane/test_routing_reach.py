@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from controlplane.desired import Mode, Policy
-from controlplane.observed.pool import GROUPS_AT, NODES_AT, PoolState, Window
+from controlplane.observed.pool import PoolState
+from controlplane.observed.window import GROUPS_AT, NODES_AT, Window
 from controlplane.plan.routing_reach import MAX_OVER_LIMIT_SHARE, check_routing_limit, window_reach
 from tests.support.pool_states import routing_in_force
 

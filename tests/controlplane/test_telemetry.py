@@ -14,7 +14,7 @@ POLICY = {"mode": "auto", "imbalance_threshold": 100, "cooldown_seconds": 30, "a
 
 def observe(sessions, settings, clock) -> CollectorRegistry:
     metrics = ControllerMetrics(CollectorRegistry())
-    result = Reconciler(settings).once(sessions, now=clock.now)
+    result = Reconciler(settings).run_pass(sessions, now=clock.now)
     metrics.observe_pools([(r.plan.deployment, r.plan.role, r.parked, r.mtp) for r in result.pools])
     return metrics.registry
 

@@ -13,7 +13,7 @@ from controlplane.actuate import change
 from controlplane.config import Settings
 from controlplane.desired import Effect, Mode, Policy
 from controlplane.loop.verify import verify_pool
-from controlplane.observed.pool import RANK_REPORTS, Window
+from controlplane.observed.window import RANK_REPORTS, Window
 from controlplane.store import actions, parks, pools
 from controlplane.store.knobs import CAPACITY_FACTOR, PLACEMENT, ROUTING
 

@@ -180,7 +180,7 @@ def test_4_a_leader_killed_mid_change_the_next_finishes_with_no_second_write(reh
         pool = deployments.get_pool(session, deployment, "decode")
         requests.record(session, pool, requests.Ask(POOL_SIZE.kind, "manual", "alice", value={"replicas": 40}),
                         now=r.pools.now)
-        Reconciler(r.pools.settings, r.pools.scaler).pool(session, deployment, pool, now=r.pools.now + 1)
+        Reconciler(r.pools.settings, r.pools.scaler).reconcile_pool(session, deployment, pool, now=r.pools.now + 1)
         raise RuntimeError("leader killed")
     assert r.generation("decode") == generation + 1  # the write reached the apiserver
     r.pass_("decode", replicas=40)  # the new leader: the same size asked again and recorded

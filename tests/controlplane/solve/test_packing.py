@@ -4,7 +4,8 @@ from support.loads import zipf_load
 
 from agents.protocol.placement import layer_imbalance
 from controlplane.solve.placement.packing import ratio_bound
-from controlplane.solve.placement.solver import Topology, solve_placement
+from controlplane.solve.placement.solver import solve_placement
+from controlplane.solve.placement.topology import Topology
 
 
 @pytest.mark.parametrize("topology", [Topology(5, 8, 1), Topology(2, 4, 5, 4), Topology(1, 4, 10)])

@@ -3,7 +3,8 @@ import pytest
 from support.loads import zipf_load
 
 from agents.protocol.placement import PlacementTable, replica_counts
-from controlplane.solve.placement.solver import PlacementPlan, Topology, solve_placement
+from controlplane.solve.placement.solver import PlacementPlan, solve_placement
+from controlplane.solve.placement.topology import Topology
 
 
 def assert_valid(plan: PlacementPlan, load, topology: Topology):

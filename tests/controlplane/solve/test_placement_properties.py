@@ -6,7 +6,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agents.protocol.placement import PlacementTable, replica_counts
-from controlplane.solve.placement.solver import Topology, solve_placement
+from controlplane.solve.placement.solver import solve_placement
+from controlplane.solve.placement.topology import Topology
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

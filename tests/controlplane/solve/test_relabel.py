@@ -1,7 +1,8 @@
 import numpy as np
 
 from controlplane.solve.placement.relabel import relabel
-from controlplane.solve.placement.solver import Topology, solve_placement
+from controlplane.solve.placement.solver import solve_placement
+from controlplane.solve.placement.topology import Topology
 
 
 def permuted(table, topology, gpu_order):

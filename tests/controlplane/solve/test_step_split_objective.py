@@ -8,9 +8,8 @@ import numpy as np
 from support.loads import zipf_load
 
 from controlplane.desired import Decision
-from controlplane.plan.placement import plan_pool
+from controlplane.plan.placement import plan_placement
 from controlplane.solve.placement.algorithm import MigrationAware
-from controlplane.solve.placement.solver import Topology
 from controlplane.solve.placement.step_split import (
     PEAK_Z,
     STEP_SPLIT,
@@ -19,6 +18,7 @@ from controlplane.solve.placement.step_split import (
     solve_for_split,
     step_split_imbalance,
 )
+from controlplane.solve.placement.topology import Topology
 from tests.controlplane.test_plan import AUTO, EP, pool
 
 TOPOLOGY = Topology(num_nodes=1, gpus_per_node=8, slots_per_gpu=9)
@@ -45,13 +45,13 @@ def test_the_split_objective_is_never_worse_than_the_window_mean_plan_on_its_ste
 
 def test_a_pool_whose_ranks_route_by_the_split_is_planned_for_its_steps():
     state = pool()
-    plain = plan_pool(AUTO, state, now=1000.0)
+    plain = plan_placement(AUTO, state, now=1000.0)
     assert plain.inputs["objective"] == WINDOW_MEAN and "forecast_step_imbalance" not in plain.inputs
     tokens = float(state.windows[-1].expert_tokens.sum())
     routed = {"num_steps": 10.0 * EP, "step_mean_tokens": tokens, "step_split_max_tokens": 1.3 * tokens,
               "step_shares_max_tokens": 1.5 * tokens, "step_bound_max_tokens": 1.2 * tokens,
               "step_split_routed_mean_tokens": tokens}
     windows = tuple(replace(w, counters=w.counters | routed) for w in state.windows)
-    plan = plan_pool(AUTO, replace(state, windows=windows), now=1000.0)
+    plan = plan_placement(AUTO, replace(state, windows=windows), now=1000.0)
     assert plan.decision == Decision.rebalance, plan.reason
     assert plan.inputs["objective"] == STEP_SPLIT and plan.inputs["forecast_step_imbalance"] >= 1.0

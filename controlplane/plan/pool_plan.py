@@ -8,34 +8,29 @@ import math
 from dataclasses import dataclass
 
 from controlplane.config import Settings
-from controlplane.desired import Policy
-from controlplane.observed.serving import PoolWindow
+from controlplane.desired import KnobKind, Policy
+from controlplane.observed.pool import PoolState
+from controlplane.observed.serving import THRESHOLD_ROLE, PoolWindow
+from controlplane.plan.knob_plan import Given, KnobPlan, Move
+from controlplane.plan.pool_inputs import ObservedPools
 from controlplane.plan.pools import planner_for
-from controlplane.solve.pools.decision import PoolDecision, PoolPlan
+from controlplane.solve.pools.decision import PoolDecision
+from controlplane.solve.pools.planning import PoolDecisions
 from controlplane.solve.pools.unified import ROLE as UNIFIED
 from controlplane.solve.pools.unified import UnifiedRules, plan_unified
 from controlplane.solve.pools.view import PoolsView
 
 
 @dataclass(frozen=True)
-class ObservedPools:
-    """Everything the pool planner reads of one deployment, read before it plans."""
-
-    deployment: str
-    view: PoolsView  # windows, sizes, targets, threshold (0 when unknown), GPU budget, past decisions
-    is_threshold_known: bool  # False: none in force nor reported by the routers: no threshold decision
-
-
-@dataclass(frozen=True)
-class PoolsOutcome:
+class PoolPlan:
     """One deployment's pool plan in a pass; `summary` is what people read (store.pool_plans)."""
 
     deployment: str
-    plan: PoolPlan
+    plan: PoolDecisions
     summary: dict
 
 
-def plan_deployment(observed: ObservedPools, policy: Policy, settings: Settings) -> PoolsOutcome:
+def plan_deployment(observed: ObservedPools, policy: Policy, settings: Settings) -> PoolPlan:
     """Plans both pools of the deployment `observed` describes, or its unified pool."""
     view = observed.view
     if set(view.pools) == {UNIFIED}:
@@ -44,8 +39,8 @@ def plan_deployment(observed: ObservedPools, policy: Policy, settings: Settings)
         plan = planner_for(policy, settings.window_seconds, settings.replica_startup_seconds).plan(view)
     summary = _summary(view, plan, observed.is_threshold_known)
     if not observed.is_threshold_known:
-        plan = PoolPlan(plan.at, plan.decisions, None, plan.load)
-    return PoolsOutcome(observed.deployment, plan, summary)
+        plan = PoolDecisions(plan.at, plan.decisions, None, plan.load)
+    return PoolPlan(observed.deployment, plan, summary)
 
 
 def finite(value):
@@ -73,7 +68,7 @@ def _measured(window: PoolWindow | None) -> dict:
             "ttft_p99": pct(window.ttft, "p99"), "itl_p90": pct(window.itl, "p90"), "itl_p99": pct(window.itl, "p99")}
 
 
-def _summary(view: PoolsView, plan: PoolPlan, threshold_known: bool) -> dict:
+def _summary(view: PoolsView, plan: PoolDecisions, threshold_known: bool) -> dict:
     def decision(d: PoolDecision) -> dict:
         return {"kind": d.kind.value, "current": d.current, "target": d.target, "reason": d.reason,
                 "predicted": d.predicted_dict()}
@@ -98,3 +93,33 @@ def _summary(view: PoolsView, plan: PoolPlan, threshold_known: bool) -> dict:
                       "decision": None if threshold is None or not threshold_known else
                       {"current": threshold.current, "target": threshold.target, "reason": threshold.reason}},
         "measured": _measured(view.latest)})
+
+
+def _decide(given: Given) -> PoolPlan | None:
+    pools = given.inputs.pools
+    return None if pools is None else plan_deployment(pools, given.policy, given.settings)
+
+
+def _moves(pool_plan: PoolPlan | None, policy: Policy, state: PoolState, role: str) -> list[Move]:
+    """The pool's size, and on the decode pool the local-prefill threshold, where the plan moves them."""
+    if pool_plan is None:
+        return []
+    out = []
+    d = pool_plan.plan.decision(role)
+    if d.direction:
+        pool = {k: v for k, v in pool_plan.summary["pools"][role].items() if k != "decision"}
+        inputs = {"kind": d.kind.value, "request_rate": finite(d.request_rate),
+                  "measured": pool_plan.summary["measured"], "load": pool_plan.summary["load"], "pool": pool}
+        predicted = finite({"replicas_before": d.current, "replicas_after": d.target} | d.predicted_dict())
+        out.append(Move(KnobKind.pool_size, d.target, f"{d.kind.value}: {d.reason}", inputs, predicted,
+                        f"{d.current} -> {d.target} replicas ({d.kind.value}: {d.reason})"))
+    t = pool_plan.plan.threshold
+    if role == THRESHOLD_ROLE and t is not None and t.direction:
+        out.append(Move(KnobKind.local_prefill_threshold, t.target, t.reason, finite(dict(t.measured)),
+                        {"tokens_before": t.current, "tokens_after": t.target},
+                        f"local-prefill threshold {t.current} -> {t.target} tokens ({t.reason})"))
+    return out
+
+
+# both pools' sizes and the local-prefill threshold; a size is verified once the platform runs it (actuate/scale.py)
+POOLS_PLAN = KnobPlan(KnobKind.pool_size, _decide, _moves, is_judged=False)
