@@ -4,7 +4,7 @@ window it reads the controller's own view (`/v1/deployments/tiny-vllm/overview`:
 ready / starting / draining, TTFT p90 at the router and the decision) and the actions (`/actions`), and writes them as
 a table, with the workload's own totals (requests done and failed).
 
-    python -m benchmarks.vllm_pool_timeline [--schedule 0:1,10:12,130:0.5] [--seconds 420] [--out FILE.md]
+    python -m benchmarks.vllm_pool_timeline [--schedule 0:1,10:12,240:0.5] [--seconds 420] [--out FILE.md]
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from support.up import moectl_up  # noqa: E402
 
 from controlplane.cmd.up_vllm import DEPLOYMENT, VLLM_POLICY  # noqa: E402
 
-SCHEDULE = "0:1,10:12,130:0.5"
+SCHEDULE = "0:1,10:12,240:0.5"
 POLICY = VLLM_POLICY | {"pool_cooldown_seconds": 20.0}
 
 
