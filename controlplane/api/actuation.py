@@ -14,7 +14,8 @@ from controlplane.actuate import change, scale
 from controlplane.actuate.change import Running
 from controlplane.actuate.fence import guard
 from controlplane.desired import Policy
-from controlplane.loop.reconcile import PoolResult, Reconciler
+from controlplane.loop.reconcile import Reconciler
+from controlplane.loop.results import PoolResult
 from controlplane.store.knobs import KNOBS, PLACEMENT
 from controlplane.store.tables import Action, Deployment, Pool
 

@@ -1,4 +1,5 @@
-"""Verify: the step of a reconcile that judges applied changes against their intended effect.
+"""Settle: the first phase of a pool's pass (controlplane/loop/reconcile.py), which judges applied changes against
+their intended effect and rolls back the ones that did harm, before the pass reads what it plans on.
 
 Each change carries its effect (controlplane/plan/effect.py): the signal, the direction and the predicted
 value. Once `verify_windows` windows ran under the change, the signals are measured over them and judged:
@@ -10,25 +11,70 @@ Placement windows carry the placement they ran, so a placement is judged on exac
 on the load it met there: both tables are evaluated on those windows' expert load (`_against_the_table_before`).
 Routing windows are taken from the limit's issue on: the loop never moves the limit again before the verdict
 (controlplane/plan/routing_limit.py).
+
+A change after which MTP acceptance fell under its floor (controlplane/plan/diagnose.py, a regression) is rolled
+back here too, judged on the same state, unless a verdict of this pass already rolled a change back (the evidence
+then starts over).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+import logging
+from dataclasses import dataclass, replace
 
 from sqlalchemy.orm import Session
 
 from controlplane.actuate import change
+from controlplane.actuate.pool_pass import PoolPass
 from controlplane.desired import Effect, Policy, VerifyOutcome
 from controlplane.observed.pool import PoolState, Window, imbalance_had_it_run
+from controlplane.plan.diagnose import Cause, MtpDiagnosis, diagnose_mtp
 from controlplane.plan.effect import judge
+from controlplane.plan.placement_price import realised_price
 from controlplane.store import actions, parks
 from controlplane.store.knobs import KNOBS, PLACEMENT, POOL_SIZE
 from controlplane.store.tables import Action, Pool
 
+log = logging.getLogger("moectl.reconcile")
 
-def verify_pool(session: Session, pool: Pool, state: PoolState, policy: Policy, now: float) -> None:
-    """Settles applied changes once measured; one whose effect did not happen is rolled back and parked."""
+
+@dataclass(frozen=True)
+class Settlement:
+    """What the settle phase wrote: `num_settled` verdicts (verified, superseded, rolled back) and the MTP regression
+    it rolled back, if it did."""
+
+    num_settled: int = 0
+    regression: MtpDiagnosis | None = None
+
+
+def settle(p: PoolPass, state: PoolState) -> Settlement:
+    """Judges the pool's applied changes once measured, then rolls back a change that cut MTP acceptance.
+    `state`: the pool as read before any verdict; read it again when `num_settled` > 0."""
+    settled = verify_pool(p.session, p.pool, state, p.policy, p.now)
+    if any(a.status == actions.ROLLED_BACK for a in settled):  # what is in force moved: the MTP evidence starts over
+        return Settlement(len(settled))
+    mtp = diagnose_mtp(p.policy, state, p.now)
+    if mtp is None or mtp.cause != Cause.regression or not roll_back_regression(p, state, mtp):
+        return Settlement(len(settled))
+    return Settlement(len(settled) + 1, mtp)
+
+
+def roll_back_regression(p: PoolPass, state: PoolState, mtp: MtpDiagnosis) -> bool:
+    """MTP acceptance fell under its floor right after a change: that change is reverted and its knob parked.
+    False when the change is no longer in force (settled otherwise meanwhile)."""
+    action = p.session.get(Action, mtp.action_id)
+    if action is None or action.status not in (actions.APPLIED, actions.VERIFIED):
+        return False
+    roll_back(p.session, pool=p.pool, action=action, state=state, measured=action.measured | {"verdict": mtp.reason},
+              now=p.now)
+    log.info("%s/%s: rolled back action %d (%s)", p.deployment.name, p.pool.role, action.id, mtp.reason)
+    return True
+
+
+def verify_pool(session: Session, pool: Pool, state: PoolState, policy: Policy, now: float) -> list[Action]:
+    """Settles applied changes once measured; one whose effect did not happen is rolled back and parked.
+    Returns the actions settled, in order (their status says the verdict)."""
+    settled: list[Action] = []
     for action in actions.awaiting_verification(session, pool):
         if action.kind == POOL_SIZE.kind:
             continue  # verified once the platform runs it (actuate/scale.py)
@@ -37,6 +83,7 @@ def verify_pool(session: Session, pool: Pool, state: PoolState, policy: Policy, 
         if windows is None:  # a later change replaced it before it could be measured
             actions.settle(action, status=actions.SUPERSEDED, measured={"verdict": "replaced before it was measured"},
                            now=now)
+            settled.append(action)
             continue
         if len(windows) < policy.verify_windows:
             continue
@@ -52,16 +99,22 @@ def verify_pool(session: Session, pool: Pool, state: PoolState, policy: Policy, 
             change.settle(session, knob, pool=pool, action=action, outcome=VerifyOutcome.verified, now=now,
                           measured={k: round(v, 4) for k, v in signals.items() if v is not None}
                           | {"verdict": "a bound enforced: not judged"})
+            settled.append(action)
             continue
         verdict = judge(effect, signals)
         measured = verdict.measured | planned | {f"{effect.signal}_before": round(effect.before, 4),
                                                  f"{effect.signal}_after": verdict.measured.get(effect.signal),
                                                  "verdict": verdict.reason}
+        price = action.predicted.get("price") if action.kind == PLACEMENT.kind else None
+        if price and "step_fixed_seconds" in price and measured.get("imbalance_after") is not None:
+            measured["realised"] = realised_price(price, effect.before, measured["imbalance_after"])
         if verdict.is_intended:
             change.settle(session, knob, pool=pool, action=action, outcome=VerifyOutcome.verified, measured=measured,
                           now=now)
         else:
             roll_back(session, pool=pool, action=action, state=state, measured=measured, now=now)
+        settled.append(action)
+    return settled
 
 
 def roll_back(session: Session, *, pool: Pool, action: Action, state: PoolState, measured: dict, now: float) -> None:

@@ -9,7 +9,8 @@ from support.fleet import run_windows, start_fleet
 
 import controlplane.loop.reconcile as reconcile
 from controlplane.loop.liveness import LoopLiveness
-from controlplane.loop.reconcile import PassResult, Reconciler
+from controlplane.loop.reconcile import Reconciler
+from controlplane.loop.results import PassResult
 
 
 class Ticks:

@@ -29,7 +29,7 @@ def test_dry_run_plans_and_writes_nothing(client, sessions, settings, clock):
     assert counts(sessions) == before
 
 
-def test_spans_follow_collect_plan_actuate(client, sessions, settings, clock):
+def test_spans_follow_the_phases_of_the_pass(client, sessions, settings, clock):
     fleet = start_fleet(client, {"mode": "auto", "cooldown_seconds": 0})
     run_windows(client, sessions, settings, clock, fleet, 3, reconcile=False)
     exporter = InMemorySpanExporter()
@@ -39,7 +39,8 @@ def test_spans_follow_collect_plan_actuate(client, sessions, settings, clock):
     names = [s.name for s in exporter.get_finished_spans()]
     # on SQLite the pool is planned before its lock, the database's one write lock, is taken (plan_ahead.py)
     ahead = ["reconcile.plan_ahead"] if settings.database_url.startswith("sqlite") else []
-    assert names == ahead + ["collect", "verify", "plan", "actuate", "reconcile.pool", "reconcile.pass"]
+    assert names == ahead + ["settle", "read", "decide", "write", "answer", "reconcile.pool",
+                             "reconcile.pass"]
     pool_span = next(s for s in exporter.get_finished_spans() if s.name == "reconcile.pool")
     assert pool_span.attributes["moectl.decision"] == "rebalance"
 
