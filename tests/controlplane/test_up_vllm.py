@@ -9,7 +9,10 @@ verified. A few minutes on two cores: most of it is the second server starting u
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 import time
 
 import httpx
@@ -49,6 +52,16 @@ def pool_sizes(actions: list[dict]) -> list[tuple[int, int, str]]:
     """(replicas before, after, status) of the pool-size actions, oldest first."""
     return [(a["predicted"]["replicas_before"], a["predicted"]["replicas_after"], a["status"])
             for a in sorted(actions, key=lambda a: a["id"]) if a["kind"] == "pool_size"]
+
+
+def test_without_the_vllm_build_it_names_the_make_target_its_cost_and_exits_non_zero(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "controlplane", "up", "--engine", "vllm", "--database-url",
+                             f"sqlite:///{tmp_path / 'up.db'}"], capture_output=True, text=True, timeout=120,
+                            env=os.environ | {"MOECTL_ENGINE_CACHE": str(tmp_path / "empty")})
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "`make engines`" in result.stdout and "GB" in result.stdout and "minutes" in result.stdout, result.stdout
+    assert str(tmp_path / "empty") in result.stdout  # where it looked
+    assert not (tmp_path / "up.db").exists()  # nothing started
 
 
 @pytest.mark.slow
