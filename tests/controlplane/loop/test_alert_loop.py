@@ -20,7 +20,7 @@ from support.servers import free_port, require_binary, until, wait_http
 from controlplane.cmd.serve import Controller
 from controlplane.config import Settings
 
-RULES = Path(__file__).resolve().parents[2] / "dashboards" / "prometheus" / "moectl-rules.yml"
+RULES = Path(__file__).resolve().parents[3] / "dashboards" / "prometheus" / "moectl-rules.yml"
 API, AGENT, ALERTS = "e2e-admin", "e2e-agent", "e2e-alerts"
 
 

@@ -19,7 +19,7 @@ from controlplane.solve.placement.step_split import (
     step_split_imbalance,
 )
 from controlplane.solve.placement.topology import Topology
-from tests.controlplane.test_plan import AUTO, EP, pool
+from tests.controlplane.plan.test_plan_placement import AUTO, EP, pool
 
 TOPOLOGY = Topology(num_nodes=1, gpus_per_node=8, slots_per_gpu=9)
 
