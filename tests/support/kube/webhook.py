@@ -100,4 +100,4 @@ def _probe_event(events: EventsV1Api, namespace: str, name: str) -> None:
     events.create_namespaced_event(namespace, kubernetes.client.EventsV1Event(
         metadata=kubernetes.client.V1ObjectMeta(name=name, namespace=namespace), event_time=datetime.now(UTC),
         reporting_controller="moectl.io/test", reporting_instance="probe", action="Probe", reason="Probe",
-        type="Normal", regarding=kubernetes.client.V1ObjectReference(kind="Namespace", name=namespace)))
+        type="Normal", regarding=kubernetes.client.V1ObjectReference(kind="ConfigMap", name=name, namespace=namespace)))
