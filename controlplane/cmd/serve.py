@@ -118,7 +118,7 @@ class Controller:
 
     def _observe(self, result: PassResult, is_leading: bool) -> None:
         self.metrics.observe_pass(result.plans, result.num_errors, result.seconds, is_leading=is_leading,
-                                  pool_plans=result.pool_plans, reaches=result.reaches)
+                                  pool_plans=result.pool_plans, reaches=result.reaches, balancers=result.balancers)
         self.metrics.observe_pools([(r.plan.deployment, r.plan.role, r.parked, r.mtp) for r in result.pools])
 
     @property

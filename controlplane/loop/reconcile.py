@@ -39,11 +39,14 @@ from controlplane.loop.proposals import proposals
 from controlplane.loop.prune import Pruning
 from controlplane.loop.results import PassResult, PoolResult
 from controlplane.loop.verify import Settlement, settle
+from controlplane.observed.measured_cost import fold_windows
 from controlplane.observed.pool import PoolState
+from controlplane.plan.change_cost import change_cost
+from controlplane.plan.change_price import ChangeCost
 from controlplane.plan.decisions import Decisions, decide
 from controlplane.plan.engines import engine_policy
 from controlplane.plan.pool_inputs import PoolInputs
-from controlplane.store import deployments, parks, policies, pools, requests
+from controlplane.store import change_costs, deployments, parks, policies, pools, requests
 from controlplane.store.db import is_unavailable
 from controlplane.store.knobs import PLACEMENT, POOL_SIZE
 from controlplane.store.tables import Action, Deployment, Pool, Request
@@ -58,6 +61,8 @@ class PoolRead:
 
     inputs: PoolInputs
     asked: list[Request]  # every knob's pending requests, oldest first (a request recorded later reconciles itself)
+    measured: ChangeCost | None = None  # what a change costs here as stored, before this pass's windows
+    folded: ChangeCost | None = None  # the same with this pass's timed switches folded in (written if it moved)
 
     @property
     def pending(self) -> list[Request]:
@@ -171,8 +176,12 @@ class Reconciler:
             # what the pool planner reads, after the verdicts (a size verified or rolled back) and before it plans
             sizing = reconcile_pools.observe(p.session, p.deployment, p.policy, p.settings, now=p.now)
             pending = _of_knob(asked, PLACEMENT.kind)
-            return PoolRead(PoolInputs(state, sizing, is_forced=is_forced or bool(pending),
-                                       is_asked=any(r.trigger == "manual" for r in pending)), asked)
+            measured = change_costs.read(p.session, p.pool)
+            folded = fold_windows(measured, state.windows)
+            inputs = PoolInputs(state, sizing, is_forced=is_forced or bool(pending),
+                                is_asked=any(r.trigger == "manual" for r in pending), engine=p.deployment.engine,
+                                change_cost=change_cost(p.deployment.engine, folded))
+            return PoolRead(inputs, asked, measured, folded)
 
     def decide(self, read: PoolRead, policy: Policy, now: float) -> Decisions:
         """Phase 3, pure: what was read in, every knob's decision out (through the compute). No session."""
@@ -200,6 +209,9 @@ class Reconciler:
                 reconcile_pools.record(session, deployment, pool_plan, now=p.now)
             findings.record_findings(p, settled.regression or decisions.mtp, decisions.prefix_hits)
             findings.record_routing_reach(p, decisions.reach)
+            findings.record_balancer(p, decisions.balancer)
+            if read.folded is not None and read.folded != read.measured:
+                change_costs.write(session, pool, read.folded, now=p.now)
             if self.scaler is not None:
                 reconcile_knobs.sync_pool_size_or_retry(p, self.scaler, self.fence)
         return action, is_new
@@ -212,7 +224,8 @@ class Reconciler:
         parked = tuple(sorted(set(read.inputs.state.parked) - set(decisions.unparked())))
         with self.spans.start_as_current_span("answer"):
             result = PoolResult(decisions.placement, action, is_new, parked=parked, pool_plan=decisions.pool_plan,
-                                mtp=settled.regression or decisions.mtp, reach=decisions.reach)
+                                mtp=settled.regression or decisions.mtp, reach=decisions.reach,
+                                balancer=decisions.balancer)
             for i, request in enumerate(read.pending):  # the first request made a new action, the others joined it
                 outcome = result.outcome if i == 0 else replace(result, is_new=False).outcome
                 requests.settle(request, outcome=outcome, action_id=action.id if action else None, now=now)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from controlplane.desired import Plan
+from controlplane.plan.balancer_watch import BalancerWatch
 from controlplane.plan.diagnose import MtpDiagnosis
 from controlplane.plan.pool_plan import PoolPlan
 from controlplane.plan.routing_reach import RoutingReach
@@ -22,6 +23,7 @@ class PoolResult:
     mtp: MtpDiagnosis | None = None  # why MTP acceptance is under its floor, if it is
     pool_plan: PoolPlan | None = None  # the deployment's pool plan, when the pool planner sizes it
     reach: RoutingReach | None = None  # whether the group limit in force is honoured (None: dry run)
+    balancer: BalancerWatch | None = None  # whether the engine's own balancer still acts (None: dry run)
 
     @property
     def outcome(self) -> str:
@@ -43,6 +45,10 @@ class PassResult:
     @property
     def reaches(self) -> list[RoutingReach]:
         return [r.reach for r in self.pools if r.reach is not None]
+
+    @property
+    def balancers(self) -> list[BalancerWatch]:
+        return [r.balancer for r in self.pools if r.balancer is not None]
 
     @property
     def pool_plans(self) -> dict[str, PoolPlan]:

@@ -33,6 +33,7 @@ from controlplane.plan.diagnose import Cause, MtpDiagnosis, diagnose_mtp
 from controlplane.plan.effect import judge
 from controlplane.plan.knob_plan import KnobPlan, since_change
 from controlplane.plan.knob_plans import KIND_TO_PLAN
+from controlplane.plan.placement_price import realised_price
 from controlplane.store import actions, parks
 from controlplane.store.knobs import KNOBS
 from controlplane.store.tables import Action, Pool
@@ -110,6 +111,9 @@ def verify_pool(session: Session, pool: Pool, state: PoolState, policy: Policy, 
         measured = verdict.measured | planned | {f"{effect.signal}_before": round(effect.before, 4),
                                                  f"{effect.signal}_after": verdict.measured.get(effect.signal),
                                                  "verdict": verdict.reason}
+        price = action.predicted.get("price")  # a priced change (a placement's, plan/placement_price.py)
+        if price and "step_fixed_seconds" in price and measured.get("imbalance_after") is not None:
+            measured["realised"] = realised_price(price, effect.before, measured["imbalance_after"])
         if verdict.is_intended:
             change.settle(session, knob, pool=pool, action=action, outcome=VerifyOutcome.verified, measured=measured,
                           now=now)

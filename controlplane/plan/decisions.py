@@ -14,6 +14,7 @@ from typing import Any
 from controlplane.config import Settings
 from controlplane.desired import KnobKind, Plan, Policy
 from controlplane.observed.pool import PoolState
+from controlplane.plan.balancer_watch import BalancerWatch, watch_balancer
 from controlplane.plan.diagnose import MtpDiagnosis, diagnose_mtp, diagnose_prefix_hits
 from controlplane.plan.knob_plan import Given, Move
 from controlplane.plan.knob_plans import KNOB_PLANS
@@ -30,6 +31,7 @@ class Decisions:
     reach: RoutingReach  # whether the group limit in force is honoured
     prefix_hits: tuple[str, list[float]] | None  # the finding and the ratios it read, when hits stay under the floor
     mtp: MtpDiagnosis | None = None  # why MTP acceptance is under its floor, if it is
+    balancer: BalancerWatch | None = None  # whether the engine's own balancer still acts
 
     @property
     def placement(self) -> Plan:
@@ -57,4 +59,5 @@ def decide(policy: Policy, inputs: PoolInputs, settings: Settings, now: float) -
     for plan in KNOB_PLANS:
         steps[plan.kind] = plan.decide(Given(policy, inputs, settings, now, mtp, earlier=dict(steps)))
     return Decisions(steps, reach=check_routing_limit(policy, inputs.state),
-                     prefix_hits=diagnose_prefix_hits(policy, inputs.state), mtp=mtp)
+                     prefix_hits=diagnose_prefix_hits(policy, inputs.state), mtp=mtp,
+                     balancer=watch_balancer(inputs.state, inputs.engine))

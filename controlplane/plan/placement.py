@@ -19,11 +19,13 @@ from controlplane.desired import Decision, Effect, KnobKind, Mode, PlacementChan
 from controlplane.learn.forecast import forecast_ahead
 from controlplane.observed.pool import PoolState
 from controlplane.observed.window import imbalance_had_it_run
+from controlplane.plan.change_cost import change_cost
 from controlplane.plan.diagnose import Cause, MtpDiagnosis
 from controlplane.plan.effect import change_context
 from controlplane.plan.knob_plan import Given, KnobPlan, Move
 from controlplane.plan.pacing import HOUR, placement_allowance
 from controlplane.plan.parking import parked_reason
+from controlplane.plan.placement_price import priced
 from controlplane.solve.placement.algorithm import MigrationAware, PlacementAlgorithm
 from controlplane.solve.placement.packing import imbalance_floor
 from controlplane.solve.placement.step_split import solve_for_split
@@ -162,9 +164,12 @@ from controlplane.plan.routing_limit import plan_routing  # noqa: E402,F401
 
 
 def _decide(given: Given) -> Plan:
+    """The placement's plan, made only where it pays what the change costs the pool (plan/placement_price.py)."""
     inputs = given.inputs
-    return plan_placement(given.policy, inputs.state, given.now, is_forced=inputs.is_forced, is_asked=inputs.is_asked,
-                     mtp=given.mtp)
+    plan = plan_placement(given.policy, inputs.state, given.now, is_forced=inputs.is_forced,
+                          is_asked=inputs.is_asked, mtp=given.mtp)
+    cost = inputs.change_cost or change_cost(inputs.engine, None)
+    return priced(plan, inputs.state, cost, given.policy.change_price_margin, is_asked=inputs.is_asked)
 
 
 def _moves(plan: Plan, policy: Policy, state: PoolState, role: str) -> list[Move]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from controlplane.observed.pool import PoolState
+from controlplane.plan.change_price import ChangeCost
 from controlplane.solve.pools.view import PoolsView
 
 
@@ -26,3 +27,5 @@ class PoolInputs:
     pools: ObservedPools | None  # the deployment's PD view, where the pool planner sizes its pools
     is_forced: bool = False  # a request is pending (a person, an alert): trigger thresholds are skipped
     is_asked: bool = False  # a person asked: a parked placement is lifted too
+    engine: str = "bundled"  # the deployment's engine: which of its balancer's acts are watched
+    change_cost: ChangeCost | None = None  # what a placement change costs the pool (None: the engine's prior)

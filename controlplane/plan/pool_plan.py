@@ -16,6 +16,8 @@ from controlplane.plan.pool_inputs import ObservedPools
 from controlplane.plan.pools import planner_for
 from controlplane.solve.pools.decision import PoolDecision
 from controlplane.solve.pools.planning import PoolDecisions
+from controlplane.solve.pools.unified import ROLE as UNIFIED
+from controlplane.solve.pools.unified import UnifiedRules, plan_unified
 from controlplane.solve.pools.view import PoolsView
 
 
@@ -29,9 +31,12 @@ class PoolPlan:
 
 
 def plan_deployment(observed: ObservedPools, policy: Policy, settings: Settings) -> PoolPlan:
-    """Plans both pools of the deployment `observed` describes."""
+    """Plans both pools of the deployment `observed` describes, or its unified pool."""
     view = observed.view
-    plan = planner_for(policy, settings.window_seconds, settings.replica_startup_seconds).plan(view)
+    if set(view.pools) == {UNIFIED}:
+        plan = plan_unified(view, UnifiedRules(cooldown_seconds=policy.pool_cooldown_seconds))
+    else:
+        plan = planner_for(policy, settings.window_seconds, settings.replica_startup_seconds).plan(view)
     summary = _summary(view, plan, observed.is_threshold_known)
     if not observed.is_threshold_known:
         plan = PoolDecisions(plan.at, plan.decisions, None, plan.load)

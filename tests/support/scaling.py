@@ -34,14 +34,20 @@ class ScaledDeployment:
     now: float = 1_800_000_000.0
 
     @classmethod
-    def create(cls, database_url: str, scaler: PoolScaler, policy: Policy = POLICY) -> ScaledDeployment:
+    def create(cls, database_url: str, scaler: PoolScaler, policy: Policy = POLICY, *,
+               roles: tuple[str, ...] = ROLES, ep_size: dict[str, int] | None = None, now: float | None = None,
+               **settings) -> ScaledDeployment:
+        """roles: the pools made; ep_size: role -> the pool's ranks (its GPUs per replica to the pool planner);
+        now: the clock's start; settings: over the defaults (1 s windows, no leader election)."""
         upgrade(database_url)
-        settings = Settings(database_url=database_url, window_seconds=1.0, leader_election=False)
+        settings = Settings(**{"database_url": database_url, "window_seconds": 1.0, "leader_election": False}
+                            | settings)
         sessions = make_sessions(make_engine(database_url, timeout_seconds=settings.db_timeout_seconds))
-        made = cls(sessions, settings, scaler)
+        made = cls(sessions, settings, scaler) if now is None else cls(sessions, settings, scaler, now)
         with sessions() as session, session.begin():
-            for role in ROLES:
-                make_pool(session, now=made.now, role=role, policy=policy)
+            for role in roles:
+                make_pool(session, now=made.now, role=role, policy=policy, **({"ep_size": ep_size[role]}
+                                                                             if ep_size and role in ep_size else {}))
         return made
 
     def reconcile(self, role: str, *, replicas: int | None = None, fence: Fence = SOLE) -> Request | None:

@@ -16,8 +16,8 @@ MODEL = ModelShape(name="tiny", num_layers=2, num_experts=8, num_groups=2, top_k
 EP_SIZE, SLOTS_PER_RANK = 2, 5
 
 
-def identity(rank: int = 0, *, role: str = "decode") -> Identity:
-    return Identity(deployment="tiny", instance="i0", role=role, rank=rank, ep_size=EP_SIZE,
+def identity(rank: int = 0, *, role: str = "decode", ep_size: int = EP_SIZE) -> Identity:
+    return Identity(deployment="tiny", instance="i0", role=role, rank=rank, ep_size=ep_size,
                     slots_per_rank=SLOTS_PER_RANK)
 
 
@@ -30,11 +30,15 @@ def snapshot(*, window_start: float, rank: int = 0, placement_version: int = 0, 
                     slot_tokens=Array.from_numpy(rng.poisson(30, (2, SLOTS_PER_RANK))), **fields)
 
 
-def make_pool(session, *, now: float, policy: Policy | None = None, role: str = "decode") -> tuple[Deployment, Pool]:
-    """Deployment 'tiny' (created unless it exists) and its pool `role` at placement and routing version 0."""
+def make_pool(session, *, now: float, policy: Policy | None = None, role: str = "decode",
+              ep_size: int = EP_SIZE) -> tuple[Deployment, Pool]:
+    """Deployment 'tiny' (created unless it exists) and its pool `role` (of `ep_size` ranks, which is its GPUs per
+    replica to the pool planner) at placement and routing version 0."""
     deployment = deployments.get(session, "tiny") or deployments.create(
         session, name="tiny", model=MODEL, policy=policy or Policy(), created_by="test", now=now)
-    return deployment, deployments.create_pool(session, deployment=deployment, identity=identity(role=role), now=now)
+    made = deployments.create_pool(session, deployment=deployment, identity=identity(role=role, ep_size=ep_size),
+                                   now=now)
+    return deployment, made
 
 
 def register(client) -> None:

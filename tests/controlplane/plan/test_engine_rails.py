@@ -11,7 +11,9 @@ from support.fleet import run_windows, start_fleet
 
 from controlplane.store.tables import Deployment
 
-POLICY = {"mode": "auto", "cooldown_seconds": 0, "imbalance_threshold": 1.01, "sustained_windows": 1}
+# margin 0: any change that gains pays (an SGLang restart's price would hold the first one): the rails alone here
+POLICY = {"mode": "auto", "cooldown_seconds": 0, "imbalance_threshold": 1.01, "sustained_windows": 1,
+          "change_price_margin": 0}
 
 
 @pytest.mark.parametrize("engine", ["bundled", "sglang"])

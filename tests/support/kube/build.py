@@ -32,6 +32,7 @@ from pathlib import Path
 GOMOD_DIR = Path(__file__).resolve().parent / "gomod"
 HELM = ("helm.sh/helm/v3", "v3.22.0", "helm.sh/helm/v3/cmd/helm")
 KWOK = ("sigs.k8s.io/kwok", "v0.8.0", "sigs.k8s.io/kwok/cmd/kwok")
+LWS = ("sigs.k8s.io/lws", "v0.9.0", "./cmd")  # the LeaderWorkerSet controller (the fleet tests' prefill pool)
 # Go modules holding CRDs the tests install (support/kube/crds.py): downloaded into Go's module cache with the binaries
 CRD_MODULES = (("github.com/prometheus-operator/prometheus-operator", "v0.85.0"), ("sigs.k8s.io/lws", "v0.9.0"),
                ("github.com/ai-dynamo/grove/operator/api", "v0.1.0-alpha.12-rc1"))
@@ -40,12 +41,15 @@ BUILD_HINT = "python tests/support/kube/build.py (make test runs it; needs Go >=
 
 @dataclass(frozen=True)
 class Binary:
-    """One binary to build: `package` with the build module (`version is None`) or `go install package@version`."""
+    """One binary to build: `package` with the build module (`version is None`), `go install package@version`, or
+    (with `module`) `go build package` in a copy of module@version's own source: `go install` of LWS asks the proxy
+    for the module's version list (its deprecation check), which the proxy here refuses."""
 
     name: str
     package: str
     stamp: str  # what the cached binary was built from; a different stamp means rebuild
     version: str | None = None
+    module: str | None = None
 
 
 def cache_root() -> Path:
@@ -77,6 +81,7 @@ def binaries() -> list[Binary]:
         Binary("etcd", "./cmd/etcd", f"go.etcd.io/etcd/server/v3@{etcd}"),
         Binary("helm", HELM[2], f"{HELM[0]}@{HELM[1]}", version=HELM[1]),
         Binary("kwok", KWOK[2], f"{KWOK[0]}@{KWOK[1]}", version=KWOK[1]),
+        Binary("lws-controller", LWS[2], f"{LWS[0]}@{LWS[1]}", version=LWS[1], module=LWS[0]),
     ]
 
 
@@ -109,6 +114,8 @@ def build_command(go: str, binary: Binary, output: Path) -> tuple[list[str], Pat
     if binary.version is None:
         return [go, "build", "-trimpath", "-ldflags", version_ldflags(kube_version()), "-o", str(output),
                 binary.package], GOMOD_DIR
+    if binary.module is not None:
+        return [go, "build", "-trimpath", "-ldflags", "-s -w", "-o", str(output), binary.package], output.parent / "src"
     # `go install pkg@version` builds against that module's own go.mod; GOBIN is a temp dir
     return [go, "install", "-trimpath", "-ldflags", "-s -w", f"{binary.package}@{binary.version}"], output.parent
 
@@ -120,7 +127,11 @@ def build_one(go: str, binary: Binary, directory: Path) -> tuple[bool, str]:
         output = Path(scratch) / binary.name
         argv, cwd = build_command(go, binary, output)
         env = {**go_env(), "GOBIN": scratch}
-        if binary.version is not None:
+        if binary.module is not None:
+            copied = _module_source(go, binary, cwd)
+            if copied is not None:
+                return False, copied
+        elif binary.version is not None:
             env["GOFLAGS"] = "-buildvcs=false"  # -mod=readonly is meaningless outside a module
         done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True)
         if done.returncode != 0 or not output.is_file():
@@ -128,6 +139,19 @@ def build_one(go: str, binary: Binary, directory: Path) -> tuple[bool, str]:
         output.replace(directory / binary.name)
     (directory / f".{binary.name}.stamp").write_text(binary.stamp)
     return True, ""
+
+
+def _module_source(go: str, binary: Binary, into: Path) -> str | None:
+    """Copies module@version's source (from Go's module cache, downloaded first) to `into`, writable; the error
+    when it cannot."""
+    done = subprocess.run([go, "mod", "download", "-json", f"{binary.module}@{binary.version}"], cwd=into.parent,
+                          env={**go_env(), "GOFLAGS": ""}, capture_output=True, text=True)
+    if done.returncode != 0:
+        return (done.stdout + done.stderr)[-2000:]
+    shutil.copytree(json.loads(done.stdout)["Dir"], into)
+    for path in [into, *into.rglob("*")]:
+        path.chmod(path.stat().st_mode | 0o200)
+    return None
 
 
 def download_crd_modules(go: str) -> list[str]:

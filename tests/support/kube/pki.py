@@ -55,3 +55,14 @@ def make_service_account_key(directory: Path) -> tuple[Path, Path]:
     _run("genrsa", "-out", str(private), "2048")
     _run("rsa", "-in", str(private), "-pubout", "-out", str(public))
     return private, public
+
+
+def make_serving_cert(directory: Path, ip: str = "127.0.0.1") -> ClientCert:
+    """A self-signed serving certificate for `ip` (an admission webhook's endpoint; the certificate is its own
+    caBundle)."""
+    serving = ClientCert(directory / "serving.crt", directory / "serving.key")
+    _run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+         "-keyout", str(serving.key), "-out", str(serving.cert), "-days", str(VALID_DAYS), "-subj", f"/CN={ip}",
+         "-addext", f"subjectAltName=IP:{ip}", "-addext", "basicConstraints=critical,CA:TRUE",
+         "-addext", "keyUsage=critical,digitalSignature,keyCertSign", "-addext", "extendedKeyUsage=serverAuth")
+    return serving
