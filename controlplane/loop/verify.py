@@ -111,7 +111,7 @@ def verify_pool(session: Session, pool: Pool, state: PoolState, policy: Policy, 
         measured = verdict.measured | planned | {f"{effect.signal}_before": round(effect.before, 4),
                                                  f"{effect.signal}_after": verdict.measured.get(effect.signal),
                                                  "verdict": verdict.reason}
-        price = action.predicted.get("price")  # a priced change (only the placement is priced: plan/placement.py)
+        price = action.predicted.get("price")  # a priced change (a placement's, plan/placement_price.py)
         if price and "step_fixed_seconds" in price and measured.get("imbalance_after") is not None:
             measured["realised"] = realised_price(price, effect.before, measured["imbalance_after"])
         if verdict.is_intended:

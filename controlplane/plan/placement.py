@@ -164,12 +164,12 @@ from controlplane.plan.routing_limit import plan_routing  # noqa: E402,F401
 
 
 def _decide(given: Given) -> Plan:
-    """The placement's plan, priced: a change that does not pay its cost is held (plan/placement_price.py)."""
-    inputs, policy = given.inputs, given.policy
-    planned = plan_placement(policy, inputs.state, given.now, is_forced=inputs.is_forced, is_asked=inputs.is_asked,
-                             mtp=given.mtp)
+    """The placement's plan, made only where it pays what the change costs the pool (plan/placement_price.py)."""
+    inputs = given.inputs
+    plan = plan_placement(given.policy, inputs.state, given.now, is_forced=inputs.is_forced,
+                          is_asked=inputs.is_asked, mtp=given.mtp)
     cost = inputs.change_cost or change_cost(inputs.engine, None)
-    return priced(planned, inputs.state, cost, policy.change_price_margin, is_asked=inputs.is_asked)
+    return priced(plan, inputs.state, cost, given.policy.change_price_margin, is_asked=inputs.is_asked)
 
 
 def _moves(plan: Plan, policy: Policy, state: PoolState, role: str) -> list[Move]:

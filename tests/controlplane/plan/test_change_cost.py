@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from controlplane.observed.measured_cost import MeasuredCost, fold_windows
-from controlplane.observed.pool import Window
+from controlplane.observed.window import Window
 from controlplane.plan.change_cost import change_cost
 from controlplane.plan.change_price import ENGINE_PRIORS
 

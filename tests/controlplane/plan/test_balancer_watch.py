@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from controlplane.observed.pool import PoolState, Window
+from controlplane.observed.pool import PoolState
+from controlplane.observed.window import Window
 from controlplane.plan.balancer_watch import MAX_SILENT_INTERVALS, balancer_interval, watch_balancer
 
 SECONDS = 10.0
