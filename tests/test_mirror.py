@@ -30,8 +30,6 @@ ELSEWHERE: dict[str, str] = {
     "controlplane/cmd/cli.py": "tests/controlplane/cmd/test_cli_agent_commands.py runs `moectl` as a process",
     "controlplane/cmd/status.py": "tests/controlplane/api/test_deployments_api.py and "
                                   "tests/controlplane/loop/test_reconcile_pools.py render what it shows",
-    "controlplane/cmd/up_vllm.py": "none in the suite: `moectl up --engine vllm` starts real vLLM servers "
-                                   "(minutes each); its run was measured by hand (commit e98884e)",
     "controlplane/store/change_costs.py": "tests/controlplane/loop/test_placement_price_loop.py: the costs the pass "
                                           "folds and stores",
     "controlplane/cmd/tokens.py": "`moectl token`, run by tests/controlplane/cmd/test_up.py's controller",
