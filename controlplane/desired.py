@@ -127,6 +127,10 @@ class Policy(BaseModel):
                                                     "model's own routing (its topk_group) picks; before "
                                                     "2026-12 it was a share of the unconstrained top-k")
     min_gain: float = Field(default=0.05, ge=0, le=100, description="minimum predicted drop in max/mean load")
+    change_price_margin: float = Field(
+        default=1.25, ge=0, le=100,
+        description="a placement change is made only when the pool's capacity it gains over the time its gain "
+                    "holds is at least this many times what one change costs (controlplane/plan/placement_price.py)")
     min_gain_per_moved_slot: float | None = Field(
         default=None, ge=0, le=1,
         description="each moved expert residency (one weight copy) must lower its layer's max GPU load by at "
@@ -218,12 +222,14 @@ class PlacementChange:
     predicted_imbalance: float
     num_moved_slots: int
     effect: Effect | None = None
+    price: dict | None = None  # what the change gains against what it costs (controlplane/plan/placement_price.py)
 
     def predicted(self) -> dict:
         """The effect recorded on the action and shown to people."""
         return {"imbalance_before": round(self.current_imbalance, 4),
                 "imbalance_after": round(self.predicted_imbalance, 4), "moved_slots": self.num_moved_slots,
-                **({"effect": self.effect.to_json()} if self.effect else {})}
+                **({"effect": self.effect.to_json()} if self.effect else {}),
+                **({"price": self.price} if self.price else {})}
 
 
 @dataclass(frozen=True)

@@ -36,14 +36,15 @@ class Faults:
             self.reported = dict(self.counts)
             return new
 
-    def add_plugin_counts(self, seen: dict[str, int], counts: object) -> dict[str, int]:
-        """The plugin's cumulative counts (a load record's `faults`, one engine life) recorded as ours under
-        'plugin: <cause>', past what `seen` held; returns the counts to remember as seen."""
+    def add_plugin_counts(self, seen: dict[str, int], counts: object, where: str = "plugin") -> dict[str, int]:
+        """The cumulative counts of a part of ours inside the engine (a load record's `faults`: the policy's, one
+        engine life; where="endpoint": the routes' in the API server) recorded as ours under '<where>: <cause>',
+        past what `seen` held; returns the counts to remember as seen."""
         if not isinstance(counts, dict):
             return seen
         for cause, count in counts.items():
             if isinstance(count, int) and count > seen.get(cause, 0):
-                self.record(f"plugin: {cause}", "inside the engine (see the engine's log)", count - seen.get(cause, 0))
+                self.record(f"{where}: {cause}", "inside the engine (see the engine's log)", count - seen.get(cause, 0))
         return {c: n for c, n in counts.items() if isinstance(n, int)}
 
     def snapshot(self) -> dict[str, int]:

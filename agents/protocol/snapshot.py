@@ -16,6 +16,7 @@ from agents.protocol.identity import Identity, ModelShape
 from agents.protocol.running import RunningPlacement, without_absent_table
 from agents.protocol.wire import (
     MAX_COUNT,
+    MAX_SECONDS,
     MAX_VERSION,
     PROTOCOL_VERSION,
     LatencySummary,
@@ -100,6 +101,19 @@ class RankCounters(_Frozen):
     dropped_tokens: int = Field(default=0, ge=0, le=MAX_COUNT,
                                 description="token-expert assignments (summed over MoE layers) the per-expert capacity "
                                             "limit (RoutingLimits.expert_capacity_factor) dropped")
+    # optional (added 2026-12-06; absent: the adapter does not watch the engine's balancer)
+    balancer_events: int | None = Field(default=None, ge=0, le=MAX_COUNT,
+                                        description="times the engine's own balancer acted in the window (vLLM: "
+                                                    "EPLB rearranges recorded; the bundled runtime: placement "
+                                                    "switches); sent by one rank of a group")
+    balancer_stall_seconds: float | None = Field(
+        default=None, ge=0, le=MAX_SECONDS, allow_inf_nan=False,
+        description="seconds those acts took from serving, summed (the bundled runtime: its placement switches, "
+                    "timed); absent: not measured")
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_counters(self, handler):  # noqa: ANN001
+        return without_absent_counters(handler(self), self)
 
     def _where(self) -> str:
         """What names this rank in an error message that is not about this rank alone."""
@@ -131,6 +145,15 @@ class RankCounters(_Frozen):
                              f"routing_nodes_per_token {sum(nodes)}: both count every token routed")
 
 
+def without_absent_counters(data: object, counters: RankCounters) -> object:
+    """Serialized counters without the optional fields they do not carry: they then read exactly as before those
+    fields existed, since controllers that predate them forbid them."""
+    for name in ("balancer_events", "balancer_stall_seconds"):
+        if getattr(counters, name) is None and isinstance(data, dict):
+            data.pop(name, None)
+    return data
+
+
 class Snapshot(RankCounters):
     """One rank's counters over one window.
 
@@ -151,7 +174,7 @@ class Snapshot(RankCounters):
 
     @model_serializer(mode="wrap")
     def _omit_absent_table(self, handler):  # noqa: ANN001
-        return without_absent_table(handler(self), self.running_placement)
+        return without_absent_counters(without_absent_table(handler(self), self.running_placement), self)
 
     @field_validator("protocol", mode="before")
     @classmethod

@@ -24,6 +24,7 @@ from fastapi import FastAPI, HTTPException, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from agents.router import upstream_vllm
 from agents.router.admin import admin_router
 from agents.router.metrics import RouterMetrics
 from agents.router.openai_api import ChatRequest, Completion, CompletionRequest, error_body
@@ -36,18 +37,17 @@ log = logging.getLogger("moectl.router")
 DEFAULT_MAX_TOKENS = 64
 
 
-class WorkerError(Exception):
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
+WorkerError = upstream_vllm.UpstreamError  # a rank answered an error: its status and message
 
 
 class Router:
-    """windows: where this router's windows are summed (None: none are kept, no controller to tell)."""
+    """windows: where this router's windows are summed (None: none are kept, no controller to tell). engine: what
+    the ranks are: "moectl" (the bundled runtime's workers) or "vllm" (vLLM servers: agents/router/upstream_vllm.py)."""
 
     def __init__(self, endpoints: list[Endpoint], *, model: str, local_prefill_threshold: int,
-                 registry: CollectorRegistry, poll_seconds: float = 0.5, windows: RouterWindows | None = None):
-        self.endpoints, self.model, self.poll_seconds = endpoints, model, poll_seconds
+                 registry: CollectorRegistry, poll_seconds: float = 0.5, windows: RouterWindows | None = None,
+                 engine: str = "moectl"):
+        self.endpoints, self.model, self.poll_seconds, self.engine = endpoints, model, poll_seconds, engine
         self.threshold = self.default_threshold = local_prefill_threshold
         self.metrics = RouterMetrics(registry)
         self.windows = windows
@@ -87,8 +87,13 @@ class Router:
         while True:
             for endpoint in list(self.endpoints):  # the admin API may add or remove instances meanwhile
                 try:
-                    response = await self.control.get(f"{endpoint.url}/v1/internal/load", timeout=2.0)
-                    load = response.json()
+                    if self.engine == upstream_vllm.ENGINE:
+                        response = await self.control.get(f"{endpoint.url}/metrics", timeout=2.0)
+                        response.raise_for_status()
+                        load = dict(zip(("num_running", "num_waiting", "kv_cache_usage"),
+                                        upstream_vllm.load_of(response.text), strict=True))
+                    else:
+                        load = (await self.control.get(f"{endpoint.url}/v1/internal/load", timeout=2.0)).json()
                     endpoint.num_running, endpoint.num_waiting = load["num_running"], load["num_waiting"]
                     endpoint.kv_cache_usage = load["kv_cache_usage"]
                     endpoint.is_healthy = True
@@ -165,15 +170,14 @@ async def texts(router: Router, request: CompletionRequest | ChatRequest, token_
     """(text piece, finish reason, tokens so far): bytes decoded incrementally, stop strings honoured."""
     body = {"request_id": uuid.uuid4().hex, "prompt_token_ids": token_ids, "temperature": request.temperature,
             "max_tokens": request.num_max_tokens(DEFAULT_MAX_TOKENS)}
-    decoder, text, num_tokens = codecs.getincrementaldecoder("utf-8")(errors="replace"), "", 0
+    text, num_tokens = "", 0
     started = last = time.perf_counter()
     stops = request.stops
     plan = router.route(token_ids)
-    async for new, finish_reason in router.generate(plan, token_ids, body):
+    async for piece, num_new, finish_reason in _pieces(router, plan, token_ids, body):
         now = time.perf_counter()
-        router.observe_tokens(plan, num_tokens, len(new), now - started, now - last)
-        num_tokens, last = num_tokens + len(new), now
-        piece = decoder.decode(bytes(new), final=finish_reason is not None)
+        router.observe_tokens(plan, num_tokens, num_new, now - started, now - last)
+        num_tokens, last = num_tokens + num_new, now
         hit = next((s for s in stops if s in text + piece), None)
         if hit is not None:
             cut = (text + piece).index(hit)
@@ -183,6 +187,24 @@ async def texts(router: Router, request: CompletionRequest | ChatRequest, token_
         yield piece, finish_reason, num_tokens
         if finish_reason is not None:
             return
+
+
+async def _pieces(router: Router, plan: Route, token_ids: list[int], body: dict
+                  ) -> AsyncIterator[tuple[str, int, str | None]]:
+    """(text piece, its number of tokens, finish reason or None) from the ranks `plan` chose."""
+    if router.engine == upstream_vllm.ENGINE:
+        endpoint = plan.decode  # a unified vLLM server: in flight there until its last token
+        endpoint.num_in_flight += 1
+        endpoint.remember(block_hashes(token_ids))
+        try:
+            async for item in upstream_vllm.stream(router.client, endpoint.url, router.model, token_ids, body):
+                yield item
+        finally:
+            endpoint.num_in_flight -= 1
+        return
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    async for new, finish_reason in router.generate(plan, token_ids, body):
+        yield decoder.decode(bytes(new), final=finish_reason is not None), len(new), finish_reason
 
 
 def create_app(router: Router, *, admin_token: str = "", reporter: WindowReporter | None = None) -> FastAPI:

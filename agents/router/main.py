@@ -35,7 +35,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                           "that started the router (moectl up): no other process takes the port")
     for role in ("prefill", "decode", "unified"):
         p.add_argument(f"--{role}", default="", help=f"{role} rank URLs, comma separated")
-    p.add_argument("--model", default="moectl-tiny", help="the model name clients ask for")
+    p.add_argument("--model", default="moectl-tiny", help="the model name clients ask for (and, with --engine vllm, "
+                                                          "the name the vLLM servers serve it as)")
+    p.add_argument("--engine", choices=["moectl", "vllm"], default="moectl",
+                   help="what the ranks are: the bundled runtime's workers, or vLLM servers (OpenAI API, /metrics)")
     p.add_argument("--local-prefill-threshold", type=int, default=64,
                    help="prompts with fewer uncached tokens prefill on the decode rank (until the controller says)")
     p.add_argument("--deployment", default="tiny", help="the deployment it fronts, as its workers report it")
@@ -84,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     windows = RouterWindows(args.deployment, args.name or f"{socket.gethostname()}-{args.port}"[:128],
                             args.window_seconds, time.time()) if args.controller else None
     router = Router(endpoints, model=args.model, local_prefill_threshold=args.local_prefill_threshold,
-                    registry=CollectorRegistry(), windows=windows)
+                    registry=CollectorRegistry(), windows=windows, engine=args.engine)
     reporter = WindowReporter(router, args.controller, args.agent_token) if args.controller else None
     app = create_app(router, admin_token=args.admin_token, reporter=reporter)
     server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning",

@@ -45,6 +45,7 @@ class Engine:
         self.pending_limits: EngineRoutingLimits | None = None
         self.seqs: dict[str, Sequence] = {}
         self.num_steps = 0
+        self.switch_seconds: float | None = None  # the placement switch this step made, timed; None: none
         self.is_group_idle = True
         self._ids = itertools.count()
 
@@ -115,8 +116,11 @@ class Engine:
         has_work, pv_max, pv_neg_min, rv_max, rv_neg_min = self.group.agree_max(
             [int(self.has_unfinished_requests()), pv, -pv, rv, -rv]
         )
+        self.switch_seconds = None
         if self.pending_placement and pv_max == -pv_neg_min and pv_max != self.placement.version:
+            started = time.perf_counter()  # what a change costs the group: no step runs while its weights move
             self.ep.apply_placement(self.pending_placement, self.model.moes)
+            self.switch_seconds = time.perf_counter() - started
         if pv_max == -pv_neg_min:
             self.pending_placement = None
         if self.pending_limits and rv_max == -rv_neg_min and rv_max != self.routing_limits.version:
@@ -169,6 +173,7 @@ class Engine:
             spec_accepted_tokens=result.num_accepted_tokens if result else 0,
             spec_accepted_by_position=result.accepted_by_position if result else [],
             placement_version=self.placement.version,
+            placement_switch_seconds=self.switch_seconds,
             routing_version=self.routing_limits.version,
             outputs=outputs,
             num_prefill_tokens=num_prefill_tokens,

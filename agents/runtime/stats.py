@@ -96,6 +96,7 @@ class StepStats:
     # excluded), prompt tokens waiting for admission, KV tokens held, and the rank's limits
     num_prefill_tokens: int = 0
     num_waiting_tokens: int = 0
+    placement_switch_seconds: float | None = None  # this step switched placement, taking these seconds
     num_kv_tokens: int = 0
     kv_capacity_tokens: int = 0
     max_num_seqs: int = 0

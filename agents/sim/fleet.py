@@ -72,6 +72,12 @@ class SimInstance:
     tokens_per_rank_second: int = 0  # the layout's rate (agents/sim/models.py); 0: callers say how many tokens
     rng: np.random.Generator | None = None  # this instance's draws; None: the load model's own
     is_group_limit_bypassed: bool = False  # a production bug: tokens reach every group whatever the limit
+    is_switch_stuck: bool = False  # a production bug: the group keeps its placement whatever it is told
+    # the engine's own balancer acts every this many windows, counted in rank 0's `balancer_events` (vLLM's
+    # rearranges); 0: not watched. is_balancer_stopped: it stopped acting (vLLM's async EPLB that went quiet)
+    balancer_every_windows: int = 0
+    is_balancer_stopped: bool = False
+    num_windows_drawn: int = field(default=0, init=False)
     # [num_steps, num_layers, num_experts] token-expert pairs of MoE steps, as the group's dispatch-time split
     # counts them: every window reports their step straggler (`step_load`); None: not measured (the default)
     step_counts: np.ndarray | None = None
@@ -162,6 +168,10 @@ class SimInstance:
         drafts = num_tokens // self.ep_size // 4
         quality = reach.quality(model.top_k)
         step_load = self.step_load()  # the group's numbers: every rank reports them
+        acts = None
+        if self.balancer_every_windows:
+            acts = int(not self.is_balancer_stopped and self.num_windows_drawn % self.balancer_every_windows == 0)
+        self.num_windows_drawn += 1
         acceptance = self.mtp_acceptance * quality
         rows = []
         for rank in range(self.ep_size):
@@ -182,7 +192,8 @@ class SimInstance:
                                     p90=float(np.quantile(ttft, 0.9)), p99=float(np.quantile(ttft, 0.99))),
                 routing_recall=reach.recall(model.top_k),
                 routing_groups_per_token=reaches[rank].groups.sum(0).tolist(),
-                routing_nodes_per_token=reaches[rank].nodes.sum(0).tolist(), step_load=step_load))
+                routing_nodes_per_token=reaches[rank].nodes.sum(0).tolist(), step_load=step_load,
+                balancer_events=acts if rank == 0 else None))
         self.load.drift()
         return _Drawn(rng, expert_tokens, slot_tokens, rows)
 
@@ -201,7 +212,8 @@ class SimInstance:
 
     def apply(self, desired: DesiredState) -> None:
         self.topk_group = desired.routing.topk_group
-        if desired.slot_to_expert is None or desired.placement_version == self.placement_version:
+        if desired.slot_to_expert is None or desired.placement_version == self.placement_version \
+                or self.is_switch_stuck:
             return
         table = desired.slot_to_expert.to_numpy()
         if table.shape != self.slot_to_expert.shape:

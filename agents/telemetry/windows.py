@@ -52,6 +52,8 @@ class WindowSums:
     requests_running: int = 0
     requests_waiting: int = 0
     placement_version: int = 0
+    num_switches: int = 0  # placement switches in the window, and the seconds they took (what a change costs)
+    switch_seconds: float = 0.0
     ttft: list[float] = field(default_factory=list)
     itl: list[float] = field(default_factory=list)
     # serving work (ServingCounters); batch and KV are integrated over wall time between step ends
@@ -101,6 +103,9 @@ class WindowSums:
             self.spec_accepted_by_position[position] += count
         self.requests_running, self.requests_waiting = stats.num_running, stats.num_waiting  # at window end
         self.placement_version = stats.placement_version  # the version the window ended on
+        if stats.placement_switch_seconds is not None:
+            self.num_switches += 1
+            self.switch_seconds += stats.placement_switch_seconds
         self.ttft += samples.ttft
         self.itl += samples.itl
         if stats.num_scheduled_tokens:
@@ -213,7 +218,9 @@ class WindowBuilder:
             routing_recall=min(1.0, int(kept.sum()) / num_total) if num_total else None,
             routing_groups_per_token=self._per_token(sums.groups_per_token),
             routing_nodes_per_token=self._per_token(sums.nodes_per_token),
-            serving=sums.serving(self.window_seconds), step_load=self._step_load(sums), dropped_tokens=dropped)
+            serving=sums.serving(self.window_seconds), step_load=self._step_load(sums), dropped_tokens=dropped,
+            balancer_events=sums.num_switches,
+            balancer_stall_seconds=sums.switch_seconds if sums.num_switches else None)
         return ClosedWindow(snapshot, expert_tokens, slot_tokens, recall, dropped)
 
     def _step_load(self, sums: WindowSums) -> StepLoad | None:

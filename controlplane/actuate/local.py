@@ -22,7 +22,7 @@ import httpx
 
 from agents.protocol.http import listening_socket
 from controlplane.actuate.fence import Fence
-from controlplane.actuate.processes import die_with_parent, stop_processes
+from controlplane.actuate.processes import STOP_SECONDS, die_with_parent, stop_processes
 from controlplane.actuate.scaler import PoolRef, ScaleState
 
 log = logging.getLogger("moectl.local")
@@ -50,13 +50,21 @@ class LocalWorkers:
     `args`: what every `agents.worker` gets besides role, ranks, ports and instance (controller URL, window, ...).
     `env`: their environment. `run`: put in every instance's name (`tiny-decode-<run>0`), so a run on a kept
     database never takes an earlier run's instance for its own (its agents' windows and warm-up are counted per
-    instance name)."""
+    instance name). `module`: what an instance runs (`python -m MODULE`, the worker's arguments):
+    `agents.worker`, or `agents.adapters.vllm.instance` (a vLLM server and its sidecar). `health_path`: answers 200
+    once a rank serves. `load_path`: a rank's running and waiting requests (`/v1/internal/load`); "": it has none,
+    and a drained instance is idle once the router has nothing in flight there (every request comes through it).
+    `stop_seconds`: from SIGTERM to SIGKILL (a vLLM instance stops its server, up to 40 s, and cleans up after it)."""
 
     deployment: str
     ep_sizes: dict[str, int]
     args: list[str]
     env: dict[str, str]
     run: str = ""
+    module: str = "agents.worker"
+    health_path: str = "/healthz"
+    load_path: str = "/v1/internal/load"
+    stop_seconds: float = STOP_SECONDS
 
 
 class LocalScaler:
@@ -122,7 +130,7 @@ class LocalScaler:
             ports, fds = [s.getsockname()[1] for s in sockets], [s.fileno() for s in sockets]
             try:
                 process = subprocess.Popen(
-                    [sys.executable, "-m", "agents.worker", "--deployment", workers.deployment, "--role", role,
+                    [sys.executable, "-m", workers.module, "--deployment", workers.deployment, "--role", role,
                      "--instance", name, "--ep-size", str(workers.ep_sizes[role]), "--ports", ",".join(map(str, ports)),
                      "--fds", ",".join(map(str, fds)), *workers.args, *args], env=workers.env | (env or {}),
                     pass_fds=fds, preexec_fn=die_with_parent,
@@ -141,7 +149,7 @@ class LocalScaler:
             self.stopping.set()
         self.watcher.join(timeout=5)
         with self.lock:
-            stop_processes({name: i.process for name, i in self.instances.items()})
+            stop_processes({name: i.process for name, i in self.instances.items()}, timeout=self.workers.stop_seconds)
             self.instances.clear()
         self.client.close()
 
@@ -181,7 +189,7 @@ class LocalScaler:
                         instance.process.returncode)
             self._forget(instance, force=True)
         elif instance.state == STARTING:
-            if all(self._answers(url + "/healthz") for url in instance.urls) and self._register(instance):
+            if all(self._answers(url + self.workers.health_path) for url in instance.urls) and self._register(instance):
                 with self.lock:
                     instance.has_served = True
                     if instance.state == STARTING:
@@ -236,7 +244,8 @@ class LocalScaler:
         try:
             listed = self.client.get(f"{self.router}/admin/instances").json()
             in_flight = next((i["num_in_flight"] for i in listed if i["name"] == instance.name), 0)
-            loads = [httpx.get(url + "/v1/internal/load", timeout=1.0).json() for url in instance.urls]
+            path = self.workers.load_path
+            loads = [httpx.get(url + path, timeout=1.0).json() for url in instance.urls] if path else []
         except (httpx.HTTPError, ValueError):
             return False
         return in_flight == 0 and all(load["num_running"] == 0 and load["num_waiting"] == 0 for load in loads)
@@ -252,5 +261,5 @@ class LocalScaler:
                 return
         with self.lock:
             self.instances.pop(instance.name, None)
-        stop_processes({instance.name: instance.process})
+        stop_processes({instance.name: instance.process}, timeout=self.workers.stop_seconds)
         log.info("%s: removed and stopped", instance.name)

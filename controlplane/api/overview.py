@@ -8,6 +8,7 @@ from sqlalchemy.orm import Session
 
 from controlplane.api import pool_overview
 from controlplane.api.overview_schemas import (
+    ChangeCostOut,
     DiagnosisOut,
     Latency,
     Overview,
@@ -20,13 +21,15 @@ from controlplane.api.overview_schemas import (
 from controlplane.api.schemas import ActionOut, AgentsHealth
 from controlplane.config import Settings
 from controlplane.desired import KnobKind, Policy
-from controlplane.observed.pool import PoolState, Window, acceptance_by_position, dropped_share
+from controlplane.observed.pool import PoolState
 from controlplane.observed.report import merge_counters
+from controlplane.observed.window import Window, acceptance_by_position, dropped_share
+from controlplane.plan.change_cost import change_cost
 from controlplane.plan.diagnose import diagnose_mtp
 from controlplane.plan.engines import RAILS
 from controlplane.plan.routing_reach import check_routing_limit, window_reach
 from controlplane.solve.placement.packing import imbalance_floor
-from controlplane.store import actions, deployments, policies, pools
+from controlplane.store import actions, change_costs, deployments, policies, pools
 from controlplane.store.tables import Action, Deployment, Pool
 from controlplane.store.timestamps import seconds
 
@@ -82,6 +85,14 @@ def action_out(action: Action, role_of: dict[int, str]) -> ActionOut:
                      created_at=seconds(action.created_at), updated_at=seconds(action.updated_at))
 
 
+def _change_cost(session: Session, deployment: Deployment, pool: Pool) -> ChangeCostOut:
+    measured = change_costs.read(session, pool)
+    cost = change_cost(deployment.engine, measured)
+    return ChangeCostOut(seconds=round(cost.stall_seconds, 4), source=cost.source,
+                         num_measured=measured.num_measured if measured else 0,
+                         last_seconds=round(measured.last_seconds, 4) if measured else None)
+
+
 def build(session: Session, deployment: Deployment, settings: Settings, now: float,
           num_actions: int = 10) -> Overview:
     policy_version, policy = policies.active(session, deployment)
@@ -107,7 +118,8 @@ def build(session: Session, deployment: Deployment, settings: Settings, now: flo
                                                          reason=p.reason) for p in state.parked.values()],
                                        mtp_diagnosis=None if mtp is None else DiagnosisOut(
                                            cause=mtp.cause.value, reason=mtp.reason, evidence=mtp.evidence),
-                                       routing_reach=_routing_reach(policy, state)))
+                                       routing_reach=_routing_reach(policy, state),
+                                       change_cost=_change_cost(session, deployment, pool)))
         if state.windows:
             last_windows.append(state.windows[-1])
     total = functools.reduce(merge_counters, (w.counters for w in last_windows), {})

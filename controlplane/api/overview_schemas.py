@@ -65,6 +65,15 @@ class RoutingReachOut(BaseModel):
     reason: str
 
 
+class ChangeCostOut(BaseModel):
+    """What one placement change costs the pool, as the loop prices it (controlplane/plan/change_cost.py)."""
+
+    seconds: float = Field(description="seconds of the pool's whole capacity one change takes")
+    source: str = Field(description="'measured: ...' on this deployment, or 'prior: ...' the engine's published figure")
+    num_measured: int = Field(default=0, description="timed acts the measure holds (0: the prior)")
+    last_seconds: float | None = Field(default=None, description="the newest measured seconds per act")
+
+
 class PoolOverview(BaseModel):
     role: str
     ep_size: int
@@ -89,6 +98,7 @@ class PoolOverview(BaseModel):
     mtp_diagnosis: DiagnosisOut | None = Field(default=None, description="why MTP acceptance is under the policy's "
                                                                          "floor; null while it is not")
     routing_reach: RoutingReachOut | None = None
+    change_cost: ChangeCostOut | None = Field(default=None, description="what a placement change costs the pool")
 
 
 class PoolDecisionOut(BaseModel):

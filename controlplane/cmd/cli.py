@@ -48,6 +48,11 @@ def cmd_up(args: argparse.Namespace) -> int:
         return up_sim(settings, num_deployments=args.deployments, ep_size=args.ep_size or 8, is_fresh=args.fresh)
     loadgen = ("--rate", f"{args.rate:g}") if args.rate else ("--schedule", args.schedule, "--schedule-period",
                                                               f"{args.schedule_period:g}")
+    if args.engine == "vllm":
+        from controlplane.cmd.up_vllm import up_vllm
+
+        return up_vllm(settings, router_port=args.router_port, pool_policy=args.policy,
+                       loadgen_args=None if args.no_loadgen else loadgen, is_fresh=args.fresh)
     return up(settings, ep_size=args.ep_size or 2, router_port=args.router_port,
               loadgen_args=None if args.no_loadgen else loadgen, pool_policy=args.policy,
               max_num_seqs=args.max_num_seqs, is_fresh=args.fresh)
@@ -127,6 +132,9 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--max-num-seqs", type=int,
                    help="sequences a worker rank batches at most (default 4): the capacity the pool planner sizes by")
     q.add_argument("--no-loadgen", action="store_true", help="no workload generator: bring your own clients")
+    q.add_argument("--engine", choices=["moectl", "vllm"], default="moectl",
+                   help="what serves: the bundled runtime, or real vLLM servers (the CPU build `make engines` "
+                        "caches, the tiny DeepSeek-V3; moectl cannot move their experts on a CPU)")
     q.add_argument("--sim", action="store_true", help="a simulated fleet instead of real workers")
     q.add_argument("--deployments", type=int, default=2, help="simulated deployments (with --sim)")
     q.add_argument("--fresh", action="store_true", help="clear the database first (policies, tokens, the audit "

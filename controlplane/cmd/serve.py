@@ -29,7 +29,8 @@ from controlplane.leader.lease import LeaseRecords
 from controlplane.loop.compute import WorkerProcess, in_process
 from controlplane.loop.liveness import LoopLiveness
 from controlplane.loop.prune import prune_all
-from controlplane.loop.reconcile import PassResult, Reconciler
+from controlplane.loop.reconcile import Reconciler
+from controlplane.loop.results import PassResult
 from controlplane.loop.telemetry import ControllerMetrics
 from controlplane.plan.decisions import decide
 from controlplane.store.db import make_engine, make_sessions, upgrade
@@ -117,7 +118,7 @@ class Controller:
 
     def _observe(self, result: PassResult, is_leading: bool) -> None:
         self.metrics.observe_pass(result.plans, result.num_errors, result.seconds, is_leading=is_leading,
-                                  pool_plans=result.pool_plans, reaches=result.reaches)
+                                  pool_plans=result.pool_plans, reaches=result.reaches, balancers=result.balancers)
         self.metrics.observe_pools([(r.plan.deployment, r.plan.role, r.parked, r.mtp) for r in result.pools])
 
     @property
@@ -193,7 +194,7 @@ def reconcile_command(settings: Settings, *, once: bool, dry_run: bool) -> int:
                 print(f"{elector.where} is held by another replica: not reconciling", flush=True)
                 if once:
                     return 2
-            result = reconciler.once(sessions, now=time.time(), dry_run=dry_run)
+            result = reconciler.run_pass(sessions, now=time.time(), dry_run=dry_run)
             for plan in result.plans:
                 print(f"{plan.deployment}/{plan.role}: {plan.decision.value}: {plan.reason}", flush=True)
             if once:

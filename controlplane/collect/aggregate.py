@@ -9,12 +9,14 @@ from collections.abc import Iterable, Sequence
 from agents.protocol import Snapshot
 from agents.protocol.grid import window_index
 from agents.protocol.group import GroupSnapshot, RankRow
-from controlplane.observed.pool import ACCEPTED_AT, GROUPS_AT, NODES_AT
 from controlplane.observed.report import COUNTERS, Report
+from controlplane.observed.window import ACCEPTED_AT, GROUPS_AT, NODES_AT
 
-# ACCEPTED_AT, GROUPS_AT, NODES_AT (controlplane/observed/pool.py) + n: accepted tokens at draft position n, tokens
-# whose top-k reached n groups / nodes: summed like COUNTERS
-_FIELDS = tuple(name for name in COUNTERS if name in RankRow.model_fields)  # the counters sent as they are
+# None where the agent does not measure them: summed over the rows that do, below
+_OPTIONAL = ("balancer_events", "balancer_stall_seconds")
+# ACCEPTED_AT, GROUPS_AT, NODES_AT (controlplane/observed/window.py) + n: accepted tokens at draft position n, tokens
+# whose top-k reached n groups / nodes: summed like COUNTERS; the rest of COUNTERS are sent as they are
+_FIELDS = tuple(name for name in COUNTERS if name in RankRow.model_fields and name not in _OPTIONAL)
 
 
 def rank_counters(s: Snapshot | RankRow) -> dict[str, float]:
@@ -39,6 +41,14 @@ def group_counters(rows: Sequence[Snapshot | RankRow]) -> dict[str, float]:
         "ttft_p99": max(0.0, *(r.ttft.p99 or 0.0 for r in rows)),
         "itl_p99": max(0.0, *(r.itl.p99 or 0.0 for r in rows)),
     }
+    watched = [r.balancer_events for r in rows if r.balancer_events is not None]
+    if watched:  # the engine balancer's acts, where an adapter watches them (plan/balancer_watch.py)
+        counters |= {"balancer_events": total(watched), "balancer_reports": float(len(watched))}
+    timed = [(r.balancer_events or 0, r.balancer_stall_seconds) for r in rows
+             if r.balancer_stall_seconds is not None]
+    if timed:  # what the acts cost, from the rows that timed them (controlplane/observed/measured_cost.py)
+        counters |= {"balancer_stall_seconds": total(s for _, s in timed),
+                     "balancer_stall_events": total(n for n, _ in timed)}
     counters |= step_load_counters(rows)
     for prefix, name in ((ACCEPTED_AT, "spec_accepted_by_position"), (GROUPS_AT, "routing_groups_per_token"),
                          (NODES_AT, "routing_nodes_per_token")):

@@ -7,12 +7,14 @@ from __future__ import annotations
 import logging
 
 from controlplane.actuate.pool_pass import PoolPass
+from controlplane.plan.balancer_watch import BalancerWatch
 from controlplane.plan.diagnose import Cause, MtpDiagnosis
 from controlplane.plan.routing_reach import RoutingReach
 from controlplane.store import actions
 
 log = logging.getLogger("moectl.reconcile")
 ROUTING_LIMIT_VIOLATION = "routing_limit_violation"  # the action kind of a group limit found not in effect
+BALANCER_STALLED = "balancer_stalled"  # the action kind of an engine balancer found to have stopped
 
 
 def record_findings(p: PoolPass, mtp: MtpDiagnosis | None, prefix_hits: tuple[str, list[float]] | None) -> None:
@@ -37,6 +39,15 @@ def record_routing_reach(p: PoolPass, reach: RoutingReach) -> None:
                                               statuses=(actions.RECORDED,)) is None:
         _record(p, ROUTING_LIMIT_VIOLATION, actions.Entry(reach.reason, inputs=reach.evidence()))
         log.warning("%s/%s: %s", p.deployment.name, p.pool.role, reach.reason)
+
+
+def record_balancer(p: PoolPass, watch: BalancerWatch | None) -> None:
+    """An engine balancer that stopped acting while the engine serves is recorded for people (at most once an hour,
+    with its interval and silence): no knob of the loop restarts it."""
+    if watch is not None and watch.is_stalled and actions.open_for(
+            p.session, p.pool, since=p.now - 3600.0, kind=BALANCER_STALLED, statuses=(actions.RECORDED,)) is None:
+        _record(p, BALANCER_STALLED, actions.Entry(watch.reason, inputs=watch.evidence()))
+        log.warning("%s/%s: %s", p.deployment.name, p.pool.role, watch.reason)
 
 
 def _record(p: PoolPass, kind: str, entry: actions.Entry) -> None:

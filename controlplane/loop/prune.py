@@ -3,7 +3,7 @@
 What goes, by kind:
 1. Load windows and serving windows (each instance's and each router's, `store.serving`). All go but each
    pool's (each deployment's, for routers) newest `history_windows` complete ones (what the planners and
-   the views read) and those still filling. Each pool's pass also prunes its own (`reconcile.Reconciler.pool`).
+   the views read) and those still filling. The pass itself prunes nothing: this job runs beside it.
 2. Actions: settled ones last updated over `retain_actions_seconds` ago. Never one awaiting approval,
    applied and not yet verified, or a conflict moectl stands down for. Never the newest of its pool and knob
    (what `actuate.in_flight` reads), nor the one that last applied a pool's size (`actuate.scale`
@@ -41,8 +41,8 @@ from controlplane.store.tables import Agent, Deployment, LoadWindow, Pool, Repli
 log = logging.getLogger("moectl.prune")
 
 MIN_AGE_SECONDS = 3600.0
-# vacuumed by a run once they hold enough dead rows (PostgreSQL): windows are deleted every pass
-# (`reconcile.Reconciler.pool` prunes its pool's) and rewritten by every post of their window; every rank's agent
+# vacuumed by a run once they hold enough dead rows (PostgreSQL): windows are deleted every run and rewritten by
+# every post of their window; every rank's agent
 # row is rewritten every window. Each is also a kind of `prune`'s count, under the same name.
 VACUUMED = tuple(t.__tablename__ for t in (LoadWindow, ReplicaWindow, RouterWindow, Agent))
 # a table is vacuumed once its dead rows (since its last VACUUM) are at least this share of its live ones, and at

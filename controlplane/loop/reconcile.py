@@ -1,10 +1,18 @@
-"""The one reconcile path (`Reconciler`): per pool, level-triggered, read -> verify -> decide once
-(`plan.decisions.decide`, pure) -> what it proposes per knob (proposals.py, pure) -> written in one loop
-(reconcile_knobs.py), with the pool plan and the findings recorded (reconcile_pools.py, findings.py).
+"""The one reconcile path (`Reconciler`): per pool, level-triggered, in named phases under the pool's lock:
 
-Every trigger ends here: the loop's pass (`once`), and a person's or an alert's request, recorded on the pool and
-reconciled at once (`requested`). Every writer of a pool holds its lock (`store.deployments.lock_pool`); only
-the leader writes, each commit fenced (`actuate.fence.guard`). What the loop does, and why: docs/reference/loop.md.
+1. settle (verify.py `settle`): judge the applied changes on their windows and roll back those that did harm,
+   the MTP regression included;
+2. `read`: what the pool's plan reads, once, after the verdicts (`store.pools.read_state`, the pool planner's
+   view, the pending requests);
+3. `decide`: every knob's decision, pure (`plan.decisions.decide`, through the compute);
+4. `write`: every knob's proposal (proposals.py) in one loop (reconcile_knobs.py), the pool plan and the
+   findings (reconcile_pools.py, findings.py);
+5. `answer`: the pool's result, and each pending request told what came of it.
+
+Every trigger ends here: the loop's pass (`run_pass`), and a person's or an alert's request, recorded on the pool
+and reconciled at once (`reconcile_requested`). Every writer of a pool holds its lock
+(`store.deployments.lock_pool`); only the leader writes, each commit fenced (`actuate.fence.guard`). Pruning is its
+own job beside the pass (controlplane/loop/prune.py). What the loop does, and why: docs/reference/loop.md.
 """
 
 from __future__ import annotations
@@ -13,7 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from opentelemetry import trace
 from sqlalchemy.orm import Session, sessionmaker
@@ -22,77 +30,48 @@ from controlplane.actuate.fence import SOLE, Fence, NotLeader, guard
 from controlplane.actuate.pool_pass import PoolPass
 from controlplane.actuate.scaler import PoolScaler
 from controlplane.config import Settings
-from controlplane.desired import Plan
+from controlplane.desired import Policy
 from controlplane.loop import findings, reconcile_knobs, reconcile_pools
 from controlplane.loop.compute import Compute, in_process
 from controlplane.loop.liveness import LoopLiveness
 from controlplane.loop.plan_ahead import PlannedAhead
 from controlplane.loop.proposals import proposals
 from controlplane.loop.prune import Pruning
-from controlplane.loop.verify import verify_pool
-from controlplane.plan.decisions import PoolInputs, decide
-from controlplane.plan.diagnose import Cause, MtpDiagnosis, diagnose_mtp
+from controlplane.loop.results import PassResult, PoolResult
+from controlplane.loop.verify import Settlement, settle
+from controlplane.observed.measured_cost import fold_windows
+from controlplane.observed.pool import PoolState
+from controlplane.plan.change_cost import change_cost
+from controlplane.plan.change_price import ChangeCost
+from controlplane.plan.decisions import Decisions, decide
 from controlplane.plan.engines import engine_policy
-from controlplane.plan.pools_outcome import PoolsOutcome
-from controlplane.plan.routing_reach import RoutingReach
-from controlplane.store import (
-    actions,
-    deployments,
-    parks,
-    policies,
-    pools,
-    requests,
-    serving,
-    windows,
-)
+from controlplane.plan.pool_inputs import PoolInputs
+from controlplane.store import change_costs, deployments, parks, policies, pools, requests
 from controlplane.store.db import is_unavailable
 from controlplane.store.knobs import PLACEMENT, POOL_SIZE
-from controlplane.store.tables import Action, Deployment, Pool
+from controlplane.store.tables import Action, Deployment, Pool, Request
 from controlplane.store.window_reads import next_pass_delay
 
 log = logging.getLogger("moectl.reconcile")
 
 
 @dataclass(frozen=True)
-class PoolResult:
-    plan: Plan
-    action: Action | None = None  # the placement action this reconcile made, or the one in flight it joined
-    is_new: bool = False  # the action was made now
-    parked: tuple[str, ...] = ()  # the pool's knobs parked after this reconcile
-    mtp: MtpDiagnosis | None = None  # why MTP acceptance is under its floor, if it is
-    pool_plan: PoolsOutcome | None = None  # the deployment's pool plan, when the pool planner sizes it
-    reach: RoutingReach | None = None  # whether the group limit in force is honoured (None: dry run)
+class PoolRead:
+    """What the read phase gives the pass: the plan's inputs and the requests the pass answers."""
+
+    inputs: PoolInputs
+    asked: list[Request]  # every knob's pending requests, oldest first (a request recorded later reconciles itself)
+    measured: ChangeCost | None = None  # what a change costs here as stored, before this pass's windows
+    folded: ChangeCost | None = None  # the same with this pass's timed switches folded in (written if it moved)
 
     @property
-    def outcome(self) -> str:
-        """What came of the pool's requests, as the triggers report it."""
-        if self.action is None:
-            return f"{self.plan.decision.value}: {self.plan.reason}"
-        if self.is_new:
-            return f"action {self.action.id} {self.action.status}"
-        return f"joined action {self.action.id} ({self.action.status})"
+    def pending(self) -> list[Request]:
+        """The placement's requests: the first one's trigger and author go on its action."""
+        return _of_knob(self.asked, PLACEMENT.kind)
 
 
-@dataclass(frozen=True)
-class PassResult:
-    plans: list[Plan]
-    num_errors: int
-    seconds: float
-    pools: list[PoolResult] = field(default_factory=list)
-
-    @property
-    def reaches(self) -> list[RoutingReach]:
-        return [r.reach for r in self.pools if r.reach is not None]
-
-    @property
-    def pool_plans(self) -> dict[str, PoolsOutcome]:
-        """deployment -> its latest pool plan in this pass."""
-        return {r.pool_plan.deployment: r.pool_plan for r in self.pools if r.pool_plan is not None}
-
-    @property
-    def is_failed(self) -> bool:
-        """Nothing was reconciled: the pass could not start (the database gone), or every pool failed."""
-        return self.num_errors > 0 and not self.plans
+def _of_knob(asked: list[Request], kind: str) -> list[Request]:
+    return [r for r in asked if r.knob == kind]
 
 
 @dataclass(frozen=True)
@@ -102,8 +81,8 @@ class Reconciler:
     `scaler`: makes pool sizes real (none: sizes are only recorded).
     `fence`: the leadership (a replica that does not lead plans and writes nothing).
     `compute`: where the planner runs (controlplane/loop/compute.py).
-    `tracer`: spans per pass and per pool (collect -> verify -> plan -> actuate). None: the global one, a no-op
-    unless the entry point configured an exporter."""
+    `tracer`: spans per pass, per pool and per phase (settle -> read -> decide -> write -> answer). None: the
+    global one, a no-op unless the entry point configured an exporter."""
 
     settings: Settings
     scaler: PoolScaler | None = None
@@ -115,7 +94,7 @@ class Reconciler:
     def spans(self) -> trace.Tracer:
         return self.tracer or trace.get_tracer("moectl.reconcile")
 
-    def once(self, sessions: sessionmaker[Session], *, now: float, dry_run: bool = False) -> PassResult:
+    def run_pass(self, sessions: sessionmaker[Session], *, now: float, dry_run: bool = False) -> PassResult:
         """One pass over every pool."""
         tracer = self.spans
         started = time.perf_counter()
@@ -132,7 +111,7 @@ class Reconciler:
                     with sessions() as session, session.begin():
                         guard(session, self.fence)
                         deployment, pool = session.get(Deployment, deployment_id), session.get(Pool, pool_id)
-                        result = reconciler.pool(session, deployment, pool, now=now, dry_run=dry_run)
+                        result = reconciler.reconcile_pool(session, deployment, pool, now=now, dry_run=dry_run)
                         plans.append(result.plan)
                         results.append(result)
                 except NotLeader as lost:
@@ -158,74 +137,101 @@ class Reconciler:
                 return self
             planned = PlannedAhead(self.compute)
             with self.spans.start_as_current_span("reconcile.plan_ahead"):
-                replace(self, compute=planned, tracer=trace.NoOpTracer()).pool(
+                replace(self, compute=planned, tracer=trace.NoOpTracer()).reconcile_pool(
                     session, session.get(Deployment, deployment_id), session.get(Pool, pool_id), now=now, dry_run=True)
             return replace(self, compute=planned)
 
-    def pool(self, session: Session, deployment: Deployment, pool: Pool, *, now: float, dry_run: bool = False,
+    def reconcile_pool(self, session: Session, deployment: Deployment, pool: Pool, *, now: float, dry_run: bool = False,
              is_forced: bool = False) -> PoolResult:
-        """Handles the pool's pending requests (each is told the action it led to or joined, or why none).
-        is_forced: plan as if a request were pending (a person's dry run asks what a rebalance would do).
+        """One pool's pass, phase by phase (this module's docstring); a dry run settles, writes and answers
+        nothing. is_forced: plan as if a request were pending (a person's dry run asks what a rebalance would do).
         The caller guards `session` with `fence`."""
-        settings = self.settings
-        tracer = self.spans
         attributes = {"moectl.deployment": deployment.name, "moectl.role": pool.role}
-        with tracer.start_as_current_span("reconcile.pool", attributes=attributes) as span:
+        with self.spans.start_as_current_span("reconcile.pool", attributes=attributes) as span:
             if not dry_run:  # one writer of the pool at a time: the loop, an alert, a person (before any read)
                 deployments.lock_pool(session, pool)
-            policy = engine_policy(policies.active(session, deployment)[1], deployment.engine)
-            pool_pass = PoolPass(session, deployment, pool, policy, settings, now)
-            asked = requests.pending(session, pool)  # every knob's: a request recorded later reconciles itself
-            pending = [r for r in asked if r.knob == PLACEMENT.kind]
-            with tracer.start_as_current_span("collect"):
-                state = pools.read_state(session, deployment, pool, now=now, settings=settings)
-            if not dry_run:
-                with tracer.start_as_current_span("verify"):
-                    if actions.awaiting_verification(session, pool):  # else nothing to settle: the state stands
-                        verify_pool(session, pool, state, policy, now)
-                        state = pools.read_state(session, deployment, pool, now=now, settings=settings)
-            mtp = diagnose_mtp(policy, state, now)
-            if not dry_run and mtp is not None and mtp.cause == Cause.regression:
-                state = reconcile_knobs.roll_back_regression(pool_pass, state, mtp)
-            # what the pool planner reads, after the verdicts above (a size verified or rolled back) and before it plans
-            sizing = reconcile_pools.observe(session, deployment, policy, settings, now=now)
-            inputs = PoolInputs(state, mtp, sizing, is_forced=is_forced or bool(pending),
-                                is_asked=any(r.trigger == "manual" for r in pending))
-            with tracer.start_as_current_span("plan"):  # pure: what was read above in, every knob's decision out
-                decisions = self.compute(decide, policy, inputs, settings, now)
-            plan, sized = decisions.placement, decisions.pools
-            span.set_attribute("moectl.decision", plan.decision.value)
-            if dry_run:  # nothing acted on: its decisions are the caller's to show (SQLite's plan-ahead runs one
-                return PoolResult(plan, pool_plan=sized)  # before every pass, whose own lines would say each twice)
-            log.info("%s/%s: %s (%s)", deployment.name, pool.role, plan.decision.value, plan.reason)
-            if sized is not None:
-                log.info("%s/%s: pool %s", deployment.name, pool.role, sized.plan.decision(pool.role).reason)
-            windows.prune(session, pool, history_windows=settings.history_windows, limit=settings.max_prune_rows)
-            serving.prune_replicas(session, pool, history_windows=settings.history_windows,
-                                   limit=settings.max_prune_rows)
-            serving.prune_routers(session, deployment, history_windows=settings.history_windows,
-                                  limit=settings.max_prune_rows)
-            with tracer.start_as_current_span("actuate"):
-                for knob, why in decisions.unparked().items():
-                    parks.release(session, pool=pool, knob=knob, reason=why, now=now)
-                # a person's size, before the planner's
-                reconcile_knobs.actuate_pool_size(pool_pass, [r for r in asked if r.knob == POOL_SIZE.kind])
-                made = proposals(decisions, policy, state, pool.role, pending)
-                action, is_new = reconcile_knobs.actuate(pool_pass, made, pending)
-                if sized is not None:
-                    reconcile_pools.record(session, deployment, sized, now=now)
-                findings.record_findings(pool_pass, mtp, decisions.prefix_hits)
-                findings.record_routing_reach(pool_pass, decisions.reach)
-                if self.scaler is not None:
-                    reconcile_knobs.sync_pool_size_or_retry(pool_pass, self.scaler, self.fence)
-            result = PoolResult(plan, action, is_new, parked=tuple(sorted(parks.active(session, pool))), mtp=mtp,
-                                pool_plan=sized, reach=decisions.reach)
-            for i, request in enumerate(pending):  # the first request made a new action, the others joined it
+            active = policies.active(session, deployment)
+            p = PoolPass(session, deployment, pool, engine_policy(active[1], deployment.engine), self.settings, now)
+            state = pools.read_state(session, deployment, pool, now=now, settings=self.settings, active=active)
+            if dry_run:
+                settled = Settlement()
+            else:
+                with self.spans.start_as_current_span("settle"):
+                    settled = settle(p, state)
+            read = self.read(p, None if settled.num_settled else state, is_forced=is_forced)
+            decisions = self.decide(read, p.policy, now)
+            span.set_attribute("moectl.decision", decisions.placement.decision.value)
+            if dry_run:  # nothing acted on nor logged: its decisions are the caller's to show (SQLite's plan-ahead
+                return PoolResult(decisions.placement, pool_plan=decisions.pool_plan)  # runs one before every pass)
+            action, is_new = self.write(p, read, decisions, settled)
+            return self.answer(read, decisions, settled, action, is_new=is_new, now=now)
+
+    def read(self, p: PoolPass, state: PoolState | None, *, is_forced: bool) -> PoolRead:
+        """Phase 2: what the plan reads, after the verdicts. `state`: the pool as read before them, when they moved
+        nothing (else it is read again)."""
+        with self.spans.start_as_current_span("read"):
+            asked = requests.pending(p.session, p.pool)
+            if state is None:
+                state = pools.read_state(p.session, p.deployment, p.pool, now=p.now, settings=p.settings)
+            # what the pool planner reads, after the verdicts (a size verified or rolled back) and before it plans
+            sizing = reconcile_pools.observe(p.session, p.deployment, p.policy, p.settings, now=p.now)
+            pending = _of_knob(asked, PLACEMENT.kind)
+            measured = change_costs.read(p.session, p.pool)
+            folded = fold_windows(measured, state.windows)
+            inputs = PoolInputs(state, sizing, is_forced=is_forced or bool(pending),
+                                is_asked=any(r.trigger == "manual" for r in pending), engine=p.deployment.engine,
+                                change_cost=change_cost(p.deployment.engine, folded))
+            return PoolRead(inputs, asked, measured, folded)
+
+    def decide(self, read: PoolRead, policy: Policy, now: float) -> Decisions:
+        """Phase 3, pure: what was read in, every knob's decision out (through the compute). No session."""
+        with self.spans.start_as_current_span("decide"):
+            return self.compute(decide, policy, read.inputs, self.settings, now)
+
+    def write(self, p: PoolPass, read: PoolRead, decisions: Decisions,
+              settled: Settlement) -> tuple[Action | None, bool]:
+        """Phase 4: the parks lifted, a person's size, every knob's proposal, the pool plan, the findings, the
+        platform brought to the pool's size. Returns the placement action the requests are answered with, and
+        whether it is new."""
+        session, deployment, pool = p.session, p.deployment, p.pool
+        plan, pool_plan = decisions.placement, decisions.pool_plan
+        log.info("%s/%s: %s (%s)", deployment.name, pool.role, plan.decision.value, plan.reason)
+        if pool_plan is not None:
+            log.info("%s/%s: pool %s", deployment.name, pool.role, pool_plan.plan.decision(pool.role).reason)
+        with self.spans.start_as_current_span("write"):
+            for knob, why in decisions.unparked().items():
+                parks.release(session, pool=pool, knob=knob, reason=why, now=p.now)
+            # a person's size, before the planner's
+            reconcile_knobs.actuate_pool_size(p, _of_knob(read.asked, POOL_SIZE.kind))
+            made = proposals(decisions, p.policy, read.inputs.state, pool.role, read.pending)
+            action, is_new = reconcile_knobs.actuate(p, made, read.pending)
+            if pool_plan is not None:
+                reconcile_pools.record(session, deployment, pool_plan, now=p.now)
+            findings.record_findings(p, settled.regression or decisions.mtp, decisions.prefix_hits)
+            findings.record_routing_reach(p, decisions.reach)
+            findings.record_balancer(p, decisions.balancer)
+            if read.folded is not None and read.folded != read.measured:
+                change_costs.write(session, pool, read.folded, now=p.now)
+            if self.scaler is not None:
+                reconcile_knobs.sync_pool_size_or_retry(p, self.scaler, self.fence)
+        return action, is_new
+
+    def answer(self, read: PoolRead, decisions: Decisions, settled: Settlement, action: Action | None, *,
+               is_new: bool, now: float) -> PoolResult:
+        """Phase 5, from what the pass read and wrote (no new read): the pool's result; each pending placement
+        request is told the action it led to or joined, or why none. The knobs parked: those read after the
+        verdicts (which park), but the ones the write phase lifted."""
+        parked = tuple(sorted(set(read.inputs.state.parked) - set(decisions.unparked())))
+        with self.spans.start_as_current_span("answer"):
+            result = PoolResult(decisions.placement, action, is_new, parked=parked, pool_plan=decisions.pool_plan,
+                                mtp=settled.regression or decisions.mtp, reach=decisions.reach,
+                                balancer=decisions.balancer)
+            for i, request in enumerate(read.pending):  # the first request made a new action, the others joined it
                 outcome = result.outcome if i == 0 else replace(result, is_new=False).outcome
                 requests.settle(request, outcome=outcome, action_id=action.id if action else None, now=now)
             return result
 
-    def requested(self, session: Session, deployment: Deployment, pool: Pool, *, now: float) -> None:
+    def reconcile_requested(self, session: Session, deployment: Deployment, pool: Pool, *, now: float) -> None:
         """A trigger's reconcile, once its requests are committed: handles the pool's pending requests unless
         a concurrent reconcile already did. A storm of deliveries then costs one plan, not one each, and most of
         the storm does not even wait for the pool's lock."""
@@ -233,7 +239,7 @@ class Reconciler:
             return
         deployments.lock_pool(session, pool)
         if requests.pending(session, pool, knob=PLACEMENT.kind):  # again: another reconcile may have had the lock
-            self.pool(session, deployment, pool, now=now)
+            self.reconcile_pool(session, deployment, pool, now=now)
 
     def run_forever(self, sessions: sessionmaker[Session], *, stop: threading.Event, liveness: LoopLiveness,
                     clock: Callable[[], float] = time.time,
@@ -246,7 +252,7 @@ class Reconciler:
             while not stop.is_set():
                 started = time.perf_counter()
                 try:
-                    result = self.once(sessions, now=clock())
+                    result = self.run_pass(sessions, now=clock())
                 except Exception:
                     log.exception("reconcile pass failed; retrying after a backoff")
                     result = PassResult([], 1, time.perf_counter() - started)

@@ -1,6 +1,6 @@
-"""What one pool's pass writes inside `Reconciler.pool` (controlplane/loop/reconcile.py), under the pool's lock:
-every knob's proposal (controlplane/loop/proposals.py) in one loop, a person's pool size, the roll-back of a
-change that cut MTP acceptance, and the platform brought to the pool's size. Every change goes through
+"""What one pool's pass writes in its write phase (`Reconciler.write`, controlplane/loop/reconcile.py), under the
+pool's lock: every knob's proposal (controlplane/loop/proposals.py) in one loop, a person's pool size, and the
+platform brought to the pool's size. Every change goes through
 `actuate.change`, versioned and audited."""
 
 from __future__ import annotations
@@ -14,9 +14,6 @@ from controlplane.actuate.pool_pass import PoolPass
 from controlplane.actuate.scale import standing_down, sync_pool_size
 from controlplane.actuate.scaler import PoolScaler
 from controlplane.loop.proposals import Proposal
-from controlplane.loop.verify import roll_back
-from controlplane.observed.pool import PoolState
-from controlplane.plan.diagnose import MtpDiagnosis
 from controlplane.plan.pool_size import check_pool_size
 from controlplane.store import actions, pools, requests
 from controlplane.store.knobs import KNOBS, PLACEMENT, POOL_SIZE
@@ -47,17 +44,6 @@ def actuate(p: PoolPass, made: list[Proposal], pending: list[Request]) -> tuple[
         elif action is not None:
             log.info("%s/%s: %s", p.deployment.name, p.pool.role, proposal.summary)
     return answer
-
-
-def roll_back_regression(p: PoolPass, state: PoolState, mtp: MtpDiagnosis) -> PoolState:
-    """MTP acceptance fell under its floor right after a change: that change is reverted and its knob parked."""
-    action = p.session.get(Action, mtp.action_id)
-    if action is None or action.status not in (actions.APPLIED, actions.VERIFIED):
-        return state
-    roll_back(p.session, pool=p.pool, action=action, state=state, measured=action.measured | {"verdict": mtp.reason},
-              now=p.now)
-    log.info("%s/%s: rolled back action %d (%s)", p.deployment.name, p.pool.role, action.id, mtp.reason)
-    return pools.read_state(p.session, p.deployment, p.pool, now=p.now, settings=p.settings)
 
 
 def actuate_pool_size(p: PoolPass, pending: list[Request]) -> None:

@@ -1,8 +1,8 @@
 """The pool planner's reads and its record: what the routers and the instances measured (`observe`, before it
-plans both pools of a PD-disaggregated deployment: controlplane/plan/pools_outcome.py) and the plan people read
+plans both pools of a PD-disaggregated deployment: controlplane/plan/pool_plan.py) and the plan people read
 (`store.pool_plans`, written each pass). Its pool sizes and threshold are written as any knob's
 (controlplane/loop/proposals.py). A deployment is planned only with a latency SLO in its policy and both a
-prefill and a decode pool.
+prefill and a decode pool, or a unified one (controlplane/solve/pools/unified.py: vLLM servers).
 """
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ from controlplane.actuate.scale import UNSCHEDULABLE, last_applied
 from controlplane.config import Settings
 from controlplane.desired import Policy, ReplicaBounds
 from controlplane.observed.serving import ROLES
+from controlplane.plan.pool_inputs import ObservedPools
+from controlplane.plan.pool_plan import PoolPlan
 from controlplane.plan.pools import targets_of
-from controlplane.plan.pools_outcome import ObservedPools, PoolsOutcome
 from controlplane.solve.pools.decision import DecisionKind, PoolDecision, ThresholdDecision
+from controlplane.solve.pools.unified import ROLE as UNIFIED
 from controlplane.solve.pools.view import PoolSize, PoolsView
 from controlplane.store import actions, deployments, pool_plans, pools, prefill_thresholds, serving
 from controlplane.store.knobs import POOL_SIZE, PREFILL_THRESHOLD
@@ -79,23 +81,30 @@ def _threshold_history(session: Session, decode: Pool) -> tuple[ThresholdDecisio
 
 def observe(session: Session, deployment: Deployment, policy: Policy, settings: Settings, *,
             now: float) -> ObservedPools | None:
-    """What the pool planner reads of the deployment; None when the policy has no SLO or the deployment is not
-    PD-disaggregated (then it is not planned)."""
-    by_role = {role: deployments.get_pool(session, deployment, role) for role in ROLES}
-    if policy.slo is None or any(p is None for p in by_role.values()):
+    """What the pool planner reads of the deployment; None when the policy has no SLO or the deployment has neither
+    both PD pools nor a unified one (then it is not planned)."""
+    if policy.slo is None:
         return None
+    by_role = {role: deployments.get_pool(session, deployment, role) for role in ROLES}
+    unified = deployments.get_pool(session, deployment, UNIFIED)
+    if any(p is None for p in by_role.values()):
+        if unified is None:
+            return None
+        by_role = {UNIFIED: unified}  # one pool whose replicas prefill and decode (vLLM servers): no threshold
     current_index = first_unread_index(now, settings.window_seconds)
     windows = serving.pool_windows(session, deployment, list(by_role.values()), before_index=current_index,
                                    limit=settings.history_windows, grid_seconds=settings.window_seconds)
-    threshold = prefill_thresholds.in_force(session, by_role["decode"], policy)
-    if threshold is None:  # what the routers said they route by
-        threshold = serving.reported_threshold(session, deployment)
+    threshold = None
+    if "decode" in by_role:
+        threshold = prefill_thresholds.in_force(session, by_role["decode"], policy)
+        if threshold is None:  # what the routers said they route by
+            threshold = serving.reported_threshold(session, deployment)
     view = PoolsView(now=now, windows=windows, pools=_sizes(session, by_role, policy, settings, now),
                      targets=targets_of(policy.slo), local_prefill_threshold=threshold or 0,
                      gpu_budget=policy.gpu_budget, history=_size_history(session, by_role),
-                     threshold_history=_threshold_history(session, by_role["decode"]))
+                     threshold_history=_threshold_history(session, by_role["decode"]) if "decode" in by_role else ())
     return ObservedPools(deployment.name, view, is_threshold_known=threshold is not None)
 
 
-def record(session: Session, deployment: Deployment, outcome: PoolsOutcome, *, now: float) -> None:
+def record(session: Session, deployment: Deployment, outcome: PoolPlan, *, now: float) -> None:
     pool_plans.put(session, deployment, at=now, plan=outcome.summary)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from controlplane.desired import KnobKind, Plan
+from controlplane.plan.balancer_watch import BalancerWatch
 from controlplane.plan.diagnose import Cause, MtpDiagnosis
 from controlplane.plan.routing_reach import RoutingReach
 
@@ -40,6 +41,11 @@ class ControllerMetrics:
         self.pass_errors = Counter("moectl_controller_reconcile_errors_total",
                                    "Failed reconciles: of a pool, or of a whole pass (the database gone)",
                                    registry=registry)
+        self.balancer_stalled = Gauge(
+            "moectl_controller_balancer_stalled",
+            "1 while the engine's own balancer has stopped acting while the engine serves: vLLM's rearranges stopped "
+            "for k of their intervals, or a bundled group does not switch to the placement it was told",
+            ["deployment", "role", "engine"], registry=registry)
         self.parked = Gauge("moectl_controller_knob_parked",
                             "1 while a knob is parked for the pool: its last change was reverted and the loop leaves "
                             "it until the model, the policy or the load changes", ["deployment", "role", "knob"],
@@ -102,7 +108,8 @@ class ControllerMetrics:
             self.threshold.labels(deployment).set(plan["threshold"]["tokens"])
 
     def observe_pass(self, plans: list[Plan], num_errors: int, seconds: float, *, is_leading: bool = True,
-                     pool_plans: dict | None = None, reaches: Sequence[RoutingReach] = ()) -> None:
+                     pool_plans: dict | None = None, reaches: Sequence[RoutingReach] = (),
+                     balancers: Sequence[BalancerWatch] = ()) -> None:
         """pool_plans: deployment -> the pass's pool plan (an object with `summary`)."""
         self.leader.set(1 if is_leading else 0)
         self.pass_seconds.observe(seconds)
@@ -117,12 +124,16 @@ class ControllerMetrics:
         for deployment, outcome in (pool_plans or {}).items():
             self.observe_pool_plan(deployment, outcome.summary)
         if not is_leading:  # the leader judges the pools now; a verdict kept here would go stale and keep alerting
-            for gauge in (self.routing_limit_violation, self.routing_over_limit, self.parked, self.mtp_diagnosis):
+            for gauge in (self.routing_limit_violation, self.routing_over_limit, self.parked, self.mtp_diagnosis,
+                          self.balancer_stalled):
                 gauge.clear()
         for reach in reaches:
             self.routing_limit_violation.labels(reach.deployment, reach.role).set(int(reach.is_violated))
             if reach.last is not None:
                 self.routing_over_limit.labels(reach.deployment, reach.role).set(reach.last.over_limit_share)
+        for watch in balancers:
+            if watch.watched is not None:
+                self.balancer_stalled.labels(watch.deployment, watch.role, watch.engine).set(int(watch.is_stalled))
 
     def observe_pools(self, pools: list[tuple[str, str, tuple[str, ...], MtpDiagnosis | None]]) -> None:
         """pools: (deployment, role, its parked knobs, its MTP diagnosis) after a pass."""

@@ -18,6 +18,11 @@ COUNTERS = (
     "step_split_routed_mean_tokens",
     # assignments the per-expert capacity limit dropped, summed over MoE layers (agents/protocol/snapshot.py)
     "dropped_tokens",
+    # the engine balancer's acts (vLLM's rearranges) and the reports that counted them, only from adapters that
+    # watch it (agents/protocol/snapshot.py balancer_events; controlplane/plan/balancer_watch.py)
+    "balancer_events", "balancer_reports",
+    # what those acts took from serving, summed, and the acts that were timed (a change's measured cost)
+    "balancer_stall_seconds", "balancer_stall_events",
 )
 # worst over reports: a percentile cannot be summed, the max is an honest upper bound
 MAXIMA = ("ttft_p99", "itl_p99")

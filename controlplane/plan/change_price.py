@@ -103,12 +103,15 @@ class Price:
     cost_source: str
     margin: float
     reason: str
+    step: StepModel | None = None  # the pool's step model it was priced with (the verdict restates the gain on it)
 
     def to_json(self) -> dict:
+        step = {} if self.step is None else {"step_fixed_seconds": self.step.fixed_seconds,
+                                             "step_seconds_per_imbalance": self.step.seconds_per_imbalance}
         return {"is_paying": self.is_paying, "gain_share": round(self.gain_share, 5),
                 "horizon_seconds": round(self.horizon_seconds, 1), "gain_seconds": round(self.gain_seconds, 2),
                 "cost_seconds": round(self.cost_seconds, 2), "cost_source": self.cost_source, "margin": self.margin,
-                "reason": self.reason}
+                "reason": self.reason} | step
 
 
 def price_change(quote: ChangeQuote) -> Price:
@@ -124,7 +127,7 @@ def price_change(quote: ChangeQuote) -> Price:
     verdict = ">=" if is_paying else "<"
     reason = (f"gains {gain_share:.2%} of the step for ~{horizon:.0f}s = {gain:.1f}s of capacity {verdict} "
               f"{quote.margin:g} x the change's {cost:.1f}s ({quote.cost.source})")
-    return Price(is_paying, gain_share, horizon, gain, cost, quote.cost.source, quote.margin, reason)
+    return Price(is_paying, gain_share, horizon, gain, cost, quote.cost.source, quote.margin, reason, quote.step)
 
 
 def price_placement(current: PlacementTable, planned: PlacementTable, history, imbalances, step_seconds,

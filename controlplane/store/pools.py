@@ -6,9 +6,11 @@ from sqlalchemy import distinct, func, select
 from sqlalchemy.orm import Session
 
 from controlplane.config import Settings
-from controlplane.desired import Effect, KnobKind
+from controlplane.desired import Effect, KnobKind, Policy
+from controlplane.observed.knob_change import KnobChange
 from controlplane.observed.knob_in_force import KnobInForce
-from controlplane.observed.pool import KnobChange, PoolState, model_key
+from controlplane.observed.knob_park import model_key
+from controlplane.observed.pool import PoolState
 from controlplane.store import actions, deployments, parks, policies, windows
 from controlplane.store.knobs import IN_POOL_STATE, KNOBS, PLACEMENT, POOL_SIZE
 from controlplane.store.tables import Action, Agent, Deployment, Pool
@@ -42,9 +44,10 @@ def _changes(session: Session, pool: Pool, *, since: float, model_limit: int | N
 
 
 def read_state(session: Session, deployment: Deployment, pool: Pool, *, now: float, settings: Settings,
-               num_windows: int | None = None) -> PoolState:
+               num_windows: int | None = None, active: tuple[int, Policy] | None = None) -> PoolState:
+    """active: the deployment's active policy with its version (`policies.active`), where the caller read it."""
     model = deployments.model_of(deployment)
-    policy_version, policy = policies.active(session, deployment)
+    policy_version, policy = active or policies.active(session, deployment)
     agents = deployments.agent_counts(session, pool, now=now, stale_after_seconds=settings.stale_after_seconds,
                                       gone_after_seconds=settings.agent_gone_seconds)
     applied = PLACEMENT.versions.latest(session, pool)

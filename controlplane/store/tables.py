@@ -140,6 +140,20 @@ class KnobPark(Base):
     release_reason: Mapped[str] = mapped_column(Text, default="")
 
 
+class ChangeCost(Base):
+    """What a pool's placement changes cost, as its agents measured them (controlplane/observed/measured_cost.py): the
+    timed acts folded in so far, their mean and the newest seconds per act, up to window `last_window_index`."""
+
+    __tablename__ = "change_costs"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    pool_id: Mapped[int] = mapped_column(ForeignKey("pools.id", ondelete="CASCADE"), unique=True)
+    num_measured: Mapped[int] = mapped_column(Integer)
+    mean_seconds: Mapped[float] = mapped_column(Float)
+    last_seconds: Mapped[float] = mapped_column(Float)
+    last_window_index: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
 class ReplicaWindow(Base):
     """One instance's serving work over one window, its ranks' reports merged (collect/serving.py)."""
 
@@ -167,7 +181,7 @@ class RouterWindow(Base):
     counters: Mapped[dict] = mapped_column(JSON)
 
 
-class PoolPlan(Base):
+class PoolPlanRow(Base):
     """The pool planner's latest plan of a deployment, for people: sizes, reasons, forecast, threshold."""
 
     __tablename__ = "pool_plans"

@@ -96,6 +96,18 @@ def test_a_bad_record_is_passed_over_and_the_drafters_are_not_read(tmp_path):
     assert list(sidecar.faults.snapshot()) == ["window not posted"]
 
 
+def test_a_state_file_the_routes_cannot_read_is_reported_in_the_sidecars_window(tmp_path):
+    """Old code: the routes counted a torn placements file in their own answer and the sidecar dropped it."""
+    posted: list = []
+    state.write_load(tmp_path, _record(0))
+    sidecar = _sidecar(tmp_path, posted)
+    assert sidecar.begin()
+    (tmp_path / state.ARMED_FILE).write_text('[{"version": 1, "fro')  # torn, as by a writer that crashed
+    snapshot = sidecar.close_window(1_800_000_000.0)
+    assert snapshot.adapter_faults == {"endpoint: unreadable placements.json": 1}  # and again each read
+    assert sidecar.close_window(1_800_000_010.0).adapter_faults == {"endpoint: unreadable placements.json": 1}
+
+
 def test_the_tables_kept_are_bounded(tmp_path):
     """Old code: every version's table kept forever."""
     state.write_load(tmp_path, _record(0))

@@ -18,9 +18,9 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from support.browser import ARTIFACTS, TIMEOUT_MS, Page, chromium
 from support.controllers import replica
 from support.fleet import CPU
-from support.servers import require_binary
 
 from agents.protocol import Role, replica_split
 from agents.protocol.placement import default_slot_to_expert
@@ -31,12 +31,8 @@ from agents.sim.load import LoadModel
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-ARTIFACTS = ROOT / "test-artifacts"
 ADMIN, AGENT = "web-test-admin-token", "web-test-agent-token"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
 WINDOW_SECONDS = 1.0
-TIMEOUT_MS = 30_000
 
 
 class LiveFleet:
@@ -95,42 +91,8 @@ def live(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    executable = require_binary("chromium", "chromium")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright (the dev extra)")
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_api.sync_playwright() as playwright:
-        # launch() gives every run a fresh temporary profile; nothing is downloaded
-        chromium = playwright.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
-
-
-class Page:
-    """A page in its own context, with console errors collected."""
-
-    def __init__(self, browser, url: str):
-        self.context = browser.new_context(viewport={"width": 1440, "height": 900})
-        self.page = self.context.new_page()
-        self.page.set_default_timeout(TIMEOUT_MS)
-        self.errors: list[str] = []
-        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
-        self.page.on("pageerror", lambda e: self.errors.append(f"uncaught: {e}"))
-        self.url = url
-
-    def open(self, fragment: str = "") -> None:
-        self.page.goto(self.url + "/" + fragment)
-        self.page.wait_for_selector("body[data-ready='1']")
-
-    def use_token(self, secret: str, role: str) -> None:
-        self.page.fill("#token", secret)
-        self.page.click("#token-form button[type=submit]")
-        self.page.wait_for_selector(f"#whoami[data-role='{role}']")
-
-    def shot(self, name: str) -> None:
-        self.page.screenshot(path=str(ARTIFACTS / f"web-{name}.png"), full_page=True)
-
-    def close(self) -> None:
-        self.context.close()
+    with chromium() as browser:
+        yield browser
 
 
 @pytest.fixture

@@ -148,7 +148,7 @@ class Rehearsal:
                                       headers=agent() | {"Content-Type": "application/json"})
             assert answer.status_code == 200, answer.text
         self.pools.now = start + 1.5 * WINDOW_SECONDS + 0.1  # the window is complete
-        passed = Reconciler(self.pools.settings, self.pools.scaler).once(self.pools.sessions, now=self.pools.now)
+        passed = Reconciler(self.pools.settings, self.pools.scaler).run_pass(self.pools.sessions, now=self.pools.now)
         assert passed.num_errors == 0
         self.window_start = start + WINDOW_SECONDS
         sizes = self.sizes()

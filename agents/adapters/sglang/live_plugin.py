@@ -15,18 +15,13 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
 
-from agents.adapters import state_dir
-from agents.adapters.arming import in_force
-from agents.adapters.coverage import check_covers_every_expert
 from agents.adapters.epoch import engine_epoch
-from agents.adapters.errors import PlacementRefused
 from agents.adapters.faults import Faults
+from agents.adapters.rebalance_step import RebalanceStep
 
 log = logging.getLogger("moectl.adapter.sglang.live")
 
@@ -37,7 +32,6 @@ STATE_DIR_ENV = "MOECTL_SGLANG_STATE_DIR"
 def make_hook(directory: Path, *, epoch: str, version: str = "", is_recording_rank=None, faults: Faults | None = None):
     """The AROUND hook: hook(original, manager, logical_count, **kwargs) -> ExpertLocationMetadata. Whatever of ours
     fails is counted by cause, logged once, and SGLang's own layout returned (faults.py)."""
-    lock, calls = threading.Lock(), {"next": 0}
     faults = faults or Faults(log)
 
     def recording_rank() -> bool:
@@ -47,38 +41,21 @@ def make_hook(directory: Path, *, epoch: str, version: str = "", is_recording_ra
 
         return not dist.is_initialized() or dist.get_rank() == 0
 
+    step = RebalanceStep(directory, engine="sglang", epoch=epoch, version=version, faults=faults,
+                         is_recording_rank=recording_rank, log=log)
+
     def ours(manager, logical_count):  # noqa: ANN001 (SGLang's types)
-        with lock:
-            call, calls["next"] = calls["next"], calls["next"] + 1
         counts = np.asarray(logical_count.detach().cpu().numpy() if hasattr(logical_count, "detach")
                             else logical_count, dtype=np.int64)
         load = counts.sum(axis=0) if counts.ndim == 3 else counts  # [buffer rows, layers, experts] -> [layers, ...]
-        model = state_dir.model_key(*load.shape)
         current = manager_current_map()
-        if recording_rank():
-            try:
-                state_dir.write_load(directory, {
-                    "epoch": epoch, "model": model, "call": call, "at": time.time(), "weight": load.tolist(),
-                    "current": None if current is None else current.tolist(),
-                    "num_replicas": None if current is None else int(current.shape[1]), "num_ranks": None,
-                    "faults": faults.snapshot(), "sglang": version})
-            except (OSError, ValueError) as exc:
-                faults.record("load not recorded", exc)
-        armed = in_force(state_dir.read_armed(directory, faults=faults), call, epoch=epoch, model=model)
+        armed = step(load, current=current, num_replicas=None if current is None else int(current.shape[1]),
+                     num_ranks=None)
         if armed is None:
-            return None
-        try:
-            num_slots = armed.table.shape[1] if current is None else int(current.shape[1])
-            table = check_covers_every_expert(armed.table, load.shape[1], num_slots)
-            if table.shape[0] != load.shape[0]:
-                raise PlacementRefused(f"placement has {table.shape[0]} layers, SGLang {load.shape[0]}")
-        except PlacementRefused as exc:
-            faults.record(f"placement v{armed.version} refused", exc)
             return None
         from sglang.srt.eplb.expert_location import ExpertLocationMetadata
 
-        log.info("rebalance %d: placement v%d", call, armed.version)
-        return ExpertLocationMetadata.init_by_mapping(manager._model_config, physical_to_logical_map=table)
+        return ExpertLocationMetadata.init_by_mapping(manager._model_config, physical_to_logical_map=armed.table)
 
     def hook(original, manager, logical_count, *args, **kwargs):  # noqa: ANN001 (SGLang's types)
         try:

@@ -34,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model-name", default="")
     p.add_argument("--window-seconds", type=float, default=10.0)
     p.add_argument("--gpus-per-node", type=int, default=8)
+    p.add_argument("--policy", type=json.loads, default=None,
+                   help="policy fields (JSON) when this sidecar registers the deployment (with --api-token)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     model = deepseek_model(json.loads(args.model_config.read_text()), engine="vllm",
@@ -43,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     sidecar: VllmSidecar | None = None
     poster = SnapshotPoster(ControllerLink(args.controller, args.agent_token), on_answer=lambda a: sidecar.on_answer(a),
                             on_failure=lambda reason: sidecar.faults.record(f"post failed ({reason})", reason),
-                            registration=Registration(args.api_token, model, engine="vllm"),
+                            registration=Registration(args.api_token, model, args.policy, engine="vllm"),
                             running_placement=lambda v: sidecar.running_placement(v))
     sidecar = VllmSidecar(client, model, Where(args.deployment, args.instance, Role(args.role), args.gpus_per_node),
                           poster.submit, window_seconds=args.window_seconds)

@@ -16,18 +16,12 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
-import time
 from pathlib import Path
 
-import numpy as np
-
 from agents.adapters import state_dir as state
-from agents.adapters.arming import in_force
-from agents.adapters.coverage import check_covers_every_expert
 from agents.adapters.epoch import engine_epoch
-from agents.adapters.errors import PlacementRefused
 from agents.adapters.faults import Faults
+from agents.adapters.rebalance_step import RebalanceStep
 from agents.adapters.vllm import names
 
 log = logging.getLogger("moectl.adapter.vllm")
@@ -43,39 +37,19 @@ def _is_recording_rank() -> bool:
 def wrap_policy(inner: type, state_dir: Path, *, epoch: str, version: str = "", is_recording_rank=_is_recording_rank,
                 faults: Faults | None = None) -> type:
     """A policy class with `inner`'s signature (names.POLICY_ARGS) that records, then returns the armed placement
-    or `inner`'s. Counts its calls from 0 for each model, as every rank does. `faults`: where ours are counted."""
+    or `inner`'s (rebalance_step.py: counts its calls from 0 for each model, as every rank does). `faults`: where
+    ours are counted."""
     import torch
 
-    lock = threading.Lock()
-    calls: dict[str, int] = {}
     faults = faults or Faults(log)
+    step = RebalanceStep(state_dir, engine="vllm", epoch=epoch, version=version, faults=faults,
+                         is_recording_rank=is_recording_rank, log=log)
 
     def placement(weight, num_replicas, num_ranks, old_global_expert_indices):  # noqa: ANN001
-        load = weight.detach().cpu().numpy()
-        model = state.model_key(*load.shape)
-        with lock:
-            call = calls[model] = calls.get(model, -1) + 1
-        if is_recording_rank():
-            try:
-                current = None if old_global_expert_indices is None else \
-                    old_global_expert_indices.detach().cpu().numpy().tolist()
-                state.write_load(state_dir, {
-                    "epoch": epoch, "model": model, "call": call, "at": time.time(),
-                    "weight": load.astype(np.int64).tolist(), "current": current, "num_replicas": int(num_replicas),
-                    "num_ranks": int(num_ranks), "faults": faults.snapshot(), "vllm": version})
-            except (OSError, ValueError) as exc:
-                faults.record("load not recorded", exc)
-        armed = in_force(state.read_armed(state_dir, faults=faults), call, epoch=epoch, model=model)
-        if armed is None:
-            return None
-        try:
-            table = check_covers_every_expert(armed.table, load.shape[1], int(num_replicas))
-            if table.shape[0] != load.shape[0]:
-                raise PlacementRefused(f"placement has {table.shape[0]} layers, vLLM {load.shape[0]}")
-        except PlacementRefused as exc:
-            faults.record(f"placement v{armed.version} refused", exc)
-            return None
-        return torch.from_numpy(table.copy())
+        current = None if old_global_expert_indices is None else old_global_expert_indices.detach().cpu().numpy()
+        armed = step(weight.detach().cpu().numpy(), current=current, num_replicas=int(num_replicas),
+                     num_ranks=int(num_ranks))
+        return None if armed is None else torch.from_numpy(armed.table.copy())
 
     class MoectlEplbPolicy(inner):  # type: ignore[misc, valid-type]
         moectl_faults = faults

@@ -9,7 +9,8 @@ It reads the records of its model only (the main model's shape: an MTP drafter's
 from where it stopped: a position (epoch, call). A record of a newer epoch means vLLM restarted: vLLM runs its own
 map again and what was armed is gone, so the running placement is reset and the controller's placement re-armed
 for the new life. A record it cannot read is counted and passed over: it never blocks the stream. Every failure
-(engine down, a page it does not read, a refused placement) is counted by cause (faults.py); the loop goes on.
+(engine down, a page it does not read, a refused placement, a state file the routes could not read) is
+counted by cause (faults.py); the loop goes on.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class VllmSidecar:
         self.model_key = state.model_key(model.num_layers, model.num_experts)
         self.position: state.Position | None = None
         self.plugin_faults: dict[str, int] = {}  # the plugin's counts of the current engine life, as last read
+        self.endpoint_faults: dict[str, int] = {}  # the routes' counts (a torn or planted state file they read)
         self.counts_before: Cumulative | None = None  # the workers' counts at the last window's close
         self.num_gaps = 0  # windows not posted because the engine could not be read at their start or end
 
@@ -128,6 +130,7 @@ class VllmSidecar:
     def close_window(self, window_start: float) -> GroupSnapshot | None:
         answer = self._get_load(self.position)
         records = answer["records"]
+        self.endpoint_faults = self.faults.add_plugin_counts(self.endpoint_faults, answer.get("faults"), "endpoint")
         if records and self.position is not None and records[-1]["epoch"] != self.position[0]:
             log.warning("vLLM restarted (epoch %s -> %s): it runs its own map until the placement is re-armed",
                         self.position[0], records[-1]["epoch"])
@@ -148,7 +151,8 @@ class VllmSidecar:
             if counted is not None:
                 load = counted  # every step's routing; the EPLB records keep their role in placement (records.py)
             after = self._scrape()
-            fields = serving_fields(names.SERVING, self.version, self.before, after)
+            # the rearranges vLLM recorded in the window: the controller watches that its EPLB keeps acting
+            fields = serving_fields(names.SERVING, self.version, self.before, after) | {"balancer_events": len(records)}
         except EngineFormatError as exc:
             self.faults.record("window not posted", exc)
             return None

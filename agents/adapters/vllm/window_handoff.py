@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from agents.adapters import state_dir as state
+from agents.adapters.faults import Faults
 from agents.adapters.vllm.expert_counts import ExpertCounter
 
 log = logging.getLogger("moectl.adapter.vllm")
@@ -40,9 +41,13 @@ def _ranks() -> dict:
     return out
 
 
-def start_reader(counter: ExpertCounter, state_dir: Path, *, seconds: float, version: str) -> threading.Thread:
-    """A daemon thread writing `counts-<rank>.json` every `seconds` while the process lives."""
+def start_reader(counter: ExpertCounter, state_dir: Path, *, seconds: float, version: str,
+                 faults: Faults | None = None) -> threading.Thread:
+    """A daemon thread writing `counts-<rank>.json` every `seconds` while the process lives. A write that fails (the
+    directory full, gone or read-only) is counted and logged once a cause (faults.py), not at every period: vLLM's
+    log is not flooded, and the next write that works hands over everything since (the counts are cumulative)."""
     epoch = f"{os.getpid()}-{time.time():.3f}"
+    faults = faults or Faults(log)
 
     def loop() -> None:
         seq = 0
@@ -56,8 +61,8 @@ def start_reader(counter: ExpertCounter, state_dir: Path, *, seconds: float, ver
                     **ranks, "layers": list(snapshot), "counts": list(snapshot.values()),
                     "num_failures": counter.num_failures})
                 seq += 1
-            except Exception:  # noqa: BLE001 (a reader failure must not end the process's other threads)
-                log.exception("expert counts not written this time")
+            except Exception as exc:  # noqa: BLE001 (a reader failure must not end the process's other threads)
+                faults.record(f"expert counts not written ({type(exc).__name__})", exc)
 
     thread = threading.Thread(target=loop, name="moectl-expert-counts", daemon=True)
     thread.start()

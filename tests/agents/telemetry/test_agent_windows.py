@@ -98,3 +98,19 @@ def test_a_window_that_switches_tables_counts_its_slots_under_the_new_one_only()
     assert s.placement_version == 1 and s.num_steps == 3
     assert s.slot_tokens.to_numpy()[:, :2].tolist() == [[3, 10]] * 4  # the last step's, not [9, 10]
     assert s.expert_tokens.to_numpy()[0, 0] == 12  # the router's counts do not depend on the table: all steps
+
+
+def test_a_placement_switch_is_counted_with_the_seconds_it_took():
+    builder = WindowBuilder(identity(0, 2), SIM_MODEL, window_seconds=1.0, now=4000.1)
+    timer = RequestTimer()
+    for i, (now, switch) in enumerate(((4000.1, None), (4000.4, 0.25), (4000.7, None))):
+        stats = step(i, now)
+        stats.placement_switch_seconds = switch  # the engine timed the switch this step made (agents/runtime)
+        builder.add(stats, timer.observe(stats))
+    switched = builder.roll(4001.0).snapshot
+    assert switched.balancer_events == 1 and switched.balancer_stall_seconds == pytest.approx(0.25)
+    stats = step(3, 4001.2)
+    builder.add(stats, timer.observe(stats))
+    quiet = builder.roll(4002.0).snapshot
+    assert quiet.balancer_events == 0 and quiet.balancer_stall_seconds is None
+    assert "balancer_stall_seconds" not in quiet.model_dump_json()  # absent, as before the field existed

@@ -1,5 +1,6 @@
 """The loop on the real runtime: `moectl up` with real workers (ep_size 4, 1 s windows) under its drifting
-workload; the controller rebalances the decode pool and the measured slot-load imbalance falls."""
+workload; the controller rebalances the decode pool and the measured slot-load imbalance falls. What the switch
+cost is measured by the ranks (each times its own) and stored for the pool, in place of the engine's prior."""
 
 from __future__ import annotations
 
@@ -38,9 +39,12 @@ def test_real_workers_rebalance_and_their_imbalance_falls(tmp_path):
         # (controlplane/loop/verify.py)
         assert first["measured"]["imbalance_after"] < first["measured"]["imbalance_before"], json.dumps(first)
 
-        def applied() -> int | None:
+        def decode() -> dict:
             overview = httpx.get(f"{url}/v1/deployments/tiny/overview", timeout=10).json()
-            return next(p for p in overview["pools"] if p["role"] == "decode")["applied_placement_version"]
+            return next(p for p in overview["pools"] if p["role"] == "decode")
+
+        def applied() -> int | None:
+            return decode()["applied_placement_version"]
 
         # every rank runs one version (null while their last reports straddle a switch), at least that one
         version = applied()
@@ -48,3 +52,10 @@ def test_real_workers_rebalance_and_their_imbalance_falls(tmp_path):
             time.sleep(0.5)
             version = applied()
         assert (version or 0) >= first["placement_version"] >= 1
+        # the switch the ranks made was timed and folded into the pool's cost (the loop's pass after its window)
+        cost = decode()["change_cost"]
+        while not cost["num_measured"] and time.monotonic() - started < 280:
+            time.sleep(0.5)
+            cost = decode()["change_cost"]
+        assert cost["num_measured"] >= 4 and cost["source"].startswith("measured: "), cost  # one switch per rank
+        assert 0 < cost["seconds"] < 60 and cost["last_seconds"] > 0, cost

@@ -17,7 +17,7 @@ from controlplane.store.timestamps import seconds
 
 TABLES = {"deployments", "pools", "agents", "load_windows", "placements", "knob_versions", "policies", "actions",
           "requests", "tokens", "alert_events", "leaders", "knob_parks", "audit_events", "replica_windows",
-          "router_windows", "pool_plans"}
+          "router_windows", "pool_plans", "change_costs"}
 # the last revision with a table per scalar knob (routing_limits, pool_sizes, prefill_thresholds)
 BEFORE_KNOB_VERSIONS = "2026_12_03_deployment_engine"
 KNOB_VERSIONS = "2026_12_04_knob_versions"

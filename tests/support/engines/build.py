@@ -15,11 +15,13 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+if str(Path(__file__).resolve().parents[3]) not in sys.path:  # run as a script (make engines): agents.* imports
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 SGLANG_VERSION = "0.5.23"
 VLLM_VERSION = "0.34.0"
@@ -36,7 +38,9 @@ SGLANG_PURE = ["apache-tvm-ffi==0.1.11", "compressed-tensors==0.20.1", "dill==0.
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("MOECTL_ENGINE_CACHE", Path.home() / ".cache" / "moectl" / "engines"))
+    from agents.adapters.vllm.server import engine_cache_dir  # one definition; the repository root is on sys.path
+
+    return engine_cache_dir()
 
 
 def wheel(name: str, version: str) -> Path | None:

