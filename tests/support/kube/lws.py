@@ -25,7 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from support.kube import build
 from support.kube.client import KubeCluster
 from support.kube.cluster import _spawn, _wait_until
-from support.kube.crds import module_dir
+from support.kube.crds import install_crds, module_dir
 from support.kube.pki import make_serving_cert
 from support.servers import free_port, until
 
@@ -69,7 +69,7 @@ def _hooks(webhook_port: int, ca_bundle: bytes, namespace: str) -> list[dict]:
 @contextmanager
 def running_lws_controller(cluster: KubeCluster, admin: ApiClient, namespace: str) -> Iterator[None]:
     """The controller and its webhooks for LeaderWorkerSets in `namespace`, until the context exits (the LWS CRD
-    installed first)."""
+    installed first; the DisaggregatedSet CRD, which it also watches, is installed here)."""
     workdir = cluster.workdir / "lws"
     cert_dir = workdir / "certs"
     cert_dir.mkdir(parents=True, exist_ok=True)
@@ -80,6 +80,10 @@ def running_lws_controller(cluster: KubeCluster, admin: ApiClient, namespace: st
     config = workdir / "config.yaml"
     config.write_text(yaml.safe_dump(_config(str(cert_dir), webhook_port, probe_port)))
     hooks = AdmissionregistrationV1Api(admin)
+    # v0.9.0 also runs a DisaggregatedSet controller: without its CRD the manager stops once its cache gives up
+    # waiting (2 min), taking the LeaderWorkerSet controller with it
+    crds = module_dir(build.LWS[0], build.LWS[1]) / "config" / "crd" / "bases"
+    install_crds(admin, [yaml.safe_load((crds / "disaggregatedset.x-k8s.io_disaggregatedsets.yaml").read_text())])
     with ExitStack() as stack:
         log = workdir / "lws-controller.log"
         process = _spawn(stack, [str(cluster.bin_dir / "lws-controller"), f"--config={config}",
