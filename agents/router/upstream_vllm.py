@@ -16,19 +16,19 @@ ENGINE = "vllm"
 
 
 def load_of(metrics_text: str) -> tuple[int, int, float]:
-    """(requests running, requests waiting, KV-cache usage 0..1) from a vLLM server's /metrics text; KeyError when
-    one is missing (not a vLLM server)."""
-    wanted = {SERVING.running: 0.0, SERVING.waiting: 0.0, SERVING.kv_usage: 0.0}
-    seen = set()
+    """(requests running, requests waiting, KV-cache usage 0..1) from a vLLM server's /metrics text: requests summed
+    over its engines (one sample each, labelled by engine index), the usage their mean. KeyError when a series is
+    missing (not a vLLM server)."""
+    samples: dict[str, list[float]] = {SERVING.running: [], SERVING.waiting: [], SERVING.kv_usage: []}
     for family in text_string_to_metric_families(metrics_text):
         for sample in family.samples:
-            if sample.name in wanted:
-                wanted[sample.name] += sample.value  # one sample per engine (vLLM labels them by engine index)
-                seen.add(sample.name)
-    missing = set(wanted) - seen
+            if sample.name in samples:
+                samples[sample.name].append(sample.value)
+    missing = sorted(name for name, values in samples.items() if not values)
     if missing:
-        raise KeyError(f"not in its /metrics: {sorted(missing)}")
-    return int(wanted[SERVING.running]), int(wanted[SERVING.waiting]), float(wanted[SERVING.kv_usage])
+        raise KeyError(f"not in its /metrics: {missing}")
+    usage = samples[SERVING.kv_usage]
+    return int(sum(samples[SERVING.running])), int(sum(samples[SERVING.waiting])), sum(usage) / len(usage)
 
 
 async def stream(client: httpx.AsyncClient, url: str, model: str, token_ids: list[int], body: dict

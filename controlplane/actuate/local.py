@@ -22,7 +22,7 @@ import httpx
 
 from agents.protocol.http import listening_socket
 from controlplane.actuate.fence import Fence
-from controlplane.actuate.processes import die_with_parent, stop_processes
+from controlplane.actuate.processes import STOP_SECONDS, die_with_parent, stop_processes
 from controlplane.actuate.scaler import PoolRef, ScaleState
 
 log = logging.getLogger("moectl.local")
@@ -53,7 +53,8 @@ class LocalWorkers:
     instance name). `module`: what an instance runs (`python -m MODULE`, the worker's arguments):
     `agents.worker`, or `agents.adapters.vllm.instance` (a vLLM server and its sidecar). `health_path`: answers 200
     once a rank serves. `load_path`: a rank's running and waiting requests (`/v1/internal/load`); "": it has none,
-    and a drained instance is idle once the router has nothing in flight there (every request comes through it)."""
+    and a drained instance is idle once the router has nothing in flight there (every request comes through it).
+    `stop_seconds`: from SIGTERM to SIGKILL (a vLLM instance stops its server, up to 40 s, and cleans up after it)."""
 
     deployment: str
     ep_sizes: dict[str, int]
@@ -63,6 +64,7 @@ class LocalWorkers:
     module: str = "agents.worker"
     health_path: str = "/healthz"
     load_path: str = "/v1/internal/load"
+    stop_seconds: float = STOP_SECONDS
 
 
 class LocalScaler:
@@ -147,7 +149,7 @@ class LocalScaler:
             self.stopping.set()
         self.watcher.join(timeout=5)
         with self.lock:
-            stop_processes({name: i.process for name, i in self.instances.items()})
+            stop_processes({name: i.process for name, i in self.instances.items()}, timeout=self.workers.stop_seconds)
             self.instances.clear()
         self.client.close()
 
@@ -259,5 +261,5 @@ class LocalScaler:
                 return
         with self.lock:
             self.instances.pop(instance.name, None)
-        stop_processes({instance.name: instance.process})
+        stop_processes({instance.name: instance.process}, timeout=self.workers.stop_seconds)
         log.info("%s: removed and stopped", instance.name)

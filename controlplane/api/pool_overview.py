@@ -27,8 +27,10 @@ def plan_out(session: Session, deployment: Deployment, pools: list[Pool]) -> Poo
 def history(session: Session, deployment: Deployment, pools: list[Pool], settings: Settings, now: float,
             limit: int) -> list[PoolPoint]:
     current_index = first_unread_index(now, settings.window_seconds)
+    # the PD pools, or a unified one (vLLM servers: controlplane/solve/pools/unified.py)
+    roles = [role for role in ("prefill", "decode", "unified") if role in {pool.role for pool in pools}]
     windows = serving.pool_windows(session, deployment, pools, before_index=current_index, limit=limit,
                                    grid_seconds=settings.window_seconds)
     return [PoolPoint(end=w.end, request_rate=None if w.num_arrivals is None else w.num_arrivals / w.seconds,
                       ttft_p90=w.ttft.p90 if w.ttft else None, itl_p90=w.itl.p90 if w.itl else None,
-                      replicas={role: len(w.of_role(role)) for role in ("prefill", "decode")}) for w in windows]
+                      replicas={role: len(w.of_role(role)) for role in roles}) for w in windows]

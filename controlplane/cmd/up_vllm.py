@@ -39,6 +39,7 @@ VLLM_POLICY = {"mode": "auto", "slo": {"ttft_p90_seconds": 2.0, "itl_p90_seconds
 # light: the servers share two cores with the controller, the router and the workload; prompts fit 512 tokens
 WORKLOAD = ("--max-chars", "300", "--max-tokens", "32", "--max-concurrency", "16")
 STARTUP_SECONDS = 60.0  # a vLLM server answers /health 23-60 s after it is started (2 cores)
+STOP_SECONDS = 50.0  # an instance stops its vLLM (SIGTERM, SIGKILL 30 s later: agents/adapters/vllm/server.py)
 MAX_START_SECONDS = 460.0  # its own bound (agents/adapters/vllm/server.py) and the sidecar's first window
 CANNOT = ("moectl cannot move vLLM's experts on a CPU: vLLM refuses --enable-eplb there, so no placement is applied "
           "(moectl observes every expert's load and sizes the pool; placements apply on GPU servers with EPLB)")
@@ -73,7 +74,8 @@ def up_vllm(settings: Settings, *, router_port: int | None = None, pool_policy: 
     env = os.environ | {"MOECTL_AGENT_TOKEN": settings.agent_token, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     workers = LocalWorkers(DEPLOYMENT, {ROLE: 1}, env=env, run=f"{secrets.token_hex(2)}-",
                            args=["--controller", url, "--window-seconds", f"{settings.window_seconds:g}"],
-                           module="agents.adapters.vllm.instance", health_path="/health", load_path="")
+                           module="agents.adapters.vllm.instance", health_path="/health", load_path="",
+                           stop_seconds=STOP_SECONDS)
     scaler = LocalScaler(workers, router=router_url, admin_token=admin_token, start_timeout=MAX_START_SECONDS)
     # the first server registers the deployment (its model shape is the sidecar's to say) with the pool policy
     policy = json.dumps(VLLM_POLICY if pool_policy is None else pool_policy)

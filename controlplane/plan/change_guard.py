@@ -19,7 +19,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from controlplane.observed.pool import Window
+from controlplane.observed.window import Window
 
 MIN_LATENCY_SAMPLES = 200  # requests (TTFT) or tokens (ITL) on each side before a latency is compared
 MIN_DRAFT_TOKENS = 1000  # draft tokens on each side before acceptance is compared

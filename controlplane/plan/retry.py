@@ -23,7 +23,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from controlplane.observed.pool import FailedTry, KnobInputs, PoolState
+from controlplane.observed.knob_park import FailedTry, KnobInputs
+from controlplane.observed.pool import PoolState
 from controlplane.plan.effect import MIN_SHARE_OF_PREDICTED
 from controlplane.plan.parking import LOAD_RATE_FACTOR, LOAD_SHIFT, load_shift, material_change, material_reason
 

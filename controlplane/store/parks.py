@@ -6,7 +6,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from controlplane.desired import Effect
-from controlplane.observed.pool import FailedTry, KnobInputs, Parked
+from controlplane.observed.knob_park import FailedTry, KnobInputs, Parked
 from controlplane.store.arrays import pack, unpack
 from controlplane.store.batches import delete_some
 from controlplane.store.tables import Action, KnobPark, Pool

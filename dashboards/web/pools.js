@@ -1,4 +1,4 @@
-// Pools: the prefill/decode pool planner at a glance. Replicas per pool (ready, starting, draining, bounds),
+// Pools: the pool planner at a glance (prefill/decode pools, or a unified pool of vLLM servers). Replicas per pool (ready, starting, draining, bounds),
 // each latency target against what the routers measured, the load the pools are sized for and the last
 // forecast, the PD-aware threshold, and why each pool is as it is; over time, the request rate and the
 // replicas that reported each window, with the scaling actions marked where they were made.
@@ -72,14 +72,15 @@ export class PoolsPanel {
   chart(points) {
     const xs = points.map((p) => p.end);
     const data = [xs, points.map((p) => p.request_rate), points.map((p) => p.replicas.prefill ?? null),
-      points.map((p) => p.replicas.decode ?? null)];
+      points.map((p) => p.replicas.decode ?? null), points.map((p) => p.replicas.unified ?? null)];
     if (!this.u) {
       const width = Math.max(200, this.chartEl.clientWidth);
       this.u = new uPlot({
         width, height: PLOT_HEIGHT, legend: { live: true }, scales: { x: { time: true }, n: { range: (u, min, max) => [0, Math.max(3, max + 1)] } },
         series: [{}, { label: "requests/s", stroke: "#2f5fd0", width: 2 },
           { label: "prefill replicas", stroke: "#d8763b", width: 2, scale: "n", paths: uPlot.paths.stepped({ align: 1 }) },
-          { label: "decode replicas", stroke: "#3ba86a", width: 2, scale: "n", paths: uPlot.paths.stepped({ align: 1 }) }],
+          { label: "decode replicas", stroke: "#3ba86a", width: 2, scale: "n", paths: uPlot.paths.stepped({ align: 1 }) },
+          { label: "unified replicas", stroke: "#7a4fd0", width: 2, scale: "n", paths: uPlot.paths.stepped({ align: 1 }) }],
         axes: [{ size: 28 }, { size: 44 }, { side: 1, scale: "n", size: 30, grid: { show: false } }],
         hooks: { draw: [(u) => this.drawMarks(u)] },
       }, data, this.chartEl);
