@@ -158,8 +158,6 @@ def plan_placement(policy: Policy, pool: PoolState, now: float, *, is_forced: bo
                                     f"{solved.imbalance:.3f}", change, **inputs)
 
 
-
-
 def _decide(given: Given) -> Plan:
     """The placement's plan, made only where it pays what the change costs the pool (plan/placement_price.py)."""
     inputs = given.inputs
