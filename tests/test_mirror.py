@@ -22,9 +22,6 @@ ELSEWHERE: dict[str, str] = {
     "agents/worker/": "tests/agents/worker/ runs the worker as a process (its entry point), not by import",
     "agents/processes.py": "tests/support/servers.py and the adapters' tests start every process through it",
     "agents/sim/workloads.py": "tests/benchmarks/test_closed_loop_benchmark.py, through the benchmark it drives",
-    "controlplane/plan/decisions.py": "the pass's decide phase: tests/controlplane/loop/ (test_reconcile.py)",
-    "controlplane/plan/knob_plans.py": "the registry the pass loops over: tests/controlplane/loop/",
-    "controlplane/plan/pool_plan.py": "the pool plan of a pass: tests/controlplane/loop/test_reconcile_pools.py",
     "controlplane/cmd/cli.py": "tests/controlplane/cmd/test_cli_agent_commands.py runs `moectl` as a process",
     "controlplane/cmd/status.py": "tests/controlplane/api/test_deployments_api.py and "
                                   "tests/controlplane/loop/test_reconcile_pools.py render what it shows",
