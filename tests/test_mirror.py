@@ -28,7 +28,6 @@ ELSEWHERE: dict[str, str] = {
     "controlplane/store/change_costs.py": "tests/controlplane/loop/test_placement_price_loop.py: the costs the pass "
                                           "folds and stores",
     "controlplane/cmd/tokens.py": "`moectl token`, run by tests/controlplane/cmd/test_up.py's controller",
-    "controlplane/solve/placement/shape.py": "tests/controlplane/cmd/test_slots_cli.py, the `moectl slots` it answers",
     "controlplane/actuate/pool_pass.py": "the pass's write phase: tests/controlplane/loop/",
     "controlplane/actuate/scale.py": "tests/support/scaling.py's pool scaler, in tests/controlplane/loop/ and "
                                      "tests/kube/",
