@@ -30,8 +30,9 @@ run: $(STAMP)
 sysdeps:
 	@.ci/timed "debian packages" bash .ci/sysdeps
 
-# The Kubernetes test cluster (etcd, kube-apiserver, kube-controller-manager, helm) built with Go from the
-# module proxy, once per machine, into ~/.cache/moectl/kube (MOECTL_KUBE_CACHE); cached builds are skipped.
+# The Kubernetes test cluster (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, helm, kwok and the
+# LeaderWorkerSet controller) built with Go from the module proxy, once per machine, into ~/.cache/moectl/kube
+# (MOECTL_KUBE_CACHE); cached builds are skipped.
 # Standard library only, so it needs no .venv: `make test` runs it beside the venv's download.
 kube:
 	@.ci/timed "kube: test cluster binaries" $(PYTHON) tests/support/kube/build.py

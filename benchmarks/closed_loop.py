@@ -15,7 +15,7 @@ the next window on:
 - periodic EPLB: every K minutes a from-scratch solve (benchmarks/baselines/eplb.py, behind
   controlplane/solve/placement/algorithm.py's PlacementAlgorithm) of the load summed over those K minutes, as SGLang and
   vLLM run it;
-- moectl: the real planner (controlplane/plan/placement.py `plan_pool` and its solver, pure, in-process, the clock
+- moectl: the real planner (controlplane/plan/placement.py `plan_placement` and its solver, pure, in-process, the clock
   passed in), fed the windows the controller would store, under each policy of MOECTL_POLICIES (threshold, cooldown,
   moves budget).
 
@@ -61,9 +61,12 @@ from agents.sim.reach import Routing, sample_reach
 from agents.sim.workloads import WORKLOADS, Workload
 from benchmarks.baselines.eplb import Eplb
 from controlplane.desired import Decision, KnobKind, Policy
-from controlplane.observed.pool import RANK_REPORTS, KnobChange, PoolState, Window
-from controlplane.plan.placement import plan_pool
-from controlplane.solve.placement.solver import Topology, solve_placement
+from controlplane.observed.knob_change import KnobChange
+from controlplane.observed.pool import PoolState
+from controlplane.observed.window import RANK_REPORTS, Window
+from controlplane.plan.placement import plan_placement
+from controlplane.solve.placement.solver import solve_placement
+from controlplane.solve.placement.topology import Topology
 
 WINDOW_SECONDS = 5.0
 STEPS_PER_WINDOW = int(WINDOW_SECONDS * 20)  # as the simulated fleet's windows
@@ -257,7 +260,7 @@ class Moectl:
             moved_slots_last_hour=sum(n for _, n in recent), num_actions_last_hour=len(recent), top_k=s.top_k,
             model_topk_group=s.topk_group,
             changes=tuple(KnobChange(i, KnobKind.placement, t, "verified", 0) for i, (t, _) in enumerate(recent)))
-        plan = plan_pool(self.policy, state, now)
+        plan = plan_placement(self.policy, state, now)
         if plan.decision != Decision.rebalance:
             return None
         self.version += 1

@@ -61,7 +61,7 @@ from benchmarks.closed_loop import (
     table,
 )
 from controlplane.desired import Policy
-from controlplane.observed.pool import RANK_REPORTS, Window
+from controlplane.observed.window import RANK_REPORTS, Window
 from controlplane.plan.change_price import (
     ENGINE_PRIORS,
     ChangeCost,

@@ -3,7 +3,7 @@ controller's ServiceAccount with the chart's RBAC:
 
 - scale round trip: `KubeScaler.set_replicas` (read the scale, write it with its resourceVersion), then until
   the Deployment's ReplicaSet has the new size (the controller-manager followed), and one whole
-  `Reconciler.pool` of a person's request (SQLite) that ends in that write;
+  `Reconciler.reconcile_pool` of a person's request (SQLite) that ends in that write;
 - takeover: two real controller replicas (`python -m controlplane serve`, PostgreSQL), the leader killed with
   SIGKILL, until the other holds the election (a Lease, or the database row), with the tests' timing
   (lease 3 s, renew deadline 2 s, retry 0.5 s).
@@ -76,7 +76,7 @@ def scale_round_trips(cluster, namespace: str, num_writes: int) -> list[str]:
     return ["| step | n | median ms | min ms | max ms |", "|---|---|---|---|---|",
             row("`set_replicas`: read scale + write with resourceVersion", writes, 1000, 0),
             row("... until the ReplicaSet has the new size", follows, 1000, 0),
-            row("`Reconciler.pool` of a person's request, ending in the write", reconciles, 1000, 0)]
+            row("`Reconciler.reconcile_pool` of a person's request, ending in the write", reconciles, 1000, 0)]
 
 
 def takeovers(name: str, env: dict[str, str], holder: Callable[[], str | None], database_url: str,

@@ -2,7 +2,7 @@
 same pools at 64 GPUs (8 nodes) and at 1,024 GPUs (128 nodes), each on a cluster of its own, side by side.
 
 Per fleet, half the GPUs to decode (a Deployment of 8-GPU pods) and half to prefill (LeaderWorkerSet groups of
-2 x 8-GPU pods; the test's stand-in plays the LWS controller), then a traffic shift (an eighth of the GPUs from
+2 x 8-GPU pods, made by the LeaderWorkerSet controller itself), then a traffic shift (an eighth of the GPUs from
 decode to prefill, decode drained first). Measured:
 
 - decision to all pods Ready: from the pass that writes the size until every pod of both pools is Ready (kwok
@@ -49,7 +49,6 @@ def until_ready(lws, pods_of, num_decode: int, num_prefill_pods: int, timeout: f
     from support.kube.fleet import is_ready
     started = time.monotonic()
     while time.monotonic() - started < timeout:
-        lws.sync()
         decode, prefill = pods_of("decode"), lws.pods()
         if len(decode) == num_decode and len(prefill) == num_prefill_pods and all(map(is_ready, decode + prefill)):
             return time.monotonic() - started
@@ -77,7 +76,6 @@ def measure(bin_dir, num_nodes: int, num_passes: int) -> dict:
         started = time.monotonic()
         pools.reconcile("decode", replicas=num_decode)
         pools.reconcile("prefill", replicas=num_groups)
-        lws.sync()
         out["up_writes"] = writes(counts)
         out["up_ready_s"] = time.monotonic() - started + until_ready(lws, pods_of, num_decode, 2 * num_groups)
 
@@ -89,7 +87,6 @@ def measure(bin_dir, num_nodes: int, num_passes: int) -> dict:
         counts.clear()
         pools.reconcile("prefill", replicas=num_groups + shift // 16)
         out["shift_writes"] = (decode_writes, writes(counts))
-        lws.sync()
         out["shift_ready_s"] = time.monotonic() - started + until_ready(lws, pods_of, num_decode - shift // 8,
                                                                         2 * (num_groups + shift // 16))
         out["leaving"] = len(pools.actions("decode")[-1].measured["leaving"])

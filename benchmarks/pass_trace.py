@@ -148,9 +148,11 @@ def count_returns(stops: list[str]) -> int:
 
 
 def pass_function(settings: Settings) -> Callable[..., reconcile.PassResult]:
-    """One reconcile pass: `Reconciler.once`, or on a tree from before it, `reconcile_once` (same arguments)."""
+    """One reconcile pass: `Reconciler.run_pass` (`Reconciler.once` before #44's renames), or on a tree from before
+    the reconciler, `reconcile_once` (same arguments)."""
     if hasattr(reconcile, "Reconciler"):
-        return reconcile.Reconciler(settings).once
+        reconciler = reconcile.Reconciler(settings)
+        return getattr(reconciler, "run_pass", None) or reconciler.once
     return lambda sessions, *, now: reconcile.reconcile_once(sessions, settings, now=now)
 
 

@@ -23,7 +23,7 @@ import numpy as np
 from benchmarks.baselines.eplb import Eplb
 from controlplane.solve.placement.algorithm import MigrationAware, PlacementAlgorithm
 from controlplane.solve.placement.packing import ratio_bound
-from controlplane.solve.placement.solver import Topology
+from controlplane.solve.placement.topology import Topology
 
 NUM_LAYERS, NUM_EXPERTS, NUM_SLOTS, NUM_GROUPS = 58, 256, 288, 8
 CASES = [  # name, nodes, gpus per node, locality (EPLB: hierarchical iff groups % nodes == 0)

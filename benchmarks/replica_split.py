@@ -29,8 +29,8 @@ from agents.sim.load import LoadModel
 from agents.sim.workloads import SERVING
 from benchmarks.baselines.eplb import Eplb
 from controlplane.solve.placement.algorithm import MigrationAware
-from controlplane.solve.placement.solver import Topology
 from controlplane.solve.placement.step_split import solve_for_split
+from controlplane.solve.placement.topology import Topology
 
 # (name, GPUs, slots per GPU, tokens per GPU and step): DeepSeek's prefill (EP32, 16,384 tokens per GPU, as SGLang's
 # profile) and decode (EP320; 128 sequences per GPU, ~1.8 tokens each with MTP)

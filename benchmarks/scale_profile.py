@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             started = time.perf_counter()
             with pass_profile:
-                result = Reconciler(settings).once(sessions, now=now + WINDOW_SECONDS / 2)
+                result = Reconciler(settings).run_pass(sessions, now=now + WINDOW_SECONDS / 2)
             pass_seconds.append(time.perf_counter() - started)
             print(f"window {k}: posts {[round(s, 3) for i, s in post_seconds if i == k]} s, pass "
                   f"{pass_seconds[-1]:.2f} s {[p.decision.value for p in result.plans]}", flush=True)

@@ -51,7 +51,8 @@ def run_case(name: str, start: str, steps: int, repeats: int, seed: int, drift_s
     from agents.protocol.placement import default_slot_to_expert, layer_imbalance
     from agents.sim.load import LoadModel
     from benchmarks.baselines.eplb import Eplb
-    from controlplane.solve.placement.solver import Topology, solve_placement
+    from controlplane.solve.placement.solver import solve_placement
+    from controlplane.solve.placement.topology import Topology
 
     nodes, gpn, k, is_local = CASES[name]
     topology = Topology(nodes, gpn, k, NUM_GROUPS)

@@ -33,7 +33,8 @@ from benchmarks.baselines.dynamo_kalman import Kalman
 from benchmarks.baselines.dynamo_load import LoadLoop
 from benchmarks.pdsim.profile import Profile
 from controlplane.observed.serving import ROLES
-from controlplane.solve.pools.decision import DecisionKind, PoolDecision, PoolPlan
+from controlplane.solve.pools.decision import DecisionKind, PoolDecision
+from controlplane.solve.pools.planning import PoolDecisions
 from controlplane.solve.pools.view import PoolsView
 
 
@@ -119,11 +120,11 @@ class DynamoSla:
             f"predicted {num_req:.0f} req/{self.adjustment_interval:.0f}s isl {isl:.0f} osl {osl:.0f}; "
             f"correction p={self.p_correction:.2f} d={self.d_correction:.2f}")
 
-    def plan(self, view: PoolsView) -> PoolPlan:
+    def plan(self, view: PoolsView) -> PoolDecisions:
         current = {role: view.pools[role].num_serving for role in ROLES}
 
-        def keep(reason: str) -> PoolPlan:
-            return PoolPlan(view.now, tuple(PoolDecision(view.now, role, current[role], current[role],
+        def keep(reason: str) -> PoolDecisions:
+            return PoolDecisions(view.now, tuple(PoolDecision(view.now, role, current[role], current[role],
                                                          DecisionKind.keep, reason) for role in ROLES))
 
         if not view.latest:
@@ -145,7 +146,7 @@ class DynamoSla:
             return keep(reason)
         if any(view.pools[role].num_starting for role in ROLES):
             return keep(f"deployment not ready (replicas starting): skip scaling to {targets}")
-        return PoolPlan(view.now, tuple(
+        return PoolDecisions(view.now, tuple(
             PoolDecision(view.now, role, current[role],
                          min(max(targets[role], view.pools[role].min_replicas), view.pools[role].max_replicas),
                          DecisionKind.predictive if is_tick else DecisionKind.reactive, reason) for role in ROLES))

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from controlplane.solve.placement.solver import PlacementPlan, Topology, plan_of
+from controlplane.solve.placement.solver import PlacementPlan, plan_of
+from controlplane.solve.placement.topology import Topology
 
 
 def balanced_packing(weight: np.ndarray, num_packs: int) -> tuple[np.ndarray, np.ndarray]:

@@ -18,7 +18,8 @@ from benchmarks.baselines.static import StaticPools
 from benchmarks.pdsim.simulator import SimConfig
 from benchmarks.pdsim.trace import Trace
 from controlplane.observed.serving import ROLES
-from controlplane.solve.pools.decision import DecisionKind, PoolDecision, PoolPlan
+from controlplane.solve.pools.decision import DecisionKind, PoolDecision
+from controlplane.solve.pools.planning import PoolDecisions
 from controlplane.solve.pools.view import PoolsView
 
 
@@ -30,10 +31,10 @@ class StepOracle:
     down_at: float  # seconds: the end of the first window after the fall
     name: str = "oracle-step (bound)"
 
-    def plan(self, view: PoolsView) -> PoolPlan:
+    def plan(self, view: PoolsView) -> PoolDecisions:
         sizes, why = (self.high, "oracle: the step measured") if self.up_at <= view.now < self.down_at else \
             (self.low, "oracle: low rate")
-        return PoolPlan(view.now, tuple(
+        return PoolDecisions(view.now, tuple(
             PoolDecision(view.now, role, view.pools[role].num_serving, sizes[role], DecisionKind.keep, why)
             for role in ROLES))
 

@@ -17,7 +17,8 @@ from benchmarks.pdsim.outcome import meets_targets
 from benchmarks.pdsim.simulator import SimConfig, simulate
 from benchmarks.pdsim.trace import Trace
 from controlplane.observed.serving import ROLES
-from controlplane.solve.pools.decision import DecisionKind, PoolDecision, PoolPlan
+from controlplane.solve.pools.decision import DecisionKind, PoolDecision
+from controlplane.solve.pools.planning import PoolDecisions
 from controlplane.solve.pools.view import PoolsView
 
 PEAK_SECONDS = 300  # the span the peak rate is averaged over
@@ -29,8 +30,8 @@ class StaticPools:
     sizes: dict  # role -> replicas
     name: str = "static-peak"
 
-    def plan(self, view: PoolsView) -> PoolPlan:
-        return PoolPlan(view.now, tuple(
+    def plan(self, view: PoolsView) -> PoolDecisions:
+        return PoolDecisions(view.now, tuple(
             PoolDecision(view.now, role, view.pools[role].num_serving, self.sizes[role], DecisionKind.keep,
                          "static: sized once for the peak") for role in ROLES))
 

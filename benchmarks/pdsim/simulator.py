@@ -23,7 +23,8 @@ from benchmarks.pdsim.requests import Requests
 from benchmarks.pdsim.router import SimRouter
 from benchmarks.pdsim.trace import Trace
 from controlplane.observed.serving import ROLES, PoolWindow
-from controlplane.solve.pools.decision import PoolDecision, PoolPlanner, ThresholdDecision
+from controlplane.solve.pools.decision import PoolDecision, ThresholdDecision
+from controlplane.solve.pools.planning import PoolPlanner
 from controlplane.solve.pools.view import PoolsView, SloTarget
 
 

@@ -1,4 +1,4 @@
-"""One pool's reconcile, under its lock: what each knob's actuation writes with. `Reconciler.pool`
+"""One pool's reconcile, under its lock: what each knob's actuation writes with. `Reconciler.reconcile_pool`
 (controlplane/loop/reconcile.py) makes one per pool and pass, once it has the pool's lock and active policy."""
 
 from __future__ import annotations

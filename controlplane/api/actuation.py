@@ -31,17 +31,17 @@ class Actuation:
         if not self.reconciler.fence.is_leading():
             return None
         guard(session, self.reconciler.fence)
-        return self.reconciler.pool(session, deployment, pool, now=now)
+        return self.reconciler.reconcile_pool(session, deployment, pool, now=now)
 
     def preview(self, session: Session, deployment: Deployment, pool: Pool, *, now: float) -> PoolResult:
         """What a rebalance would do now, on any replica: a forced dry run that writes nothing."""
-        return self.reconciler.pool(session, deployment, pool, now=now, dry_run=True, is_forced=True)
+        return self.reconciler.reconcile_pool(session, deployment, pool, now=now, dry_run=True, is_forced=True)
 
     def reconcile_requested(self, session: Session, deployment: Deployment, pool: Pool, *, now: float) -> None:
-        """`Reconciler.requested` on the leader (a storm of triggers costs one plan); nothing elsewhere."""
+        """`Reconciler.reconcile_requested` on the leader (a storm of triggers costs one plan); nothing elsewhere."""
         if self.reconciler.fence.is_leading():
             guard(session, self.reconciler.fence)
-            self.reconciler.requested(session, deployment, pool, now=now)
+            self.reconciler.reconcile_requested(session, deployment, pool, now=now)
 
     def approve(self, session: Session, pool: Pool, action: Action, *, approved_by: str, now: float) -> None:
         """Applies a waiting action the caller claimed (superseded if what it changes moved on)."""

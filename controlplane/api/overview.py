@@ -21,8 +21,9 @@ from controlplane.api.overview_schemas import (
 from controlplane.api.schemas import ActionOut, AgentsHealth
 from controlplane.config import Settings
 from controlplane.desired import KnobKind, Policy
-from controlplane.observed.pool import PoolState, Window, acceptance_by_position, dropped_share
+from controlplane.observed.pool import PoolState
 from controlplane.observed.report import merge_counters
+from controlplane.observed.window import Window, acceptance_by_position, dropped_share
 from controlplane.plan.change_cost import change_cost
 from controlplane.plan.diagnose import diagnose_mtp
 from controlplane.plan.engines import RAILS

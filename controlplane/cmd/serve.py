@@ -194,7 +194,7 @@ def reconcile_command(settings: Settings, *, once: bool, dry_run: bool) -> int:
                 print(f"{elector.where} is held by another replica: not reconciling", flush=True)
                 if once:
                     return 2
-            result = reconciler.once(sessions, now=time.time(), dry_run=dry_run)
+            result = reconciler.run_pass(sessions, now=time.time(), dry_run=dry_run)
             for plan in result.plans:
                 print(f"{plan.deployment}/{plan.role}: {plan.decision.value}: {plan.reason}", flush=True)
             if once:

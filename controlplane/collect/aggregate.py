@@ -9,12 +9,12 @@ from collections.abc import Iterable, Sequence
 from agents.protocol import Snapshot
 from agents.protocol.grid import window_index
 from agents.protocol.group import GroupSnapshot, RankRow
-from controlplane.observed.pool import ACCEPTED_AT, GROUPS_AT, NODES_AT
 from controlplane.observed.report import COUNTERS, Report
+from controlplane.observed.window import ACCEPTED_AT, GROUPS_AT, NODES_AT
 
 # None where the agent does not measure them: summed over the rows that do, below
 _OPTIONAL = ("balancer_events", "balancer_stall_seconds")
-# ACCEPTED_AT, GROUPS_AT, NODES_AT (controlplane/observed/pool.py) + n: accepted tokens at draft position n, tokens
+# ACCEPTED_AT, GROUPS_AT, NODES_AT (controlplane/observed/window.py) + n: accepted tokens at draft position n, tokens
 # whose top-k reached n groups / nodes: summed like COUNTERS; the rest of COUNTERS are sent as they are
 _FIELDS = tuple(name for name in COUNTERS if name in RankRow.model_fields and name not in _OPTIONAL)
 

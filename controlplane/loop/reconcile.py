@@ -9,10 +9,10 @@
    findings (reconcile_pools.py, findings.py);
 5. `answer`: the pool's result, and each pending request told what came of it.
 
-Every trigger ends here: the loop's pass (`once`), and a person's or an alert's request, recorded on the pool and
-reconciled at once (`requested`). Every writer of a pool holds its lock (`store.deployments.lock_pool`); only
-the leader writes, each commit fenced (`actuate.fence.guard`). Pruning is its own job beside the pass
-(controlplane/loop/prune.py). What the loop does, and why: docs/reference/loop.md.
+Every trigger ends here: the loop's pass (`run_pass`), and a person's or an alert's request, recorded on the pool
+and reconciled at once (`reconcile_requested`). Every writer of a pool holds its lock
+(`store.deployments.lock_pool`); only the leader writes, each commit fenced (`actuate.fence.guard`). Pruning is its
+own job beside the pass (controlplane/loop/prune.py). What the loop does, and why: docs/reference/loop.md.
 """
 
 from __future__ import annotations
@@ -43,8 +43,9 @@ from controlplane.observed.measured_cost import fold_windows
 from controlplane.observed.pool import PoolState
 from controlplane.plan.change_cost import change_cost
 from controlplane.plan.change_price import ChangeCost
-from controlplane.plan.decisions import Decisions, PoolInputs, decide
+from controlplane.plan.decisions import Decisions, decide
 from controlplane.plan.engines import engine_policy
+from controlplane.plan.pool_inputs import PoolInputs
 from controlplane.store import change_costs, deployments, parks, policies, pools, requests
 from controlplane.store.db import is_unavailable
 from controlplane.store.knobs import PLACEMENT, POOL_SIZE
@@ -93,7 +94,7 @@ class Reconciler:
     def spans(self) -> trace.Tracer:
         return self.tracer or trace.get_tracer("moectl.reconcile")
 
-    def once(self, sessions: sessionmaker[Session], *, now: float, dry_run: bool = False) -> PassResult:
+    def run_pass(self, sessions: sessionmaker[Session], *, now: float, dry_run: bool = False) -> PassResult:
         """One pass over every pool."""
         tracer = self.spans
         started = time.perf_counter()
@@ -110,7 +111,7 @@ class Reconciler:
                     with sessions() as session, session.begin():
                         guard(session, self.fence)
                         deployment, pool = session.get(Deployment, deployment_id), session.get(Pool, pool_id)
-                        result = reconciler.pool(session, deployment, pool, now=now, dry_run=dry_run)
+                        result = reconciler.reconcile_pool(session, deployment, pool, now=now, dry_run=dry_run)
                         plans.append(result.plan)
                         results.append(result)
                 except NotLeader as lost:
@@ -136,11 +137,11 @@ class Reconciler:
                 return self
             planned = PlannedAhead(self.compute)
             with self.spans.start_as_current_span("reconcile.plan_ahead"):
-                replace(self, compute=planned, tracer=trace.NoOpTracer()).pool(
+                replace(self, compute=planned, tracer=trace.NoOpTracer()).reconcile_pool(
                     session, session.get(Deployment, deployment_id), session.get(Pool, pool_id), now=now, dry_run=True)
             return replace(self, compute=planned)
 
-    def pool(self, session: Session, deployment: Deployment, pool: Pool, *, now: float, dry_run: bool = False,
+    def reconcile_pool(self, session: Session, deployment: Deployment, pool: Pool, *, now: float, dry_run: bool = False,
              is_forced: bool = False) -> PoolResult:
         """One pool's pass, phase by phase (this module's docstring); a dry run settles, writes and answers
         nothing. is_forced: plan as if a request were pending (a person's dry run asks what a rebalance would do).
@@ -161,7 +162,7 @@ class Reconciler:
             decisions = self.decide(read, p.policy, now)
             span.set_attribute("moectl.decision", decisions.placement.decision.value)
             if dry_run:  # nothing acted on nor logged: its decisions are the caller's to show (SQLite's plan-ahead
-                return PoolResult(decisions.placement, pool_plan=decisions.pools)  # runs one before every pass)
+                return PoolResult(decisions.placement, pool_plan=decisions.pool_plan)  # runs one before every pass)
             action, is_new = self.write(p, read, decisions, settled)
             return self.answer(read, decisions, settled, action, is_new=is_new, now=now)
 
@@ -192,10 +193,11 @@ class Reconciler:
         """Phase 4: the parks lifted, a person's size, every knob's proposal, the pool plan, the findings, the
         platform brought to the pool's size. Returns the placement action the requests are answered with, and
         whether it is new."""
-        session, deployment, pool, plan, sized = p.session, p.deployment, p.pool, decisions.placement, decisions.pools
+        session, deployment, pool = p.session, p.deployment, p.pool
+        plan, pool_plan = decisions.placement, decisions.pool_plan
         log.info("%s/%s: %s (%s)", deployment.name, pool.role, plan.decision.value, plan.reason)
-        if sized is not None:
-            log.info("%s/%s: pool %s", deployment.name, pool.role, sized.plan.decision(pool.role).reason)
+        if pool_plan is not None:
+            log.info("%s/%s: pool %s", deployment.name, pool.role, pool_plan.plan.decision(pool.role).reason)
         with self.spans.start_as_current_span("write"):
             for knob, why in decisions.unparked().items():
                 parks.release(session, pool=pool, knob=knob, reason=why, now=p.now)
@@ -203,8 +205,8 @@ class Reconciler:
             reconcile_knobs.actuate_pool_size(p, _of_knob(read.asked, POOL_SIZE.kind))
             made = proposals(decisions, p.policy, read.inputs.state, pool.role, read.pending)
             action, is_new = reconcile_knobs.actuate(p, made, read.pending)
-            if sized is not None:
-                reconcile_pools.record(session, deployment, sized, now=p.now)
+            if pool_plan is not None:
+                reconcile_pools.record(session, deployment, pool_plan, now=p.now)
             findings.record_findings(p, settled.regression or decisions.mtp, decisions.prefix_hits)
             findings.record_routing_reach(p, decisions.reach)
             findings.record_balancer(p, decisions.balancer)
@@ -221,7 +223,7 @@ class Reconciler:
         verdicts (which park), but the ones the write phase lifted."""
         parked = tuple(sorted(set(read.inputs.state.parked) - set(decisions.unparked())))
         with self.spans.start_as_current_span("answer"):
-            result = PoolResult(decisions.placement, action, is_new, parked=parked, pool_plan=decisions.pools,
+            result = PoolResult(decisions.placement, action, is_new, parked=parked, pool_plan=decisions.pool_plan,
                                 mtp=settled.regression or decisions.mtp, reach=decisions.reach,
                                 balancer=decisions.balancer)
             for i, request in enumerate(read.pending):  # the first request made a new action, the others joined it
@@ -229,7 +231,7 @@ class Reconciler:
                 requests.settle(request, outcome=outcome, action_id=action.id if action else None, now=now)
             return result
 
-    def requested(self, session: Session, deployment: Deployment, pool: Pool, *, now: float) -> None:
+    def reconcile_requested(self, session: Session, deployment: Deployment, pool: Pool, *, now: float) -> None:
         """A trigger's reconcile, once its requests are committed: handles the pool's pending requests unless
         a concurrent reconcile already did. A storm of deliveries then costs one plan, not one each, and most of
         the storm does not even wait for the pool's lock."""
@@ -237,7 +239,7 @@ class Reconciler:
             return
         deployments.lock_pool(session, pool)
         if requests.pending(session, pool, knob=PLACEMENT.kind):  # again: another reconcile may have had the lock
-            self.pool(session, deployment, pool, now=now)
+            self.reconcile_pool(session, deployment, pool, now=now)
 
     def run_forever(self, sessions: sessionmaker[Session], *, stop: threading.Event, liveness: LoopLiveness,
                     clock: Callable[[], float] = time.time,
@@ -250,7 +252,7 @@ class Reconciler:
             while not stop.is_set():
                 started = time.perf_counter()
                 try:
-                    result = self.once(sessions, now=clock())
+                    result = self.run_pass(sessions, now=clock())
                 except Exception:
                     log.exception("reconcile pass failed; retrying after a backoff")
                     result = PassResult([], 1, time.perf_counter() - started)

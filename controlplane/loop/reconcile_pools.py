@@ -1,5 +1,5 @@
 """The pool planner's reads and its record: what the routers and the instances measured (`observe`, before it
-plans both pools of a PD-disaggregated deployment: controlplane/plan/pools_outcome.py) and the plan people read
+plans both pools of a PD-disaggregated deployment: controlplane/plan/pool_plan.py) and the plan people read
 (`store.pool_plans`, written each pass). Its pool sizes and threshold are written as any knob's
 (controlplane/loop/proposals.py). A deployment is planned only with a latency SLO in its policy and both a
 prefill and a decode pool, or a unified one (controlplane/solve/pools/unified.py: vLLM servers).
@@ -14,8 +14,9 @@ from controlplane.actuate.scale import UNSCHEDULABLE, last_applied
 from controlplane.config import Settings
 from controlplane.desired import Policy, ReplicaBounds
 from controlplane.observed.serving import ROLES
+from controlplane.plan.pool_inputs import ObservedPools
+from controlplane.plan.pool_plan import PoolPlan
 from controlplane.plan.pools import targets_of
-from controlplane.plan.pools_outcome import ObservedPools, PoolsOutcome
 from controlplane.solve.pools.decision import DecisionKind, PoolDecision, ThresholdDecision
 from controlplane.solve.pools.unified import ROLE as UNIFIED
 from controlplane.solve.pools.view import PoolSize, PoolsView
@@ -105,5 +106,5 @@ def observe(session: Session, deployment: Deployment, policy: Policy, settings: 
     return ObservedPools(deployment.name, view, is_threshold_known=threshold is not None)
 
 
-def record(session: Session, deployment: Deployment, outcome: PoolsOutcome, *, now: float) -> None:
+def record(session: Session, deployment: Deployment, outcome: PoolPlan, *, now: float) -> None:
     pool_plans.put(session, deployment, at=now, plan=outcome.summary)

@@ -1,5 +1,6 @@
-"""What a pool's pass and a whole pass come to (`Reconciler.pool`, `Reconciler.once`, controlplane/loop/reconcile.py):
-what the triggers answer, the metrics export (controlplane/cmd/serve.py) and the API shows."""
+"""What a pool's pass and a whole pass come to (`Reconciler.reconcile_pool`, `Reconciler.run_pass`,
+controlplane/loop/reconcile.py): what the triggers answer, the metrics export (controlplane/cmd/serve.py) and the
+API shows."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import dataclass, field
 from controlplane.desired import Plan
 from controlplane.plan.balancer_watch import BalancerWatch
 from controlplane.plan.diagnose import MtpDiagnosis
-from controlplane.plan.pools_outcome import PoolsOutcome
+from controlplane.plan.pool_plan import PoolPlan
 from controlplane.plan.routing_reach import RoutingReach
 from controlplane.store.tables import Action
 
@@ -20,7 +21,7 @@ class PoolResult:
     is_new: bool = False  # the action was made now
     parked: tuple[str, ...] = ()  # the pool's knobs parked after this reconcile
     mtp: MtpDiagnosis | None = None  # why MTP acceptance is under its floor, if it is
-    pool_plan: PoolsOutcome | None = None  # the deployment's pool plan, when the pool planner sizes it
+    pool_plan: PoolPlan | None = None  # the deployment's pool plan, when the pool planner sizes it
     reach: RoutingReach | None = None  # whether the group limit in force is honoured (None: dry run)
     balancer: BalancerWatch | None = None  # whether the engine's own balancer still acts (None: dry run)
 
@@ -50,7 +51,7 @@ class PassResult:
         return [r.balancer for r in self.pools if r.balancer is not None]
 
     @property
-    def pool_plans(self) -> dict[str, PoolsOutcome]:
+    def pool_plans(self) -> dict[str, PoolPlan]:
         """deployment -> its latest pool plan in this pass."""
         return {r.pool_plan.deployment: r.pool_plan for r in self.pools if r.pool_plan is not None}
 

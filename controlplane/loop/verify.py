@@ -7,10 +7,10 @@ verified means the effect happened. A change that did not move its signal as int
 floor, is rolled back by `actuate` (the version before re-issued, or `failed` when a later change already
 replaced it). Its knob is then parked for the pool with the evidence (controlplane/plan/parking.py).
 
-Placement windows carry the placement they ran, so a placement is judged on exactly its windows. It is judged
-on the load it met there: both tables are evaluated on those windows' expert load (`_against_the_table_before`).
-Routing windows are taken from the limit's issue on: the loop never moves the limit again before the verdict
-(controlplane/plan/routing_limit.py).
+Which windows a change is judged on, its effect restated on the load it met, and what a change nobody predicted must
+do are its knob's planner's (`KnobPlan`, controlplane/plan/knob_plan.py, looked up by the action's kind): a
+placement on exactly the windows that ran it, both tables evaluated on their expert load (plan/placement.py); a
+one-number knob on the windows from its issue on (the loop never moves it again before the verdict).
 
 A change after which MTP acceptance fell under its floor (controlplane/plan/diagnose.py, a regression) is rolled
 back here too, judged on the same state, unless a verdict of this pass already rolled a change back (the evidence
@@ -20,19 +20,22 @@ then starts over).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
 from controlplane.actuate import change
 from controlplane.actuate.pool_pass import PoolPass
 from controlplane.desired import Effect, Policy, VerifyOutcome
-from controlplane.observed.pool import PoolState, Window, imbalance_had_it_run
+from controlplane.observed.pool import PoolState
+from controlplane.observed.window import Window
 from controlplane.plan.diagnose import Cause, MtpDiagnosis, diagnose_mtp
 from controlplane.plan.effect import judge
+from controlplane.plan.knob_plan import KnobPlan, since_change
+from controlplane.plan.knob_plans import KIND_TO_PLAN
 from controlplane.plan.placement_price import realised_price
 from controlplane.store import actions, parks
-from controlplane.store.knobs import KNOBS, PLACEMENT, POOL_SIZE
+from controlplane.store.knobs import KNOBS
 from controlplane.store.tables import Action, Pool
 
 log = logging.getLogger("moectl.reconcile")
@@ -76,10 +79,11 @@ def verify_pool(session: Session, pool: Pool, state: PoolState, policy: Policy, 
     Returns the actions settled, in order (their status says the verdict)."""
     settled: list[Action] = []
     for action in actions.awaiting_verification(session, pool):
-        if action.kind == POOL_SIZE.kind:
-            continue  # verified once the platform runs it (actuate/scale.py)
+        plan = KIND_TO_PLAN.get(action.kind)
+        if plan is not None and not plan.is_judged:
+            continue
         knob = KNOBS[action.kind]
-        windows = _windows_under(action, state)
+        windows = (plan.judged_windows if plan else since_change)(action.kind, action.version, state)
         if windows is None:  # a later change replaced it before it could be measured
             actions.settle(action, status=actions.SUPERSEDED, measured={"verdict": "replaced before it was measured"},
                            now=now)
@@ -88,12 +92,14 @@ def verify_pool(session: Session, pool: Pool, state: PoolState, policy: Policy, 
         if len(windows) < policy.verify_windows:
             continue
         windows = windows[: policy.verify_windows]
-        effect = Effect.from_json(action.predicted.get("effect")) or _effect_of_unplanned(action, policy)
-        planned = {}  # a placement's effect as planned, before it is restated on the load it met
-        if effect is not None and action.kind == PLACEMENT.kind:
-            planned = {"imbalance_before_planned": round(effect.before, 4),
-                       "imbalance_predicted_planned": round(effect.predicted, 4)}
-            effect = _against_the_table_before(session, pool, action, effect, windows, state.ep_size)
+        effect = Effect.from_json(action.predicted.get("effect"))
+        if effect is None and plan is not None:
+            effect = plan.unplanned_effect(action.inputs, policy)
+        planned = {}  # the effect as planned, where the knob restates it on the load it met
+        if effect is not None and plan is not None and plan.restate is not None:
+            planned = {f"{effect.signal}_before_planned": round(effect.before, 4),
+                       f"{effect.signal}_predicted_planned": round(effect.predicted, 4)}
+            effect = _restated(session, pool, action, plan, effect, windows, state.ep_size) or effect
         signals = state.signals(windows)
         if effect is None:  # a bound enforced: nothing was predicted, what came of it is recorded
             change.settle(session, knob, pool=pool, action=action, outcome=VerifyOutcome.verified, now=now,
@@ -105,7 +111,7 @@ def verify_pool(session: Session, pool: Pool, state: PoolState, policy: Policy, 
         measured = verdict.measured | planned | {f"{effect.signal}_before": round(effect.before, 4),
                                                  f"{effect.signal}_after": verdict.measured.get(effect.signal),
                                                  "verdict": verdict.reason}
-        price = action.predicted.get("price") if action.kind == PLACEMENT.kind else None
+        price = action.predicted.get("price")  # a priced change (a placement's, plan/placement_price.py)
         if price and "step_fixed_seconds" in price and measured.get("imbalance_after") is not None:
             measured["realised"] = realised_price(price, effect.before, measured["imbalance_after"])
         if verdict.is_intended:
@@ -127,43 +133,18 @@ def roll_back(session: Session, *, pool: Pool, action: Action, state: PoolState,
                   measured=measured | ({"parked": True} if is_revertible else {}))
     if not is_revertible:
         return
+    plan = KIND_TO_PLAN.get(knob.kind)
     parks.park(session, pool=pool, knob=knob.kind, action_id=action.id, reason=measured["verdict"], now=now,
-               inputs=state.knob_inputs(with_expert_share=knob.kind == PLACEMENT.kind))
+               inputs=state.knob_inputs(with_expert_share=plan is not None and plan.with_expert_share))
 
 
-def _windows_under(action: Action, state: PoolState) -> list[Window] | None:
-    """The complete windows that ran the action's version for most of their length, oldest first; None when
-    another replaced it."""
-    if action.kind == PLACEMENT.kind:
-        return list(state.windows_under(action.version))
-    if action.version != state.knob(action.kind).version:
-        return None
-    return state.windows_since_change(action.kind)
-
-
-def _against_the_table_before(session: Session, pool: Pool, action: Action, effect: Effect, windows: list[Window],
-                              ep_size: int) -> Effect:
-    """A placement is judged on the load it met, not the load it was planned on. `before` becomes the table it
-    replaced, had that run the windows measured under the change; `predicted` is the new table on the same
-    windows (both from their expert load, agents/protocol/placement.py). The measured imbalance, from the slot
-    counters, must then realise half of that gain, less the tolerance. A fleet that kept its old table does not.
-    Neither the load's drift since the plan nor a thin window's sampling noise reads as the change's effect
-    (max/mean reads higher on few tokens whatever the table). As planned when either table is gone
-    (pruned) or the windows carry no expert load."""
+def _restated(session: Session, pool: Pool, action: Action, plan: KnobPlan, effect: Effect, windows: list[Window],
+              num_gpus: int) -> Effect | None:
+    """The effect restated by the knob's planner on the load the change met, from the value it replaced and its
+    own; None (as planned) when either value is gone (pruned) or the planner cannot restate it on `windows`."""
+    knob = KNOBS[action.kind]
     try:
-        tables = PLACEMENT.get(session, pool, action.version - 1), PLACEMENT.get(session, pool, action.version)
+        before, after = knob.get(session, pool, action.version - 1), knob.get(session, pool, action.version)
     except LookupError:
-        return effect
-    before, after = (imbalance_had_it_run(t, windows, ep_size) for t in tables)
-    if before is None or after is None:
-        return effect
-    return replace(effect, before=before, predicted=after)
-
-
-def _effect_of_unplanned(action: Action, policy: Policy) -> Effect | None:
-    """A placement a person or a test applied with no prediction: it must at least not be worse than the
-    imbalance measured before it (by more than the tolerance), restated like any on the load it met."""
-    prior = (action.inputs.get("measured_imbalance") or [None])[-1]
-    if action.kind != PLACEMENT.kind or prior is None:
         return None
-    return Effect("imbalance", -1, prior, prior, policy.rollback_tolerance)
+    return plan.restate(effect, before, after, windows, num_gpus)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from controlplane.observed.pool import Window
+from controlplane.observed.window import Window
 
 STALL_SECONDS, STALL_EVENTS = "balancer_stall_seconds", "balancer_stall_events"
 

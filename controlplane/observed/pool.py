@@ -1,23 +1,23 @@
-"""What is: frozen views of a pool's recent windows and applied state, read from the store.
+"""What is: a frozen view of a pool's recent windows and applied state (`PoolState`), read from the store.
 
-The planner takes these and nothing else, so it can be tested with plain arrays.
+The planner takes these and nothing else, so it can be tested with plain arrays. A window is
+observed/window.py, a park observed/knob_park.py, an applied change observed/knob_change.py, a one-number knob
+in force observed/knob_in_force.py.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from agents.protocol.placement import PlacementTable, gpu_load, imbalance, layer_imbalance
-from controlplane.desired import Effect, KnobKind
+from agents.protocol.placement import PlacementTable
+from controlplane.desired import KnobKind
+from controlplane.observed.knob_change import KnobChange
 from controlplane.observed.knob_in_force import KnobInForce
+from controlplane.observed.knob_park import KnobInputs, Parked
+from controlplane.observed.window import Window, dropped_share, expert_share
 
-RANK_REPORTS = "slot_reports_rank_"  # + EP rank: window counter, reports whose slot load the window counted
-ACCEPTED_AT = "spec_accepted_at_"  # + draft position: window counter, accepted draft tokens there
-GROUPS_AT, NODES_AT = "routing_groups_at_", "routing_nodes_at_"  # + n: tokens whose top-k reached n groups / nodes
 # a serving replica's first windows after it became ready are cold (caches, kernels): slower than it will run,
 # so the latency model leaves them out (learn/latency.py) and the pool planner does not answer them (solve/)
 COLD_START_WINDOWS = 6
@@ -25,165 +25,6 @@ COLD_START_WINDOWS = 6
 # the load is compared over the last minute of windows at least: two 2 s windows of a bursty pool (a prefill
 # pool under Poisson arrivals) swing 2x by chance, which would lift a park every few windows
 LOAD_SPAN_SECONDS = 60.0
-
-
-@dataclass(frozen=True)
-class KnobInputs:
-    """What a knob's change was decided from. expert_share: [num_layers, num_experts], rows sum to 1 (None:
-    the knob does not depend on which experts are hot); tokens_per_second: routed tokens the pool took."""
-
-    model: str  # `model_key` of the model shape
-    policy_version: int
-    tokens_per_second: float | None
-    expert_share: np.ndarray | None = None
-
-
-@dataclass(frozen=True)
-class Parked:
-    """A knob parked for a pool: since when, by which action's verdict, why, and the inputs it was parked at."""
-
-    knob: str
-    since: float
-    action_id: int | None
-    reason: str
-    inputs: KnobInputs
-
-
-def model_key(model: dict) -> str:
-    """A short stable fingerprint of a model shape (its JSON form)."""
-    return hashlib.sha256(json.dumps(model, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def expert_share(expert_tokens: np.ndarray) -> np.ndarray:
-    """[num_layers, num_experts] tokens -> each layer's distribution over its experts (rows sum to 1; an empty
-    layer stays 0)."""
-    tokens = np.asarray(expert_tokens, np.float64)
-    return tokens / np.maximum(tokens.sum(axis=1, keepdims=True), 1.0)
-
-
-@dataclass(frozen=True)
-class Window:
-    """One pool's aggregated window (all ranks of all instances).
-
-    expert_tokens: [num_layers, num_experts] tokens routed to each logical expert.
-    slot_tokens: [num_layers, num_slots] tokens each slot processed, from reports that ran
-    `placement_version` only; `num_slot_reports` of them.
-    counters: summed scalar counters (see collect.aggregate.COUNTERS).
-    """
-
-    index: int
-    start: float
-    seconds: float
-    placement_version: int
-    num_reports: int
-    num_slot_reports: int
-    expert_tokens: np.ndarray
-    slot_tokens: np.ndarray
-    counters: dict[str, float] = field(default_factory=dict)
-
-    def gpu_load(self, ep_size: int) -> np.ndarray:
-        """[num_layers, ep_size] tokens per GPU (rank) under the window's placement."""
-        return gpu_load(self.slot_tokens, ep_size)
-
-    def imbalance(self, ep_size: int) -> float | None:
-        """Mean over loaded MoE layers of max/mean GPU load: the straggler factor of each layer's step
-        (agents/protocol/placement.py, the number the agents' gauge and the solver's forecast use).
-
-        None when no layer carried load, and unless every rank's slot load is in, from as many instances
-        as any rank's: a GPU that did not report would read as idle and fake a straggler elsewhere."""
-        if not self.is_slot_load_complete(ep_size):
-            return None
-        return imbalance(self.gpu_load(ep_size))
-
-    def is_slot_load_complete(self, ep_size: int) -> bool:
-        reports = [self.counters.get(f"{RANK_REPORTS}{rank}", 0) for rank in range(ep_size)]
-        return min(reports) > 0 and min(reports) == max(reports)
-
-    def is_mostly_under_its_placement(self) -> bool:
-        """Whether the slot load covers at least half of the expert load. A switch inside a window restarts the
-        ranks' slot counts (agents/telemetry/windows.py): ranks that switched late in it measured the new table
-        on a few of its tokens, which read as a straggler by chance."""
-        return float(self.slot_tokens.sum()) >= 0.5 * float(self.expert_tokens.sum())
-
-    @property
-    def all2all_share(self) -> float | None:
-        c = self.counters
-        forward = c.get("forward_seconds", 0.0)
-        return (c.get("dispatch_seconds", 0.0) + c.get("combine_seconds", 0.0)) / forward if forward > 0 else None
-
-    def ratio(self, numerator: str, denominator: str) -> float | None:
-        den = self.counters.get(denominator, 0.0)
-        return self.counters.get(numerator, 0.0) / den if den > 0 else None
-
-    def layer_imbalance(self, ep_size: int) -> np.ndarray | None:
-        """[loaded layers] max/mean GPU load of each MoE layer that carried load (a per-layer straggler the
-        mean over layers can hide); None under the same conditions as `imbalance`."""
-        if not self.is_slot_load_complete(ep_size):
-            return None
-        ratio = layer_imbalance(self.gpu_load(ep_size))
-        return ratio[~np.isnan(ratio)] if (~np.isnan(ratio)).any() else None
-
-    def step_imbalance(self) -> dict[str, float] | None:
-        """The step-level straggler factor (busiest GPU over mean, token-weighted over steps and MoE layers).
-
-        It is given with the dispatch-time split ("split"), with the window's fixed shares ("shares") and at the
-        per-step LP bound ("bound"). "routed" is the share of the load the ranks routed by the split. None when no
-        agent measured it (agents/protocol/snapshot.py StepLoad)."""
-        mean = self.counters.get("step_mean_tokens", 0.0)
-        if mean <= 0:
-            return None
-        kinds = ("split", "shares", "bound")
-        ratios = {kind: self.counters.get(f"step_{kind}_max_tokens", 0.0) / mean for kind in kinds}
-        return ratios | {"routed": self.counters.get("step_split_routed_mean_tokens", 0.0) / mean}
-
-    def per_token(self, prefix: str) -> np.ndarray | None:
-        """[max n + 1] tokens (over ranks and MoE layers) whose top-k reached n groups (prefix GROUPS_AT) or
-        nodes (NODES_AT); None when no report measured it (agents before the measure)."""
-        counts = {int(k[len(prefix):]): v for k, v in self.counters.items() if k.startswith(prefix)}
-        if not counts:
-            return None
-        histogram = np.zeros(max(counts) + 1)
-        for n, v in counts.items():
-            histogram[n] = v
-        return histogram
-
-
-def imbalance_had_it_run(table: PlacementTable, windows, num_gpus: int) -> float | None:
-    """Mean over `windows` of `table`'s imbalance on their expert load: what they would have measured under
-    `table` (their sampling noise included). None when a window carries no expert load. The planner predicts a
-    change with it and the verdict restates both tables on the windows measured under the change."""
-    values = [table.imbalance(w.expert_tokens, num_gpus) for w in windows]
-    return None if not values or None in values else float(np.mean(values))
-
-
-def acceptance_by_position(windows) -> list[float]:
-    """MTP acceptance at each draft position over `windows` (or counter dicts): a draft reaches position i only
-    if 0..i-1 were accepted, so the ratio is per draft, not per token proposed there."""
-    counters = [w.counters if isinstance(w, Window) else w for w in windows]
-    drafts = sum(c.get("spec_drafts", 0.0) for c in counters)
-    positions = sorted({int(k[len(ACCEPTED_AT):]) for c in counters for k in c if k.startswith(ACCEPTED_AT)})
-    return [round(sum(c.get(f"{ACCEPTED_AT}{i}", 0.0) for c in counters) / drafts, 4)
-            for i in positions] if drafts > 0 else []
-
-
-def dropped_share(windows) -> float | None:
-    """The share of the token-expert assignments routed over `windows` that the per-expert capacity limit dropped
-    (agents/protocol/snapshot.py `dropped_tokens`); None when they routed none."""
-    routed = sum(float(w.expert_tokens.sum()) for w in windows if w.expert_tokens.size)
-    return sum(w.counters.get("dropped_tokens", 0.0) for w in windows) / routed if routed > 0 else None
-
-
-@dataclass(frozen=True)
-class KnobChange:
-    """An applied change of one of the pool's knobs, whoever asked for it. direction: +1 the knob's value
-    went up (a looser routing limit), -1 down, 0 the knob has no order (a placement)."""
-
-    action_id: int
-    knob: str
-    at: float
-    status: str
-    direction: int
-    effect: Effect | None = None
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from agents.protocol import NUM_PROMPT_BUCKETS, LatencySummary
 
 PoolRole = Literal["prefill", "decode"]
 ROLES: tuple[PoolRole, PoolRole] = ("prefill", "decode")
+THRESHOLD_ROLE: PoolRole = "decode"  # the pool whose instances prefill the short prompts: it holds the threshold
 PERCENTILES = ("p50", "p90", "p99")
 # the same clock on every rank of an instance; the threshold every router of a deployment is told
 MAXIMA = ("busy_seconds", "num_steps", "local_prefill_threshold")

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from controlplane.observed.pool import PoolState, Window
+from controlplane.observed.pool import PoolState
+from controlplane.observed.window import Window
 
 MAX_SILENT_INTERVALS = 3  # the balancer's intervals without an act, while serving, before it counts as stalled
 MIN_SILENT_WINDOWS = 2  # and at least this many windows: one window without an act can be its timing

@@ -27,10 +27,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from agents.protocol.placement import PlacementTable
-from controlplane.desired import Effect, KnobKind, Mode, Policy
+from controlplane.desired import Decision, Effect, KnobKind, Mode, Policy
 from controlplane.observed.pool import PoolState
 from controlplane.plan.effect import change_context
 from controlplane.plan.holds import held_reason, not_ready, reversed_change
+from controlplane.plan.knob_plan import Given, KnobPlan, Move
 from controlplane.plan.parking import parked_reason
 from controlplane.solve.placement.packing import imbalance_floor
 
@@ -139,3 +140,30 @@ def _step(policy: Policy, pool: PoolState, windows, current: float | None, measu
                                 f"{measured[-1]:.3f} > {policy.imbalance_threshold} for {len(measured)} windows: cap "
                                 f"{current or 'none'} -> {factor} (dropping ~{_dropped_estimate(windows, factor):.2%})",
                         Effect("imbalance", -1, before, before - (had - predicted), tolerance))
+
+
+def _decide(given: Given) -> CapacityStep | None:
+    """None while the placement moves this pass (one change of the pool's imbalance per pass)."""
+    if given.earlier[KnobKind.placement].decision == Decision.rebalance:
+        return None
+    return plan_capacity_factor(given.policy, given.inputs.state, given.now)
+
+
+def _moves(step: CapacityStep | None, policy: Policy, state: PoolState, role: str) -> list[Move]:
+    """The cap `step` moves to, with the windows it was decided on."""
+    current = state.knob(KnobKind.expert_capacity).value
+    if step is None or not step.is_change_from(current):
+        return []
+    windows_used = state.windows_since_change(KnobKind.expert_capacity)[-policy.sustained_windows:]
+    signals = state.signals(windows_used)
+    inputs = {"windows": [w.index for w in windows_used], "expert_capacity_factor": current,
+              "measured_imbalance": [round(w.imbalance(state.ep_size) or 0.0, 4) for w in windows_used],
+              "dropped_share": None if signals["dropped_share"] is None else round(signals["dropped_share"], 6)}
+    predicted = {"factor_before": current, "factor_after": step.factor}
+    if step.effect is not None:
+        predicted["effect"] = step.effect.to_json()
+    return [Move(KnobKind.expert_capacity, step.factor, step.reason, inputs, predicted,
+                 f"capacity factor {current or 'none'} -> {step.factor or 'none'} ({step.reason})")]
+
+
+CAPACITY_PLAN = KnobPlan(KnobKind.expert_capacity, _decide, _moves)

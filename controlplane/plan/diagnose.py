@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from controlplane.desired import Mode, Policy
-from controlplane.observed.pool import PoolState, Window, acceptance_by_position
+from controlplane.observed.pool import PoolState
+from controlplane.observed.window import Window, acceptance_by_position
 
 CHANGED = ("applied", "verified")  # statuses of a change still in force
 

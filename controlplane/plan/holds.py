@@ -4,7 +4,8 @@ planner (controlplane/plan/routing_limit.py, controlplane/plan/capacity_factor.p
 from __future__ import annotations
 
 from controlplane.desired import Policy
-from controlplane.observed.pool import KnobChange, PoolState
+from controlplane.observed.knob_change import KnobChange
+from controlplane.observed.pool import PoolState
 
 
 def not_ready(policy: Policy, pool: PoolState, kind: str) -> str | None:

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from controlplane.desired import KnobKind, Policy
-from controlplane.observed.pool import PoolState, expert_share
+from controlplane.observed.pool import PoolState
+from controlplane.observed.window import expert_share
 from controlplane.plan.parking import LOAD_SHIFT, load_shift
 
 HOUR = 3600.0

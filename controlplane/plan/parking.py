@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from controlplane.observed.pool import KnobInputs, PoolState
+from controlplane.observed.knob_park import KnobInputs
+from controlplane.observed.pool import PoolState
 
 LOAD_RATE_FACTOR = 2.0
 # 0.1 of the routed tokens now go to other experts; the bundled model's code <-> prose swing is 0.17-0.23

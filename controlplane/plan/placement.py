@@ -17,15 +17,19 @@ import numpy as np
 from agents.protocol.placement import PlacementTable
 from controlplane.desired import Decision, Effect, KnobKind, Mode, PlacementChange, Plan, Policy
 from controlplane.learn.forecast import forecast_ahead
-from controlplane.observed.pool import PoolState, imbalance_had_it_run
+from controlplane.observed.pool import PoolState
+from controlplane.observed.window import imbalance_had_it_run
+from controlplane.plan.change_cost import change_cost
 from controlplane.plan.diagnose import Cause, MtpDiagnosis
 from controlplane.plan.effect import change_context
+from controlplane.plan.knob_plan import Given, KnobPlan, Move
 from controlplane.plan.pacing import HOUR, placement_allowance
 from controlplane.plan.parking import parked_reason
+from controlplane.plan.placement_price import priced
 from controlplane.solve.placement.algorithm import MigrationAware, PlacementAlgorithm
 from controlplane.solve.placement.packing import imbalance_floor
-from controlplane.solve.placement.solver import Topology
 from controlplane.solve.placement.step_split import solve_for_split
+from controlplane.solve.placement.topology import Topology
 
 MAX_FORECAST_WINDOWS = 48  # 4 minutes of 5 s windows: the level's and the trend's history (learn/forecast.py)
 MIGRATION_AWARE = MigrationAware()
@@ -52,7 +56,7 @@ def split_step_tokens(pool: PoolState, windows) -> float | None:
     return float(w.expert_tokens.sum()) / num_layers / num_group_steps if num_group_steps > 0 else None
 
 
-def plan_pool(policy: Policy, pool: PoolState, now: float, *, is_forced: bool = False, is_asked: bool = False,
+def plan_placement(policy: Policy, pool: PoolState, now: float, *, is_forced: bool = False, is_asked: bool = False,
               mtp: MtpDiagnosis | None = None, algorithm: PlacementAlgorithm = MIGRATION_AWARE) -> Plan:
     """`is_forced`: a person or an alert asked for a rebalance. The trigger thresholds are skipped;
     the data hygiene, cooldown, budgets and the minimum gain still hold. `is_asked`: a person asked, which also
@@ -157,3 +161,51 @@ def plan_pool(policy: Policy, pool: PoolState, now: float, *, is_forced: bool = 
 # kept importable from here while other branches still import them from this module (issue #44's split)
 from controlplane.plan.pool_size import check_pool_size  # noqa: E402,F401
 from controlplane.plan.routing_limit import plan_routing  # noqa: E402,F401
+
+
+def _decide(given: Given) -> Plan:
+    """The placement's plan, made only where it pays what the change costs the pool (plan/placement_price.py)."""
+    inputs = given.inputs
+    plan = plan_placement(given.policy, inputs.state, given.now, is_forced=inputs.is_forced,
+                          is_asked=inputs.is_asked, mtp=given.mtp)
+    cost = inputs.change_cost or change_cost(inputs.engine, None)
+    return priced(plan, inputs.state, cost, given.policy.change_price_margin, is_asked=inputs.is_asked)
+
+
+def _moves(plan: Plan, policy: Policy, state: PoolState, role: str) -> list[Move]:
+    if plan.decision != Decision.rebalance:
+        return []
+    table = PlacementTable(plan.change.slot_to_expert, plan.change.slot_share)
+    return [Move(KnobKind.placement, table, plan.reason, plan.inputs, plan.change.predicted(), plan.reason)]
+
+
+def _windows_under(kind: KnobKind, version: int, state: PoolState) -> list:
+    """Placement windows carry the placement they ran: a placement is judged on exactly its windows."""
+    return list(state.windows_under(version))
+
+
+def _against_the_table_before(effect: Effect, before: PlacementTable, after: PlacementTable, windows,
+                              num_gpus: int) -> Effect | None:
+    """A placement is judged on the load it met, not the load it was planned on. `before` becomes the table it
+    replaced, had that run the windows measured under the change; `predicted` is the new table on the same
+    windows (both from their expert load, agents/protocol/placement.py). The measured imbalance, from the slot
+    counters, must then realise half of that gain, less the tolerance. A fleet that kept its old table does not.
+    Neither the load's drift since the plan nor a thin window's sampling noise reads as the change's effect
+    (max/mean reads higher on few tokens whatever the table). None (as planned) where the windows carry no
+    expert load."""
+    had_it_run = imbalance_had_it_run(before, windows, num_gpus), imbalance_had_it_run(after, windows, num_gpus)
+    if had_it_run[0] is None or had_it_run[1] is None:
+        return None
+    return replace(effect, before=had_it_run[0], predicted=had_it_run[1])
+
+
+def _effect_of_unplanned(inputs: dict, policy: Policy) -> Effect | None:
+    """A placement a person or a test applied with no prediction: it must at least not be worse than the
+    imbalance measured before it (by more than the tolerance), restated like any on the load it met."""
+    prior = (inputs.get("measured_imbalance") or [None])[-1]
+    return None if prior is None else Effect("imbalance", -1, prior, prior, policy.rollback_tolerance)
+
+
+PLACEMENT_PLAN = KnobPlan(KnobKind.placement, _decide, _moves, judged_windows=_windows_under,
+                          restate=_against_the_table_before, unplanned_effect=_effect_of_unplanned,
+                          with_expert_share=True)

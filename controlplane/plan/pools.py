@@ -23,9 +23,9 @@ from controlplane.learn.forecast import forecast_series
 from controlplane.learn.latency import COLD_START_WINDOWS, MIN_SAMPLES, PoolLatency, fit_decode, fit_prefill
 from controlplane.observed.serving import PoolWindow
 from controlplane.solve.pools.capacity import LoadForecast
-from controlplane.solve.pools.decision import PoolPlan
 from controlplane.solve.pools.load import load_series, measured_load, sure_rate
 from controlplane.solve.pools.planner import is_predictive_tick, plan_pools
+from controlplane.solve.pools.planning import PoolDecisions
 from controlplane.solve.pools.rules import PoolRules
 from controlplane.solve.pools.view import PoolsView, SloTarget
 
@@ -159,7 +159,7 @@ class MoectlPoolPlanner:
     load_windows: int = 2  # the load "now" is measured over this many windows
     rate_noise_sigmas: float = 1.0  # a reactive step without a breach acts on the rate less this many standard errors
 
-    def plan(self, view: PoolsView) -> PoolPlan:
+    def plan(self, view: PoolsView) -> PoolDecisions:
         recent = view.windows[-self.model_windows:]
         model = fit_latency(recent, self.rules.cold_start_windows)
         now_load = measured_load(view.windows, self.load_windows)

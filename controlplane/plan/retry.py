@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from controlplane.observed.pool import KnobInputs
+from controlplane.observed.knob_park import KnobInputs
 from controlplane.plan.effect import MIN_SHARE_OF_PREDICTED
 from controlplane.plan.parking import LOAD_RATE_FACTOR, LOAD_SHIFT, load_shift
 

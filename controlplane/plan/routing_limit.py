@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from controlplane.desired import Effect, KnobKind, Mode, Policy
+from controlplane.desired import Decision, Effect, KnobKind, Mode, Policy
 from controlplane.observed.pool import LOAD_SPAN_SECONDS, PoolState
 from controlplane.plan.diagnose import Cause, MtpDiagnosis
 from controlplane.plan.effect import change_context
 from controlplane.plan.holds import held_reason, not_ready, reversed_change
+from controlplane.plan.knob_plan import Given, KnobPlan, Move
 from controlplane.plan.parking import parked_reason
 from controlplane.solve.routing import RECALL_TOLERANCE, GroupLimits, RoutingStep, plan_topk_group
 
@@ -67,3 +68,35 @@ def plan_routing(policy: Policy, pool: PoolState, now: float, mtp: MtpDiagnosis 
         step = replace(step, effect=replace(step.effect, floors=step.effect.floors | floors, context=context))
     return replace(step, unparked=unparked, reason=step.reason if unparked is None
                    else f"{step.reason} (unparked: {unparked})")
+
+
+def _decide(given: Given) -> RoutingStep | None:
+    """None while the placement moves this pass (one change of the pool's imbalance per pass)."""
+    if given.earlier[KnobKind.placement].decision == Decision.rebalance:
+        return None
+    return plan_routing(given.policy, given.inputs.state, given.now, given.mtp)
+
+
+def _moves(step: RoutingStep | None, policy: Policy, state: PoolState, role: str) -> list[Move]:
+    """The group limit `step` moves to, with the windows it judged the one in force on."""
+    if step is None or not step.is_change_from(state.topk_group):
+        return []
+    windows_used = state.routing_windows()[-policy.sustained_windows:]
+    recall = [w.ratio("routing_recall_sum", "routing_recall_count") for w in windows_used]
+    measured_recall = [r for r in recall if r is not None]
+    at_model_limit = state.model_topk_group is None or state.effective_topk_group >= state.model_topk_group
+    # recall (against the unconstrained top-k) under the model's own limit: what later recall is judged against
+    reference = (sum(measured_recall) / len(measured_recall) if measured_recall else None) if at_model_limit \
+        else state.recall_reference
+    inputs = {"all2all_share": [round(w.all2all_share or 0.0, 4) for w in windows_used],
+              "routing_recall": [round(r, 4) for r in measured_recall], "recall_reference": reference,
+              "windows": [w.index for w in windows_used], "topk_group": state.topk_group}
+    predicted = {"topk_group_before": state.topk_group, "topk_group_after": step.topk_group}
+    if step.effect is not None:
+        predicted["effect"] = step.effect.to_json()
+    return [Move(KnobKind.routing, step.topk_group, step.reason, inputs, predicted,
+                 f"routing {state.topk_group} -> {step.topk_group} ({step.reason})")]
+
+
+# judged on the windows from the limit's issue on (the default): the loop never moves it again before the verdict
+ROUTING_PLAN = KnobPlan(KnobKind.routing, _decide, _moves)

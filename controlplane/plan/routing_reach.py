@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from controlplane.desired import Mode, Policy
-from controlplane.observed.pool import GROUPS_AT, NODES_AT, PoolState, Window
+from controlplane.observed.pool import PoolState
+from controlplane.observed.window import GROUPS_AT, NODES_AT, Window
 
 MAX_OVER_LIMIT_SHARE = 0.01  # tokens past the limit a window may hold before it counts as not honouring it
 # a limit is judged on windows starting a window or more after it changed: agents take it on their first report

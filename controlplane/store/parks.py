@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from controlplane.observed.pool import KnobInputs, Parked
+from controlplane.observed.knob_park import KnobInputs, Parked
 from controlplane.store.arrays import pack, unpack
 from controlplane.store.batches import delete_some
 from controlplane.store.tables import KnobPark, Pool

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from controlplane.store.tables import Deployment, PoolPlan
+from controlplane.store.tables import Deployment, PoolPlanRow
 
 
 def put(session: Session, deployment: Deployment, *, at: float, plan: dict) -> None:
-    row = session.get(PoolPlan, deployment.id, with_for_update=True)
+    row = session.get(PoolPlanRow, deployment.id, with_for_update=True)
     if row is None:
-        session.add(PoolPlan(deployment_id=deployment.id, at=at, plan=plan))
+        session.add(PoolPlanRow(deployment_id=deployment.id, at=at, plan=plan))
     else:
         if plan.get("forecast") is None:
             plan = plan | {"forecast": row.plan.get("forecast")}
@@ -20,5 +20,5 @@ def put(session: Session, deployment: Deployment, *, at: float, plan: dict) -> N
 
 
 def get(session: Session, deployment: Deployment) -> dict | None:
-    row = session.get(PoolPlan, deployment.id)
+    row = session.get(PoolPlanRow, deployment.id)
     return None if row is None else row.plan

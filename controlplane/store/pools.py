@@ -7,8 +7,10 @@ from sqlalchemy.orm import Session
 
 from controlplane.config import Settings
 from controlplane.desired import Effect, KnobKind, Policy
+from controlplane.observed.knob_change import KnobChange
 from controlplane.observed.knob_in_force import KnobInForce
-from controlplane.observed.pool import KnobChange, PoolState, model_key
+from controlplane.observed.knob_park import model_key
+from controlplane.observed.pool import PoolState
 from controlplane.store import actions, deployments, parks, policies, windows
 from controlplane.store.knobs import IN_POOL_STATE, KNOBS, PLACEMENT, POOL_SIZE
 from controlplane.store.tables import Action, Agent, Deployment, Pool

@@ -7,11 +7,12 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from controlplane.desired import Policy
+from controlplane.observed.serving import THRESHOLD_ROLE
 from controlplane.store.knobs import PREFILL_THRESHOLD
 from controlplane.store.tables import Pool
 from controlplane.store.versions import Version
 
-ROLE = "decode"  # the pool whose instances prefill the short prompts
+ROLE = THRESHOLD_ROLE  # the pool whose instances prefill the short prompts
 
 
 def in_force(session: Session, decode: Pool | None, policy: Policy) -> int | None:

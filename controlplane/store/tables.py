@@ -181,7 +181,7 @@ class RouterWindow(Base):
     counters: Mapped[dict] = mapped_column(JSON)
 
 
-class PoolPlan(Base):
+class PoolPlanRow(Base):
     """The pool planner's latest plan of a deployment, for people: sizes, reasons, forecast, threshold."""
 
     __tablename__ = "pool_plans"

@@ -9,8 +9,8 @@ from sqlalchemy import func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from controlplane.observed.pool import RANK_REPORTS, Window
 from controlplane.observed.report import Report, merge_counters
+from controlplane.observed.window import RANK_REPORTS, Window
 from controlplane.store.arrays import pack, unpack
 from controlplane.store.batches import delete_some
 from controlplane.store.decoded import WRITTEN, unpack_for

@@ -14,7 +14,7 @@ from benchmarks.baselines.dynamo_interpolation import Interpolators
 from benchmarks.baselines.dynamo_kalman import Kalman
 from benchmarks.pdsim.cost import EngineCost
 from benchmarks.pdsim.profile import profile
-from controlplane.solve.pools.decision import PoolPlanner
+from controlplane.solve.pools.planning import PoolPlanner
 
 COST = EngineCost()
 PROFILE = profile(COST)

@@ -5,7 +5,8 @@ import numpy as np
 from agents.protocol.placement import PlacementTable, replica_counts
 from benchmarks.baselines.eplb import Eplb, balanced_packing, rebalance_experts, replicate_experts
 from controlplane.solve.placement.algorithm import MigrationAware, PlacementAlgorithm
-from controlplane.solve.placement.solver import Topology, solve_placement
+from controlplane.solve.placement.solver import solve_placement
+from controlplane.solve.placement.topology import Topology
 
 
 def zipf(num_layers, num_experts, seed):

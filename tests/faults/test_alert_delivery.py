@@ -12,7 +12,7 @@ from support.alerts import alert, payload
 from support.auth import operator
 from support.fleet import run_windows, start_fleet
 
-import controlplane.plan.decisions as decisions
+import controlplane.plan.placement as placement
 
 
 def bad(fingerprint: str, **labels) -> dict:
@@ -60,7 +60,7 @@ def test_an_alert_whose_handling_failed_is_handled_on_the_retry(client, sessions
     def broken(*args, **kwargs):
         raise RuntimeError("the planner broke mid-delivery")
 
-    monkeypatch.setattr(decisions, "plan_pool", broken)
+    monkeypatch.setattr(placement, "plan_placement", broken)
     with TestClient(client.app, raise_server_exceptions=False) as fragile:
         failed = fragile.post("/v1/alerts/alertmanager", json=payload(alert("a1"), alert("a2")), headers=operator())
     assert failed.status_code == 500

@@ -147,7 +147,7 @@ def test_an_older_backup_adopts_the_newer_version_the_fleet_runs(client, session
         assert snapshot_answers(metrics) == {"409": 1, "200": 2 * POSTS[protocol]}
         # the windows under the adopted version are complete: the loop planned from them, or would now
         assert versions(old_sessions)[backed_up + 2:] or not [
-            p for p in Reconciler(old_settings).once(old_sessions, now=clock.now + 10, dry_run=True).plans
+            p for p in Reconciler(old_settings).run_pass(old_sessions, now=clock.now + 10, dry_run=True).plans
             if "windows under placement" in p.reason]
 
 

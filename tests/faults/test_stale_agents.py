@@ -17,7 +17,7 @@ AGENTS = "/v1/deployments/sim-0/pools/decode/agents"
 
 
 def reasons(sessions, settings, clock) -> list[str]:
-    return [p.reason for p in Reconciler(settings).once(sessions, now=clock.now, dry_run=True).plans]
+    return [p.reason for p in Reconciler(settings).run_pass(sessions, now=clock.now, dry_run=True).plans]
 
 
 def test_replaced_pods_leave_the_quorum_and_can_be_removed(client, sessions, settings, clock):

@@ -39,7 +39,7 @@ def run_windows(client, sessions, settings, clock, fleet, num_windows: int, *, r
         fleet_client.post_window(fleet, start, settings.window_seconds)
         clock.now += settings.window_seconds / 2 + 0.1
         if reconcile:
-            Reconciler(settings).once(sessions, now=clock.now)
+            Reconciler(settings).run_pass(sessions, now=clock.now)
         clock.now = start + settings.window_seconds
         overviews.append(client.get(f"/v1/deployments/{fleet[0].deployment}/overview").json())
     return overviews

@@ -7,7 +7,8 @@ import numpy as np
 from agents.protocol import PlacementTable, default_slot_to_expert
 from controlplane.desired import KnobKind
 from controlplane.observed.knob_in_force import KnobInForce
-from controlplane.observed.pool import RANK_REPORTS, PoolState, Window
+from controlplane.observed.pool import PoolState
+from controlplane.observed.window import RANK_REPORTS, Window
 from controlplane.plan.capacity_factor import capped_load
 
 # the planner's tests' pool: 2 MoE layers of 16 experts on 4 GPUs of 5 slots

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from agents.protocol import LatencySummary
 from controlplane.learn.latency import DecodeLatency, PoolLatency, PrefillLatency
 from controlplane.observed.serving import ROLES, PoolWindow, ReplicaWindow
-from controlplane.solve.pools.decision import DecisionKind, PoolDecision, PoolPlan
+from controlplane.solve.pools.decision import DecisionKind, PoolDecision
+from controlplane.solve.pools.planning import PoolDecisions
 from controlplane.solve.pools.view import PoolSize, PoolsView, SloTarget
 
 TARGETS = (SloTarget("ttft", 90, 1.0), SloTarget("ttft", 99, 2.0), SloTarget("itl", 90, 0.05),
@@ -67,7 +68,7 @@ class Scripted:
     script: list
     name: str = "scripted"
 
-    def plan(self, view: PoolsView) -> PoolPlan:
+    def plan(self, view: PoolsView) -> PoolDecisions:
         sizes = [s for at, s in self.script if at <= view.now][-1]
-        return PoolPlan(view.now, tuple(PoolDecision(view.now, role, view.pools[role].num_serving, sizes[role],
+        return PoolDecisions(view.now, tuple(PoolDecision(view.now, role, view.pools[role].num_serving, sizes[role],
                                                      DecisionKind.predictive, "scripted") for role in ROLES))

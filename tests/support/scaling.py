@@ -62,7 +62,7 @@ class ScaledDeployment:
             if replicas is not None:
                 ask = requests.Ask(POOL_SIZE.kind, "manual", "alice", value={"replicas": replicas})
                 request = requests.record(session, pool, ask, now=self.now)
-            Reconciler(self.settings, self.scaler, fence).pool(session, deployment, pool, now=self.now)
+            Reconciler(self.settings, self.scaler, fence).reconcile_pool(session, deployment, pool, now=self.now)
             return request
 
     def resume(self, action_id: int) -> None:

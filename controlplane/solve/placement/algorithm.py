@@ -13,7 +13,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from controlplane.solve.placement.solver import PlacementPlan, Topology, solve_placement
+from controlplane.solve.placement.solver import PlacementPlan, solve_placement
+from controlplane.solve.placement.topology import Topology
 
 
 @runtime_checkable

@@ -17,7 +17,6 @@ Shapes: L layers, E experts, S slots, G groups, N nodes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -35,9 +34,7 @@ from controlplane.solve.placement.packing import ratio_bound
 from controlplane.solve.placement.relabel import relabel
 from controlplane.solve.placement.repair import invalid_layers, repair_layer
 from controlplane.solve.placement.shares import water_fill
-
-if TYPE_CHECKING:  # solver.py imports this module
-    from controlplane.solve.placement.solver import Topology
+from controlplane.solve.placement.topology import Topology
 
 MAX_RATIO_TO_FRESH = 1.01  # mean over layers; promised: 1.02 of a fresh plan, the rest is room for forecast error
 STAGE_ROUNDS = 4  # first stage of local search; each later stage doubles

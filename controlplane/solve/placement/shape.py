@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from controlplane.solve.placement.packing import imbalance_floor
-from controlplane.solve.placement.solver import Topology, solve_placement
+from controlplane.solve.placement.solver import solve_placement
+from controlplane.solve.placement.topology import Topology
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """Expert placement: which logical expert each physical slot holds, per MoE layer.
 
-Public and stable (the controller, the simulator and benchmarks call it): `Topology`,
-`PlacementPlan`, `solve_placement`, and `plan_of`, which any algorithm (solve/placement/algorithm.py) uses to
-report a table. Per-GPU load and imbalance of any table are the wire contract's
+Public and stable (the controller, the simulator and benchmarks call it): `PlacementPlan`, `solve_placement`, and
+`plan_of`, which any algorithm (solve/placement/algorithm.py) uses to report a table; the group's shape is
+solve/placement/topology.py `Topology`. Per-GPU load and imbalance of any table are the wire contract's
 (agents/protocol/placement.py), so a plan's forecast and a window's measurement are the same number.
 Shapes: L = num_layers, E = num_experts, S = num_slots, G = num_gpus. Load is in tokens.
 Invariants of every plan `solve_placement` returns: each expert has >= 1 replica, no GPU holds two
@@ -20,32 +20,7 @@ from controlplane.solve.placement.construct import solve_fresh
 from controlplane.solve.placement.incremental import solve_incremental
 from controlplane.solve.placement.locality import group_to_node_of, is_feasible, mean_nodes_per_group
 from controlplane.solve.placement.shares import water_fill
-
-
-@dataclass(frozen=True)
-class Topology:
-    """One EP group. GPU g owns slots g*slots_per_gpu .. (g+1)*slots_per_gpu-1; node n owns
-    GPUs n*gpus_per_node .. (n+1)*gpus_per_node-1. num_groups: router expert groups (experts
-    are split into num_groups consecutive blocks)."""
-
-    num_nodes: int
-    gpus_per_node: int
-    slots_per_gpu: int
-    num_groups: int = 1
-
-    def __post_init__(self) -> None:
-        for name in ("num_nodes", "gpus_per_node", "slots_per_gpu", "num_groups"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-                raise ValueError(f"Topology.{name} must be a positive int, got {value!r}")
-
-    @property
-    def num_gpus(self) -> int:
-        return self.num_nodes * self.gpus_per_node
-
-    @property
-    def num_slots(self) -> int:
-        return self.num_gpus * self.slots_per_gpu
+from controlplane.solve.placement.topology import Topology
 
 
 @dataclass(frozen=True)

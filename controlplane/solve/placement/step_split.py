@@ -22,7 +22,8 @@ from dataclasses import replace
 import numpy as np
 
 from agents.protocol.replica_split import balance_split, gpu_load_of, replica_gpus
-from controlplane.solve.placement.solver import PlacementPlan, Topology, plan_of
+from controlplane.solve.placement.solver import PlacementPlan, plan_of
+from controlplane.solve.placement.topology import Topology
 
 WINDOW_MEAN, STEP_SPLIT = "window_mean", "step_split"  # what a plan minimised (PlacementPlan.objective)
 NUM_SAMPLED_STEPS = 16

@@ -1,4 +1,5 @@
-"""What a pool planner answers, and the interface every pool planner implements.
+"""What a pool planner decides, one pool (or the threshold) at a time: the types at the bottom of solve/pools
+(the view, solve/pools/view.py, carries past decisions; what a planner answers in all is solve/pools/planning.py).
 
 A decision names its pool, the size it found and the size it wants, and why (`kind`, `reason`). It carries
 the effect it predicts (which SLO, which percentile, the predicted seconds at the new size), as the placement
@@ -9,11 +10,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from enum import StrEnum
-from typing import Protocol, runtime_checkable
 
 from controlplane.observed.serving import PoolRole
-from controlplane.solve.pools.capacity import LoadForecast
-from controlplane.solve.pools.view import PoolsView
 
 
 class DecisionKind(StrEnum):
@@ -72,36 +70,3 @@ class ThresholdDecision:
     @property
     def direction(self) -> int:
         return (self.target > self.current) - (self.target < self.current)
-
-
-@dataclass(frozen=True)
-class PoolPlan:
-    at: float
-    decisions: tuple[PoolDecision, ...]  # one per pool
-    threshold: ThresholdDecision | None = None
-    load: LoadForecast | None = None  # what it sized for: the forecast on a predictive tick, else the load now
-
-    def decision(self, role: PoolRole) -> PoolDecision:
-        return next(d for d in self.decisions if d.role == role)
-
-    def target(self, role: PoolRole) -> int:
-        return self.decision(role).target
-
-    @property
-    def changes(self) -> tuple[PoolDecision, ...]:
-        return tuple(d for d in self.decisions if d.direction != 0)
-
-    @property
-    def reason(self) -> str:
-        return "; ".join(f"{d.role}: {d.reason}" for d in self.decisions)
-
-
-@runtime_checkable
-class PoolPlanner(Protocol):
-    """Sizes the prefill and decode pools. The controller's (controlplane/plan/pools.py) is a pure
-    function of the view; a baseline (benchmarks/baselines/) may keep state between calls, as the
-    service it re-implements does. Called once per window, in time order."""
-
-    name: str
-
-    def plan(self, view: PoolsView) -> PoolPlan: ...

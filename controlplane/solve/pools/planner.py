@@ -43,9 +43,10 @@ from controlplane.solve.pools.capacity import (
     replicas_needed,
     worst,
 )
-from controlplane.solve.pools.decision import DecisionKind, PoolDecision, PoolPlan, PredictedEffect
+from controlplane.solve.pools.decision import DecisionKind, PoolDecision, PredictedEffect
 from controlplane.solve.pools.load import burst_peak_rate
 from controlplane.solve.pools.local_prefill import step_threshold
+from controlplane.solve.pools.planning import PoolDecisions
 from controlplane.solve.pools.reactive import breaches, is_short, react
 from controlplane.solve.pools.rules import PoolRules
 from controlplane.solve.pools.undone import last_undone
@@ -191,7 +192,7 @@ def _decide(role: PoolRole, view: PoolsView, model: LatencyModel | None, now_loa
 
 
 def plan_pools(view: PoolsView, model: LatencyModel | None, now_load: LoadForecast | None,
-               forecast: LoadForecast | None, rules: PoolRules = PoolRules()) -> PoolPlan:
+               forecast: LoadForecast | None, rules: PoolRules = PoolRules()) -> PoolDecisions:
     """model: per-replica latency (None before enough data); now_load: the measured load; forecast:
     the load to plan for, given on predictive ticks (None otherwise)."""
     if model is not None:
@@ -200,7 +201,7 @@ def plan_pools(view: PoolsView, model: LatencyModel | None, now_load: LoadForeca
         now_load, forecast = (None if load is None else replace(load, remote_mix=None) for load in (now_load, forecast))
     problem = _stale_or_missing(view, rules)
     if problem is not None:
-        return PoolPlan(view.now, tuple(
+        return PoolDecisions(view.now, tuple(
             PoolDecision(view.now, role, view.pools[role].num_serving, view.pools[role].num_serving,
                          DecisionKind.hold, f"hold: {problem}") for role in ROLES))
     is_tick = is_predictive_tick(view.now, view.latest.seconds, rules.predictive_interval_seconds)
@@ -226,4 +227,4 @@ def plan_pools(view: PoolsView, model: LatencyModel | None, now_load: LoadForeca
     if is_tick:
         threshold = step_threshold(view.now, view.local_prefill_threshold, view.windows, view.targets,
                                    view.threshold_history, rules.threshold)
-    return PoolPlan(view.now, tuple(decisions[role] for role in ROLES), threshold, load)
+    return PoolDecisions(view.now, tuple(decisions[role] for role in ROLES), threshold, load)

@@ -17,7 +17,8 @@ import math
 from dataclasses import dataclass
 
 from controlplane.observed.serving import PoolWindow
-from controlplane.solve.pools.decision import DecisionKind, PoolDecision, PoolPlan, PredictedEffect
+from controlplane.solve.pools.decision import DecisionKind, PoolDecision, PredictedEffect
+from controlplane.solve.pools.planning import PoolDecisions
 from controlplane.solve.pools.view import PoolsView, SloTarget
 
 ROLE = "unified"
@@ -56,14 +57,14 @@ def _rate(windows: tuple[PoolWindow, ...]) -> float | None:
     return sum(w.num_arrivals for w in known) / seconds if seconds else None
 
 
-def plan_unified(view: PoolsView, rules: UnifiedRules = UnifiedRules()) -> PoolPlan:
+def plan_unified(view: PoolsView, rules: UnifiedRules = UnifiedRules()) -> PoolDecisions:
     """The unified pool's decision at `view.now`: up one, down one, hold or keep."""
     size = view.pools[ROLE]
     current = size.num_serving
 
     def decide(kind: DecisionKind, target: int, reason: str, rate: float | None = None,
-               predicted: PredictedEffect | None = None) -> PoolPlan:
-        return PoolPlan(view.now, (PoolDecision(view.now, ROLE, current, target, kind, reason, predicted, rate),))
+               predicted: PredictedEffect | None = None) -> PoolDecisions:
+        return PoolDecisions(view.now, (PoolDecision(view.now, ROLE, current, target, kind, reason, predicted, rate),))
 
     ttft = next(iter(view.targets_of("ttft")), None)
     latest = view.latest

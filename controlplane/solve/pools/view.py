@@ -4,13 +4,11 @@ their latency targets and the windows (controlplane/observed/serving.py). Second
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from agents.protocol import LatencySummary
 from controlplane.observed.serving import PoolRole, PoolWindow
-
-if TYPE_CHECKING:
-    from controlplane.solve.pools.decision import PoolDecision, ThresholdDecision
+from controlplane.solve.pools.decision import PoolDecision, ThresholdDecision
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from agents.protocol.group import RankRow
 from agents.telemetry.latency import RequestTimer
 from agents.telemetry.windows import WindowBuilder
 from controlplane.collect.aggregate import group_counters
-from controlplane.observed.pool import Window
+from controlplane.observed.window import Window
 
 
 def measured_step(i: int, now: float, is_split_routed: bool):

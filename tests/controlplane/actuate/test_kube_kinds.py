@@ -3,10 +3,12 @@
 scaling adapters as written in support/kube/written_crds/, whose modules the proxy refuses), scaled by the
 controller's ServiceAccount with exactly the Role the targets need.
 
-No kind's controller runs here (the LeaderWorkerSet controller needs its webhooks over TLS; the others' operators
-are not served by the proxy): each test writes what the controller would, the object's status and its pods, and
-says so. Then what moectl reads of them is checked against what was written: one replica in pods and GPUs, the
-ready replicas, replicas whose pods the scheduler could not place, which pods go on a scale-down."""
+No kind's controller runs here: this cluster has no scheduler and no kubelets (pods never run, so no controller's
+status would move), and the others' operators are not served by the proxy. The LeaderWorkerSet controller itself
+runs in the fleet rehearsal (tests/kube/test_fleet.py, with kube-scheduler and kwok; support/kube/lws.py). Here each
+test writes what the controller would, the object's status and its pods, and says so. Then what moectl reads of
+them is checked against what was written: one replica in pods and GPUs, the ready replicas, replicas whose pods
+the scheduler could not place, which pods go on a scale-down."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from agents.protocol import GroupSnapshot, LatencySummary, ServingCounters, Snap
 from agents.sim.fleet import DEFAULT_MODEL, make_fleet
 from controlplane.api.app import create_app
 from controlplane.loop.telemetry import ControllerMetrics
-from controlplane.observed.pool import GROUPS_AT, NODES_AT
+from controlplane.observed.window import GROUPS_AT, NODES_AT
 from controlplane.store import deployments, windows
 from controlplane.store.knobs import PLACEMENT
 from controlplane.store.tables import Agent, Deployment, LoadWindow, Pool, ReplicaWindow

@@ -7,8 +7,8 @@ from support.store import SLOTS_PER_RANK, snapshot
 
 from agents.protocol import LatencySummary
 from controlplane.collect.aggregate import to_report
-from controlplane.observed.pool import ACCEPTED_AT, GROUPS_AT, NODES_AT
 from controlplane.observed.report import merge_counters
+from controlplane.observed.window import ACCEPTED_AT, GROUPS_AT, NODES_AT
 
 
 def test_a_report_carries_sums_and_lands_at_its_ranks_slots():

@@ -127,9 +127,9 @@ def test_only_the_leader_reconciles(sessions, settings, clocks):
     with sessions() as session, session.begin():
         _, pool = make_pool(session, now=NOW, policy=Policy(mode="auto"))
         requests.record(session, pool, requests.Ask(POOL_SIZE.kind, "manual", "alice", value={"replicas": 2}), now=NOW)
-    assert Reconciler(settings, fence=b).once(sessions, now=NOW).plans == []
+    assert Reconciler(settings, fence=b).run_pass(sessions, now=NOW).plans == []
     assert count(sessions, Action) == 0
-    result = Reconciler(settings, fence=a).once(sessions, now=NOW)
+    result = Reconciler(settings, fence=a).run_pass(sessions, now=NOW)
     assert len(result.plans) == 1 and result.num_errors == 0
     with sessions() as session:
         [made] = session.scalars(select(Action)).all()

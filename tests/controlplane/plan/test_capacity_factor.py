@@ -8,7 +8,8 @@ from dataclasses import replace
 from support.pool_states import skewed_pool
 
 from controlplane.desired import KnobKind, Mode, Policy
-from controlplane.observed.pool import KnobChange, PoolState
+from controlplane.observed.knob_change import KnobChange
+from controlplane.observed.pool import PoolState
 from controlplane.plan.capacity_factor import capped_imbalance, plan_capacity_factor
 
 NOW = 1000.0

@@ -3,7 +3,7 @@ back-off that grows with each failed try."""
 
 import numpy as np
 
-from controlplane.observed.pool import KnobInputs
+from controlplane.observed.knob_park import KnobInputs
 from controlplane.plan.retry import FailedTry, backoff_seconds, expected_share_at, retry_verdict
 
 

@@ -9,7 +9,7 @@ import numpy as np
 from support.store import SLOTS_PER_RANK, make_pool, snapshot
 
 from controlplane.collect.aggregate import to_report
-from controlplane.observed.pool import RANK_REPORTS
+from controlplane.observed.window import RANK_REPORTS
 from controlplane.store import deployments, windows
 from controlplane.store.db import make_sessions
 

@@ -10,6 +10,7 @@ embeds no stages: they come from its module (support/kube/build.py builds kwok f
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -24,12 +25,14 @@ from controlplane.actuate.kube import KubeScaler
 from controlplane.config import KubeScaleTarget
 from controlplane.desired import Policy
 from controlplane.kube_kinds import LWS_GROUP, LWS_NAME
+from support.auth import AGENT_TOKEN, API_TOKEN
 from support.kube import build
 from support.kube.client import KubeCluster
 from support.kube.cluster import DEFAULT_CONTROLLERS, _spawn, _wait_until, running_cluster
 from support.kube.controller import SERVICE_ACCOUNT, grant_controller
 from support.kube.crds import install_crds, module_dir, workload_crds
 from support.kube.fixture import fresh_namespace
+from support.kube.lws import running_lws_controller
 from support.scaling import ScaledDeployment
 from support.servers import free_port, until
 
@@ -56,9 +59,8 @@ def gpu_container() -> kubernetes.client.V1Container:
 
 
 class LwsGroups:
-    """The LeaderWorkerSet controller's part, played by the caller's `sync()` (the real one needs its webhooks
-    over TLS to a local endpoint): group g of `name` is pods `name-g` (leader) and `name-g-1` (worker) with the LWS
-    labels; groups past spec.replicas go; status.readyReplicas counts groups whose every pod is Ready."""
+    """A LeaderWorkerSet's groups, as the LeaderWorkerSet controller makes them (support/kube/lws.py): group g of
+    `name` is pods `name-g` (leader) and `name-g-1` (worker), labelled by its pod webhook."""
 
     RESOURCE = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
     SIZE = 2
@@ -70,31 +72,11 @@ class LwsGroups:
         return [p for p in self.core.list_namespaced_pod(self.namespace, label_selector=f"{LWS_NAME}={self.name}").items
                 if p.metadata.deletion_timestamp is None]
 
-    def sync(self) -> None:
-        api_group, version, plural = self.RESOURCE
-        found = self.objects.get_namespaced_custom_object(api_group, version, self.namespace, plural, self.name)
-        replicas, pods = found["spec"]["replicas"], self.pods()
-        have = {p.metadata.name for p in pods}
-        for pod in pods:
-            if int(pod.metadata.labels[LWS_GROUP]) >= replicas:
-                self.core.delete_namespaced_pod(pod.metadata.name, self.namespace, grace_period_seconds=0)
-        for group in range(replicas):
-            for worker in range(self.SIZE):
-                name = f"{self.name}-{group}" + (f"-{worker}" if worker else "")
-                if name not in have:
-                    self.core.create_namespaced_pod(self.namespace, kubernetes.client.V1Pod(
-                        metadata=kubernetes.client.V1ObjectMeta(
-                            name=name, annotations=fake_pod_annotations(READY_SECONDS),
-                            labels={LWS_NAME: self.name, LWS_GROUP: str(group),
-                                    "leaderworkerset.sigs.k8s.io/worker-index": str(worker)}),
-                        spec=kubernetes.client.V1PodSpec(containers=[gpu_container()])))
-        ready_pods = [p for p in self.pods() if is_ready(p)]
-        groups = [int(p.metadata.labels[LWS_GROUP]) for p in ready_pods]
-        ready = sum(groups.count(g) == self.SIZE for g in range(replicas))
-        status = {"replicas": replicas, "readyReplicas": ready,
-                  "hpaPodSelector": f"{LWS_NAME}={self.name},leaderworkerset.sigs.k8s.io/worker-index=0"}
-        self.objects.patch_namespaced_custom_object_status(api_group, version, self.namespace, plural, self.name,
-                                                           {"status": status})
+    def ready_groups(self) -> list[str]:
+        """The groups every pod of which is Ready, by their leader's name."""
+        pods = self.pods()
+        ready = [p.metadata.labels[LWS_GROUP] for p in pods if is_ready(p)]
+        return sorted(f"{self.name}-{g}" for g in set(ready) if ready.count(g) == self.SIZE)
 
 
 def is_ready(pod: kubernetes.client.V1Pod) -> bool:
@@ -187,8 +169,17 @@ def running_fleet(cluster: KubeCluster, gpus_per_node: int = 8) -> Iterator[Flee
 
 PREFILL = KubeScaleTarget(deployment="tiny", role="prefill", kind="LeaderWorkerSet", name="prefill")
 DECODE = KubeScaleTarget(deployment="tiny", role="decode", kind="Deployment", name="decode")
-POLICY = Policy(mode="auto", cooldown_seconds=0, replicas={role: {"min": 0, "max": 512}
-                                                           for role in ("prefill", "decode", "unified")})
+# the pool planner's: latency targets, the fleet as its GPU budget, a minute's cooldown and a predictive step every
+# 30 s (three 10 s windows); the routers count no prompt lengths, so prefill is sized from the mean prompt
+POLICY = Policy(mode="auto", cooldown_seconds=0, slo={"ttft_p90_seconds": 1.0, "itl_p90_seconds": 0.05},
+                gpu_budget=1024, pool_cooldown_seconds=60, pool_predictive_interval_seconds=30,
+                pool_size_prefill_by_mix=False,
+                replicas={"prefill": {"min": 0, "max": 64}, "decode": {"min": 0, "max": 128}})
+EP_SIZE = {"decode": 8, "prefill": 16}  # GPUs per replica: a pod of 8, a LeaderWorkerSet group of 2 pods of 8
+WINDOW_SECONDS, STARTUP_SECONDS = 10.0, 30.0
+# the scenarios move moectl's clock by hand, from an hour ago: whatever they record is in the past of a real
+# controller process's wall clock (test_4's), never in its future
+CLOCK_BEHIND_SECONDS = 3600.0
 NODES_READY_S = 120.0
 
 
@@ -206,7 +197,9 @@ def _create_pools(admin: kubernetes.client.ApiClient, namespace: str) -> LwsGrou
     CustomObjectsApi(admin).create_namespaced_custom_object(group, version, namespace, plural, {
         "apiVersion": PREFILL.api_version, "kind": PREFILL.kind, "metadata": {"name": PREFILL.name},
         "spec": {"replicas": 0, "leaderWorkerTemplate": {"size": LwsGroups.SIZE, "workerTemplate": {
-            "spec": {"containers": [gpu_container().to_dict()]}}}}})
+            "metadata": {"annotations": fake_pod_annotations(READY_SECONDS)},
+            "spec": {"containers": [admin.sanitize_for_serialization(gpu_container())],
+                     "terminationGracePeriodSeconds": 0}}}}})
     return LwsGroups(admin, namespace, PREFILL.name)
 
 
@@ -222,12 +215,16 @@ def serving_fleet(bin_dir: Path, num_nodes: int, database: Path) -> Iterator[tup
     with running_cluster(bin_dir, controllers, kcm_args) as cluster, running_fleet(cluster) as fleet, \
             fresh_namespace(cluster) as namespace, cluster.api_client() as admin:
         install_crds(admin, workload_crds()[:1])  # LeaderWorkerSet's own
-        fleet.add_nodes(num_nodes)
-        until("the fake nodes to be Ready", lambda: fleet.num_ready_nodes() == num_nodes, NODES_READY_S)
-        lws = _create_pools(admin, namespace)
-        grant_controller(cluster, namespace, [PREFILL, DECODE])
-        with cluster.service_account_client(namespace, SERVICE_ACCOUNT) as client:
-            scaler = KubeScaler(client, [PREFILL, DECODE], default_namespace=namespace, field_manager="moectl",
-                                reporting_instance="fleet")
-            pools = ScaledDeployment.create(f"sqlite:///{database}", scaler, POLICY)
-            yield cluster, fleet, admin, namespace, pools, lws
+        with running_lws_controller(cluster, admin, namespace):
+            fleet.add_nodes(num_nodes)
+            until("the fake nodes to be Ready", lambda: fleet.num_ready_nodes() == num_nodes, NODES_READY_S)
+            lws = _create_pools(admin, namespace)
+            grant_controller(cluster, namespace, [PREFILL, DECODE])
+            with cluster.service_account_client(namespace, SERVICE_ACCOUNT) as client:
+                scaler = KubeScaler(client, [PREFILL, DECODE], default_namespace=namespace, field_manager="moectl",
+                                    reporting_instance="fleet")
+                pools = ScaledDeployment.create(
+                    f"sqlite:///{database}", scaler, POLICY, roles=("decode", "prefill"), ep_size=EP_SIZE,
+                    window_seconds=WINDOW_SECONDS, replica_startup_seconds=STARTUP_SECONDS, api_token=API_TOKEN,
+                    agent_token=AGENT_TOKEN, now=time.time() - CLOCK_BEHIND_SECONDS)
+                yield cluster, fleet, admin, namespace, pools, lws

@@ -34,11 +34,14 @@ def _handler(on_review: Callable[[dict], None]) -> type[BaseHTTPRequestHandler]:
             on_review(request)
             body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                                "response": {"uid": request.get("uid", ""), "allowed": True}}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            try:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except (ssl.SSLError, ConnectionError):
+                pass  # the apiserver stopped waiting: the request it asked about was dropped (its client killed)
 
         def log_message(self, *args) -> None:  # the test's output, not the server's
             pass
@@ -100,4 +103,4 @@ def _probe_event(events: EventsV1Api, namespace: str, name: str) -> None:
     events.create_namespaced_event(namespace, kubernetes.client.EventsV1Event(
         metadata=kubernetes.client.V1ObjectMeta(name=name, namespace=namespace), event_time=datetime.now(UTC),
         reporting_controller="moectl.io/test", reporting_instance="probe", action="Probe", reason="Probe",
-        type="Normal", regarding=kubernetes.client.V1ObjectReference(kind="Namespace", name=namespace)))
+        type="Normal", regarding=kubernetes.client.V1ObjectReference(kind="ConfigMap", name=name, namespace=namespace)))

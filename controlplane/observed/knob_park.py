@@ -1,0 +1,37 @@
+"""A knob parked for a pool after a rolled-back change (`Parked`), with the inputs it was parked at
+(`KnobInputs`): the park stands until they change materially (controlplane/plan/parking.py). Pure."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class KnobInputs:
+    """What a knob's change was decided from. expert_share: [num_layers, num_experts], rows sum to 1 (None:
+    the knob does not depend on which experts are hot); tokens_per_second: routed tokens the pool took."""
+
+    model: str  # `model_key` of the model shape
+    policy_version: int
+    tokens_per_second: float | None
+    expert_share: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Parked:
+    """A knob parked for a pool: since when, by which action's verdict, why, and the inputs it was parked at."""
+
+    knob: str
+    since: float
+    action_id: int | None
+    reason: str
+    inputs: KnobInputs
+
+
+def model_key(model: dict) -> str:
+    """A short stable fingerprint of a model shape (its JSON form)."""
+    return hashlib.sha256(json.dumps(model, sort_keys=True).encode()).hexdigest()[:16]
