@@ -127,6 +127,14 @@ class Policy(BaseModel):
                                                     "model's own routing (its topk_group) picks; before "
                                                     "2026-12 it was a share of the unconstrained top-k")
     min_gain: float = Field(default=0.05, ge=0, le=100, description="minimum predicted drop in max/mean load")
+    mtp_guard_tolerance: float = Field(
+        default=0.05, ge=0, le=1,
+        description="a placement change under which MTP acceptance falls by more than this share of its value "
+                    "before is rolled back and the placement parked (controlplane/plan/change_guard.py)")
+    latency_guard_tolerance: float = Field(
+        default=0.25, ge=0, le=100,
+        description="the same for the mean TTFT or ITL rising by more than this share (latency moves with the "
+                    "load too: a looser bar)")
     change_price_margin: float = Field(
         default=1.25, ge=0, le=100,
         description="a placement change is made only when the pool's capacity it gains over the time its gain "

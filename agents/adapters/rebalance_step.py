@@ -36,6 +36,13 @@ class RebalanceStep:
         self.faults, self.is_recording_rank, self.log = faults, is_recording_rank, log
         self.lock = threading.Lock()
         self.calls: dict[str, int] = {}
+        self.took: dict[str, float] = {}  # model -> seconds its last call took, where the caller timed it
+
+    def timed(self, shape: tuple[int, int], seconds: float) -> None:
+        """The engine's call for a load of `shape` took `seconds`: the model's next record says so, as
+        `previous_seconds` (its own is written before the call has run)."""
+        with self.lock:
+            self.took[state.model_key(*shape)] = seconds
 
     def __call__(self, load: np.ndarray, *, current: np.ndarray | None, num_replicas: int | None,
                  num_ranks: int | None) -> ArmedPlacement | None:
@@ -46,6 +53,7 @@ class RebalanceStep:
         model = state.model_key(*load.shape)
         with self.lock:
             call = self.calls[model] = self.calls.get(model, -1) + 1
+            took = self.took.pop(model, None)
         if self.is_recording_rank():
             try:
                 state.write_load(self.directory, {
@@ -54,7 +62,8 @@ class RebalanceStep:
                     "current": None if current is None else np.asarray(current).tolist(),
                     "num_replicas": None if num_replicas is None else int(num_replicas),
                     "num_ranks": None if num_ranks is None else int(num_ranks),
-                    "faults": self.faults.snapshot(), self.engine: self.version})
+                    "faults": self.faults.snapshot(), self.engine: self.version}
+                    | ({} if took is None else {"previous_seconds": round(took, 6)}))
             except (OSError, ValueError) as exc:
                 self.faults.record("load not recorded", exc)
         armed = in_force(state.read_armed(self.directory, faults=self.faults), call, epoch=self.epoch, model=model)

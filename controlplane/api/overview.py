@@ -14,6 +14,7 @@ from controlplane.api.overview_schemas import (
     Overview,
     ParkedOut,
     PoolOverview,
+    PricedChangeOut,
     Queue,
     RoutingReachOut,
     WindowPoint,
@@ -93,6 +94,20 @@ def _change_cost(session: Session, deployment: Deployment, pool: Pool) -> Change
                          last_seconds=round(measured.last_seconds, 4) if measured else None)
 
 
+MAX_PRICED_CHANGES = 5
+MADE = (actions.APPLIED, actions.VERIFIED, actions.ROLLED_BACK, actions.FAILED, actions.SUPERSEDED)
+PRICE_KEYS = ("is_paying", "gain_share", "horizon_seconds", "gain_seconds", "cost_seconds", "cost_source", "margin")
+
+
+def _priced_changes(session: Session, pool: Pool, now: float) -> list[PricedChangeOut]:
+    """The pool's last placement changes that carry a price, newest first (the last day's)."""
+    made = [a for a in actions.of_pool(session, pool, since=now - 86400.0, statuses=MADE)
+            if a.kind == "placement" and a.predicted.get("price")]
+    return [PricedChangeOut(action_id=a.id, at=seconds(a.created_at), status=a.status,
+                            predicted={k: a.predicted["price"].get(k) for k in PRICE_KEYS},
+                            realised=a.measured.get("realised")) for a in made[:MAX_PRICED_CHANGES]]
+
+
 def build(session: Session, deployment: Deployment, settings: Settings, now: float,
           num_actions: int = 10) -> Overview:
     policy_version, policy = policies.active(session, deployment)
@@ -119,7 +134,8 @@ def build(session: Session, deployment: Deployment, settings: Settings, now: flo
                                        mtp_diagnosis=None if mtp is None else DiagnosisOut(
                                            cause=mtp.cause.value, reason=mtp.reason, evidence=mtp.evidence),
                                        routing_reach=_routing_reach(policy, state),
-                                       change_cost=_change_cost(session, deployment, pool)))
+                                       change_cost=_change_cost(session, deployment, pool),
+                                       priced_changes=_priced_changes(session, pool, now)))
         if state.windows:
             last_windows.append(state.windows[-1])
     total = functools.reduce(merge_counters, (w.counters for w in last_windows), {})

@@ -74,6 +74,18 @@ class ChangeCostOut(BaseModel):
     last_seconds: float | None = Field(default=None, description="the newest measured seconds per act")
 
 
+class PricedChangeOut(BaseModel):
+    """A placement change's price against what it realised (controlplane/plan/placement_price.py)."""
+
+    action_id: int
+    at: float
+    status: str
+    predicted: dict = Field(description="its price: gain_share, horizon_seconds, gain_seconds, cost_seconds, "
+                                        "cost_source, margin")
+    realised: dict | None = Field(default=None, description="once verified: the gain_share and gain_seconds the "
+                                                            "measured imbalance gives under the same step model")
+
+
 class PoolOverview(BaseModel):
     role: str
     ep_size: int
@@ -99,6 +111,8 @@ class PoolOverview(BaseModel):
                                                                          "floor; null while it is not")
     routing_reach: RoutingReachOut | None = None
     change_cost: ChangeCostOut | None = Field(default=None, description="what a placement change costs the pool")
+    priced_changes: list[PricedChangeOut] = Field(
+        default=[], description="the pool's last priced placement changes, newest first: predicted vs realised")
 
 
 class PoolDecisionOut(BaseModel):

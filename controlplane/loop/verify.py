@@ -29,13 +29,14 @@ from controlplane.actuate.pool_pass import PoolPass
 from controlplane.desired import Effect, Policy, VerifyOutcome
 from controlplane.observed.pool import PoolState
 from controlplane.observed.window import Window
+from controlplane.plan.change_guard import GuardVerdict, guard_change
 from controlplane.plan.diagnose import Cause, MtpDiagnosis, diagnose_mtp
 from controlplane.plan.effect import judge
 from controlplane.plan.knob_plan import KnobPlan, since_change
 from controlplane.plan.knob_plans import KIND_TO_PLAN
 from controlplane.plan.placement_price import realised_price
 from controlplane.store import actions, parks
-from controlplane.store.knobs import KNOBS
+from controlplane.store.knobs import KNOBS, PLACEMENT
 from controlplane.store.tables import Action, Pool
 
 log = logging.getLogger("moectl.reconcile")
@@ -111,6 +112,14 @@ def verify_pool(session: Session, pool: Pool, state: PoolState, policy: Policy, 
         measured = verdict.measured | planned | {f"{effect.signal}_before": round(effect.before, 4),
                                                  f"{effect.signal}_after": verdict.measured.get(effect.signal),
                                                  "verdict": verdict.reason}
+        guard = _guard(action, state, windows, policy) if action.kind == PLACEMENT.kind else None
+        if guard is not None:
+            measured["guards"] = guard.measured
+            if guard.is_breached and verdict.is_intended:
+                roll_back(session, pool=pool, action=action, state=state, now=now,
+                          measured=measured | {"verdict": f"guard: {guard.reason}"})
+                settled.append(action)
+                continue
         price = action.predicted.get("price")  # a priced change (a placement's, plan/placement_price.py)
         if price and "step_fixed_seconds" in price and measured.get("imbalance_after") is not None:
             measured["realised"] = realised_price(price, effect.before, measured["imbalance_after"])
@@ -121,6 +130,16 @@ def verify_pool(session: Session, pool: Pool, state: PoolState, policy: Policy, 
             roll_back(session, pool=pool, action=action, state=state, measured=measured, now=now)
         settled.append(action)
     return settled
+
+
+def _guard(action: Action, state: PoolState, windows: list[Window], policy: Policy) -> GuardVerdict | None:
+    """The placement's guards: the windows it was planned on (still in the history) against those under it."""
+    planned_on = set(action.inputs.get("windows") or [])
+    before = [w for w in state.windows if w.index in planned_on]
+    if not before:
+        return None
+    return guard_change(before, windows, mtp_tolerance=policy.mtp_guard_tolerance,
+                        latency_tolerance=policy.latency_guard_tolerance)
 
 
 def roll_back(session: Session, *, pool: Pool, action: Action, state: PoolState, measured: dict, now: float) -> None:

@@ -22,6 +22,21 @@ class KnobInputs:
 
 
 @dataclass(frozen=True)
+class FailedTry:
+    """One reverted change of the knob: when it was applied, the inputs it was decided from, and its effect on its
+    signal as predicted and as measured (the signal's unit, signed the same way)."""
+
+    at: float
+    inputs: KnobInputs
+    predicted: float
+    realised: float
+
+    @property
+    def realised_share(self) -> float:
+        return self.realised / self.predicted if self.predicted else 0.0
+
+
+@dataclass(frozen=True)
 class Parked:
     """A knob parked for a pool: since when, by which action's verdict, why, and the inputs it was parked at."""
 
@@ -30,6 +45,7 @@ class Parked:
     action_id: int | None
     reason: str
     inputs: KnobInputs
+    tries: tuple[FailedTry, ...] = ()  # the knob's reverted changes on the pool, oldest first (this one last)
 
 
 def model_key(model: dict) -> str:

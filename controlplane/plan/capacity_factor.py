@@ -32,7 +32,7 @@ from controlplane.observed.pool import PoolState
 from controlplane.plan.effect import change_context
 from controlplane.plan.holds import held_reason, not_ready, reversed_change
 from controlplane.plan.knob_plan import Given, KnobPlan, Move
-from controlplane.plan.parking import parked_reason
+from controlplane.plan.retry import parked_reason
 from controlplane.solve.placement.packing import imbalance_floor
 
 STEP = 1.25  # one step multiplies (loosen) or divides (tighten) the factor by this
@@ -87,7 +87,7 @@ def plan_capacity_factor(policy: Policy, pool: PoolState, now: float) -> Capacit
     changed_at = pool.knob(KnobKind.expert_capacity).changed_at
     if changed_at is not None and now - changed_at < policy.cooldown_seconds:
         return CapacityStep(current, "cooling down")
-    still_parked, unparked = parked_reason(pool, KnobKind.expert_capacity, with_expert_share=True)
+    still_parked, unparked = parked_reason(pool, KnobKind.expert_capacity, with_expert_share=True, now=now)
     if still_parked:
         return CapacityStep(current, still_parked)
     signals = pool.signals(windows)

@@ -47,7 +47,7 @@ def material_change(parked: KnobInputs, now: KnobInputs) -> str | None:
     return None
 
 
-def parked_reason(pool: PoolState, knob: str, *, with_expert_share: bool) -> tuple[str | None, str | None]:
+def material_reason(pool: PoolState, knob: str, *, with_expert_share: bool) -> tuple[str | None, str | None]:
     """(why the knob stays parked, why it no longer is): both None when it is not parked."""
     parked = pool.parked.get(knob)
     if parked is None:

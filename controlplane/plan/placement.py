@@ -24,8 +24,8 @@ from controlplane.plan.diagnose import Cause, MtpDiagnosis
 from controlplane.plan.effect import change_context
 from controlplane.plan.knob_plan import Given, KnobPlan, Move
 from controlplane.plan.pacing import HOUR, placement_allowance
-from controlplane.plan.parking import parked_reason
 from controlplane.plan.placement_price import priced
+from controlplane.plan.retry import parked_reason
 from controlplane.solve.placement.algorithm import MigrationAware, PlacementAlgorithm
 from controlplane.solve.placement.packing import imbalance_floor
 from controlplane.solve.placement.step_split import solve_for_split
@@ -98,7 +98,7 @@ def plan_placement(policy: Policy, pool: PoolState, now: float, *, is_forced: bo
     if not is_forced and not is_acceptance_low and min(measured) <= policy.imbalance_threshold:
         return plan(Decision.keep, f"imbalance {measured[-1]:.3f} within threshold "
                                    f"{policy.imbalance_threshold}", **inputs)
-    still_parked, unparked = parked_reason(pool, KnobKind.placement, with_expert_share=True)
+    still_parked, unparked = parked_reason(pool, KnobKind.placement, with_expert_share=True, now=now)
     if is_asked and still_parked:
         still_parked, unparked = None, "a person asked"
     if still_parked:

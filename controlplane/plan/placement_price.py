@@ -38,13 +38,14 @@ def step_points(state: PoolState) -> tuple[list[float], list[float]]:
 
 def price_plan(plan: Plan, state: PoolState, cost: ChangeCost, margin: float) -> Price | None:
     """The price of the plan's change; None when it makes none or nothing measured the pool's step times."""
-    if plan.decision != Decision.rebalance or plan.change is None or not state.windows:
+    loaded = [w.expert_tokens for w in state.windows if float(w.expert_tokens.sum()) > 0]  # an idle window: no step
+    if plan.decision != Decision.rebalance or plan.change is None or not loaded:
         return None
     imbalances, steps = step_points(state)
     if not imbalances:
         return None
     planned = PlacementTable(plan.change.slot_to_expert, plan.change.slot_share)
-    history = np.stack([w.expert_tokens for w in state.windows])  # [W, L, E], oldest first
+    history = np.stack(loaded)  # [W, L, E], oldest first
     return price_placement(state.placement, planned, history, imbalances, steps, cost,
                            window_seconds=state.windows[-1].seconds, num_gpus=state.ep_size, margin=margin)
 

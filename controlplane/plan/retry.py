@@ -19,31 +19,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from controlplane.observed.knob_park import KnobInputs
+from controlplane.observed.knob_park import FailedTry, KnobInputs
+from controlplane.observed.pool import PoolState
 from controlplane.plan.effect import MIN_SHARE_OF_PREDICTED
-from controlplane.plan.parking import LOAD_RATE_FACTOR, LOAD_SHIFT, load_shift
+from controlplane.plan.parking import LOAD_RATE_FACTOR, LOAD_SHIFT, load_shift, material_change, material_reason
 
 BASE_BACKOFF_SECONDS = 600.0
 MAX_BACKOFF_SECONDS = 6 * 3600.0
-
-
-@dataclass(frozen=True)
-class FailedTry:
-    """One reverted change of the knob: when it was applied, the inputs it was decided from, and its effect on its
-    signal as predicted and as measured (the signal's unit, signed the same way)."""
-
-    at: float
-    inputs: KnobInputs
-    predicted: float
-    realised: float
-
-    @property
-    def realised_share(self) -> float:
-        return self.realised / self.predicted if self.predicted else 0.0
 
 
 @dataclass(frozen=True)
@@ -107,3 +93,22 @@ def retry_verdict(tries: Sequence[FailedTry], now_inputs: KnobInputs, now: float
                                       f"{len(tries)} failed tries predict {share:.0%} of the effect there "
                                       f"({'>=' if is_justified else '<'} {MIN_SHARE_OF_PREDICTED:.0%})",
                         not_before, share)
+
+
+def parked_reason(pool: PoolState, knob: str, *, with_expert_share: bool, now: float) -> tuple[str | None, str | None]:
+    """(why the knob stays parked, why it no longer is): both None when it is not parked. Inputs that changed
+    materially (controlplane/plan/parking.py) lift the park, except where only the token rate moved: then the knob's
+    failed tries must justify another try at the new rate (`retry_verdict`: a growing back-off, and what the tries
+    predict there). Another model, policy or hot set is a new problem, answered at once; a park without its tries
+    (they were pruned) is lifted as before."""
+    still, why = material_reason(pool, knob, with_expert_share=with_expert_share)
+    parked = pool.parked.get(knob)
+    if why is None or parked is None or not parked.tries:
+        return still, why
+    inputs = pool.knob_inputs(with_expert_share=with_expert_share)
+    if material_change(parked.inputs, replace(inputs, tokens_per_second=parked.inputs.tokens_per_second)):
+        return still, why  # not the rate alone
+    verdict = retry_verdict(parked.tries, inputs, now)
+    if verdict.is_justified:
+        return None, f"{why}: {verdict.reason}"
+    return f"{knob} parked since action {parked.action_id}: {parked.reason}; {why}, but {verdict.reason}", None

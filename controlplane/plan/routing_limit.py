@@ -16,7 +16,7 @@ from controlplane.plan.diagnose import Cause, MtpDiagnosis
 from controlplane.plan.effect import change_context
 from controlplane.plan.holds import held_reason, not_ready, reversed_change
 from controlplane.plan.knob_plan import Given, KnobPlan, Move
-from controlplane.plan.parking import parked_reason
+from controlplane.plan.retry import parked_reason
 from controlplane.solve.routing import RECALL_TOLERANCE, GroupLimits, RoutingStep, plan_topk_group
 
 
@@ -41,7 +41,7 @@ def plan_routing(policy: Policy, pool: PoolState, now: float, mtp: MtpDiagnosis 
         return RoutingStep(current, "cooling down")
     if sum(w.seconds for w in pool.windows) < LOAD_SPAN_SECONDS:  # a start-up's load is no baseline for a park
         return RoutingStep(current, f"under {LOAD_SPAN_SECONDS:.0f}s of windows: the load is not known yet")
-    still_parked, unparked = parked_reason(pool, KnobKind.routing, with_expert_share=False)
+    still_parked, unparked = parked_reason(pool, KnobKind.routing, with_expert_share=False, now=now)
     if still_parked:
         return RoutingStep(current, still_parked)
     limits = GroupLimits(pool.num_groups, pool.num_experts, pool.top_k, pool.model_topk_group,

@@ -5,10 +5,11 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from controlplane.observed.knob_park import KnobInputs, Parked
+from controlplane.desired import Effect
+from controlplane.observed.knob_park import FailedTry, KnobInputs, Parked
 from controlplane.store.arrays import pack, unpack
 from controlplane.store.batches import delete_some
-from controlplane.store.tables import KnobPark, Pool
+from controlplane.store.tables import Action, KnobPark, Pool
 from controlplane.store.timestamps import seconds, utc
 
 
@@ -29,11 +30,33 @@ def release(session: Session, *, pool: Pool, knob: str, reason: str, now: float)
 
 
 def active(session: Session, pool: Pool) -> dict[str, Parked]:
-    """knob -> its open park."""
-    return {row.knob: Parked(row.knob, seconds(row.created_at), row.action_id, row.reason,
-                             KnobInputs(row.model_key, row.policy_version, row.tokens_per_second,
-                                        None if row.expert_share is None else unpack(row.expert_share)))
-            for row in _open(session, pool)}
+    """knob -> its open park, with the knob's failed tries on the pool (each park it had, kept until pruned)."""
+    parked = {}
+    for row in _open(session, pool):
+        parks = session.scalars(select(KnobPark).where(KnobPark.pool_id == pool.id, KnobPark.knob == row.knob)
+                                .order_by(KnobPark.id)).all()
+        reverted = {a.id: a for a in session.scalars(select(Action).where(
+            Action.id.in_([p.action_id for p in parks if p.action_id is not None])))}
+        tries = tuple(t for p in parks if (t := _failed_try(p, reverted.get(p.action_id))) is not None)
+        parked[row.knob] = Parked(row.knob, seconds(row.created_at), row.action_id, row.reason, _inputs(row), tries)
+    return parked
+
+
+def _inputs(row: KnobPark) -> KnobInputs:
+    return KnobInputs(row.model_key, row.policy_version, row.tokens_per_second,
+                      None if row.expert_share is None else unpack(row.expert_share))
+
+
+def _failed_try(park: KnobPark, action: Action | None) -> FailedTry | None:
+    """The reverted change a park stands for: its signal's move as predicted and as measured (None where the action
+    recorded either not: a floor broken, a bound enforced)."""
+    effect = None if action is None else Effect.from_json(action.predicted.get("effect"))
+    if effect is None:
+        return None
+    before, after = action.measured.get(f"{effect.signal}_before"), action.measured.get(f"{effect.signal}_after")
+    if before is None or after is None:
+        return None
+    return FailedTry(seconds(park.created_at), _inputs(park), effect.predicted - effect.before, after - before)
 
 
 def _open(session: Session, pool: Pool, knob: str | None = None) -> list[KnobPark]:

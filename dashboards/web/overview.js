@@ -87,6 +87,16 @@ export function renderTiles(root, o, policy) {
     imbalanceTile.title = `${worst.role}: no placement of its ${worst.ep_size * worst.slots_per_rank} slots gets under ` +
       `${fmt(floor)} on this load; more slots per GPU lift it (moectl slots ${o.deployment} --role ${worst.role})`;
   }
+  // each pool's last priced placement change: what it was predicted to gain against its cost, and what it realised
+  const priced = o.pools.filter((x) => (x.priced_changes || []).length).map((x) => ({ role: x.role, c: x.priced_changes[0] }));
+  const gained = (r) => (r ? `${fmt(r.gain_seconds)}s` : "…");
+  const priceTile = tile("last change: gain / cost → realised",
+    priced.length ? priced.map(({ role, c }) => `${role} ${fmt(c.predicted.gain_seconds)}s / ${fmt(c.predicted.cost_seconds)}s → ${gained(c.realised)}`).join(" · ") : "none priced",
+    { cls: priced.some(({ c }) => c.realised && !c.realised.is_paying) ? "warn" : "",
+      sub: o.pools.map((x) => (x.change_cost ? `${x.role} a change costs ${fmt(x.change_cost.seconds)}s (${x.change_cost.num_measured ? "measured" : "prior"})` : "")).filter(Boolean).join(" · "),
+      field: "priced_changes" });
+  priceTile.title = o.pools.flatMap((x) => (x.priced_changes || []).map((c) =>
+    `${x.role} #${c.action_id} ${c.status}: predicted ${fmt(c.predicted.gain_seconds)}s for ${fmt(c.predicted.cost_seconds)}s (${c.predicted.cost_source}); realised ${gained(c.realised)}`)).join("\n");
   root.replaceChildren(
     tile("mode", o.mode, { sub: `policy v${o.policy_version}`, field: "mode" }),
     imbalanceTile,
@@ -106,6 +116,7 @@ export function renderTiles(root, o, policy) {
       { cls: o.pools.some((x) => x.dropped_share > 0.01) ? "warn" : "",
         sub: `× an even share; dropped ${o.pools.map((x) => pct(x.dropped_share, 2)).join(" · ") || "–"}`, field: "expert_capacity_factor" }),
     parkedTile,
+    priceTile,
     tile("agents fresh / total", `${o.agents.fresh} / ${o.agents.total}`, { cls: o.agents.stale ? "bad" : o.agents.total ? "good" : "", sub: [o.agents.stale ? `${o.agents.stale} stale` : "", o.agents.gone ? `${o.agents.gone} gone` : ""].filter(Boolean).join(", "), field: "agents" }),
     reachTile(o.pools),
   );

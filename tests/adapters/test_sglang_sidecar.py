@@ -155,3 +155,23 @@ def test_live_posts_the_rebalances_records_and_arms_placements_without_a_restart
         state_dir.write_load(live, _record(call, weight))
     sidecar.close_window(1_800_000_010.0)
     assert sidecar.running.version == 3 and np.array_equal(sidecar.running.slot_to_expert, table)
+
+
+def test_a_restart_for_a_placement_is_timed_to_the_first_window_after_it(tmp_path):
+    """What a change costs an SGLang group (controlplane/plan/change_cost.py): from the restart asked to the end
+    of the first window the restarted server posts, once; windows before the restart say nothing of it."""
+    sidecar, server, posted, restarts, clock = _sidecar(tmp_path, [np.zeros((8, 5, 16))] * 6, min_restart_seconds=0)
+    sidecar.begin()
+    sidecar.on_answer(_answer(1, _good(1)))
+    assert sidecar.apply_answers().version == 1 and restarts.num_calls == 1
+    clock.now += 10
+    before = sidecar.close_window(clock.now - 10)  # the old server still answered: not restarted yet
+    assert before.ranks[0].balancer_stall_seconds is None
+    clock.now += 150  # no /health, a reload
+    server.info = server.info | {"startup_time": clock.now - 5}
+    assert sidecar.close_window(clock.now - 10) is None  # the restart noticed: that window is lost
+    clock.now += 10
+    first = sidecar.close_window(clock.now - 10)
+    assert first.ranks[0].balancer_events == 1 and first.ranks[0].balancer_stall_seconds == 170.0
+    clock.now += 10
+    assert sidecar.close_window(clock.now - 10).ranks[0].balancer_stall_seconds is None  # once

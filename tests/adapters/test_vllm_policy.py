@@ -61,3 +61,13 @@ def test_an_armed_placement_that_drops_an_expert_falls_back_to_vllms_policy(tmp_
     state.write_armed(tmp_path, [ArmedPlacement(3, 0, bad, EPOCH, "3x16")])
     got = _rearrange(policy, 4)
     assert torch.equal(got, _rearrange(default_policy, 4))
+
+
+def test_each_rearrange_records_how_long_the_policys_call_took(tmp_path, default_policy):
+    policy = wrap_policy(default_policy, tmp_path, epoch=EPOCH, version="0.34.0", is_recording_rank=lambda: True)
+    for seed in (1, 2, 3):
+        _rearrange(policy, seed)
+    records = state.read_loads(tmp_path)
+    assert [r["call"] for r in records] == [0, 1, 2]
+    assert "previous_seconds" not in records[0]  # written as the first call starts: nothing timed yet
+    assert all(0 < r["previous_seconds"] < 60 for r in records[1:])  # the call before, vLLM's own policy in it

@@ -144,3 +144,19 @@ def test_run_waits_for_vllm_with_back_off_instead_of_exiting(tmp_path, monkeypat
         thread.join(10)
     assert not thread.is_alive() and sidecar.position == (OLD, 0)
     assert sidecar.faults.snapshot()["engine not answering"] >= 2
+
+
+def test_the_windows_rearranges_are_counted_with_the_seconds_the_policy_took(tmp_path):
+    """What the controller's watchdog and change cost read (controlplane/plan/balancer_watch.py, change_cost.py)."""
+    posted: list = []
+    state.write_load(tmp_path, _record(0))
+    sidecar = _sidecar(tmp_path, posted)
+    assert sidecar.begin()
+    for call in (1, 2):
+        state.write_load(tmp_path, _record(call) | {"previous_seconds": 0.25})
+    snapshot = sidecar.close_window(1_800_000_000.0)
+    rank0 = snapshot.ranks[0]
+    assert rank0.balancer_events == 2 and rank0.balancer_stall_seconds == 0.5
+    quiet = sidecar.close_window(1_800_000_010.0)  # no rearrange: counted as none, not unknown
+    assert quiet.ranks[0].balancer_events == 0 and quiet.ranks[0].balancer_stall_seconds is None
+    assert all(r.balancer_events is None for r in quiet.ranks[1:])  # one row of the group says it

@@ -167,6 +167,34 @@ def test_the_capacity_tile_shows_each_pools_cap_and_what_it_dropped(page):
     assert page.errors == []
 
 
+def test_the_price_tile_shows_each_pools_last_change_predicted_beside_realised(page):
+    """Each pool's last priced placement change: its gain over its horizon and its cost as predicted, and what it
+    realised once verified; one that realised less than its cost warns. Edited in flight to a known change."""
+    page.open("#deployment=sim-0")
+    price = "#tiles [data-field=priced_changes]"
+    page.page.wait_for_selector(price)
+
+    def priced(route):
+        overview = route.fetch().json()
+        for pool in overview["pools"]:
+            pool["change_cost"] = {"seconds": 0.21, "source": "measured: mean of 8 placement switches",
+                                   "num_measured": 8, "last_seconds": 0.2}
+            pool["priced_changes"] = [{"action_id": 7, "at": 1.0, "status": "verified",
+                                       "predicted": {"is_paying": True, "gain_share": 0.2, "horizon_seconds": 30,
+                                                     "gain_seconds": 6.0, "cost_seconds": 0.21, "margin": 1.25,
+                                                     "cost_source": "measured: mean of 8 placement switches"},
+                                       "realised": {"gain_share": 0.005, "gain_seconds": 0.15, "is_paying": False}}]
+        route.fulfill(json=overview)
+
+    page.page.route("**/v1/deployments/sim-0/overview", priced)
+    page.page.wait_for_function(f"/6\\.00s \\/ 0\\.21s/.test(document.querySelector('{price}').innerText)")
+    tile = page.page.locator("#tiles .tile", has=page.page.locator("[data-field=priced_changes]"))
+    assert "→ 0.15s" in tile.inner_text() and "warn" in tile.get_attribute("class")
+    assert "a change costs 0.21s (measured)" in tile.inner_text()
+    assert "#7 verified: predicted 6.00s" in tile.get_attribute("title")
+    assert page.errors == []
+
+
 def test_the_step_tile_shows_the_split_the_shares_and_the_bound_of_the_last_window(page, live):
     """sim-step (8 ranks, `observe`, placement v0) reports the dispatch-time split's step straggler of known per-step
     counts in its last window only; the tile shows, to its two decimals, the API's split / shares and bound of that

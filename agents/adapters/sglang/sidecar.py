@@ -64,6 +64,10 @@ class Sidecar:
         self.answers: list[DesiredState] = []
         self.lock = threading.Lock()
         self.last_restart = -float("inf")
+        # a restart asked for a placement, and the server life it was asked in: what the change cost is timed from
+        # the ask to the end of the first window the restarted group posts (its time without /health, its reload,
+        # the window it served in again)
+        self.restart_asked: tuple[float, float] | None = None
         self.faults = faults or Faults(log)
         self.desired: DesiredState | None = None  # live: the controller's newest placement, armed again on a restart
         self.position = None
@@ -132,6 +136,10 @@ class Sidecar:
         layout = self.layout
         place = GroupPlace(self.where.deployment, self.where.instance, self.where.role, layout.ep_size,
                            layout.slots_per_rank, self.where.gpus_per_node)
+        asked = self.restart_asked
+        if asked is not None and self.started_at != asked[1]:  # the first window of the restarted group
+            fields = fields | {"balancer_events": 1, "balancer_stall_seconds": max(self.clock() - asked[0], 0.0)}
+            self.restart_asked = None
         snapshot = group_snapshot(place, self.model.shape, window_start, self.window_seconds, load.expert_tokens,
                                   self.running, fields, self.faults.take_new())
         self.submit(snapshot)
@@ -177,6 +185,7 @@ class Sidecar:
         self.store.write(stored)
         if self.restarter.restart():
             self.last_restart = now
+            self.restart_asked = (now, self.started_at)
             log.info("placement v%d written; the group restarts to load it", answer.placement_version)
         return stored
 

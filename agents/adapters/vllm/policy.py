@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 
 from agents.adapters import state_dir as state
@@ -57,15 +58,19 @@ def wrap_policy(inner: type, state_dir: Path, *, epoch: str, version: str = "", 
         @classmethod
         def rebalance_experts(cls, weight, num_replicas, num_groups, num_nodes, num_ranks,
                               old_global_expert_indices=None):  # noqa: ANN001 (vLLM's signature)
+            started = time.perf_counter()  # what the call takes of the step it runs in: part of a change's cost
             try:
                 ours = placement(weight, num_replicas, num_ranks, old_global_expert_indices)
             except Exception as exc:  # noqa: BLE001 (whatever of ours fails, vLLM's step goes on with its own map)
                 faults.record(f"plugin failed ({type(exc).__name__})", exc)
                 ours = None
-            if ours is not None:
-                return ours
-            return inner.rebalance_experts(weight, num_replicas, num_groups, num_nodes, num_ranks,
-                                           old_global_expert_indices)
+            try:
+                if ours is not None:
+                    return ours
+                return inner.rebalance_experts(weight, num_replicas, num_groups, num_nodes, num_ranks,
+                                               old_global_expert_indices)
+            finally:  # the next record of this model carries it (the record is written as the call starts)
+                step.timed(tuple(weight.shape), time.perf_counter() - started)
 
     MoectlEplbPolicy.__name__ = f"Moectl{inner.__name__}"
     return MoectlEplbPolicy

@@ -13,8 +13,9 @@ import numpy as np
 from agents.adapters.errors import EngineFormatError
 from agents.protocol import MAX_COUNT, ModelShape
 
+# state_dir.py; previous_seconds (since 2026-12-06): the seconds the model's call before this one took, timed
 RECORD_KEYS = frozenset({"epoch", "model", "call", "at", "weight", "current", "num_replicas", "num_ranks", "faults",
-                         "vllm"})  # state_dir.py
+                         "vllm", "previous_seconds"})
 
 
 def window_load(records: list[dict], model: ModelShape, *, version: str) -> np.ndarray:

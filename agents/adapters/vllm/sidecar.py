@@ -151,8 +151,14 @@ class VllmSidecar:
             if counted is not None:
                 load = counted  # every step's routing; the EPLB records keep their role in placement (records.py)
             after = self._scrape()
-            # the rearranges vLLM recorded in the window: the controller watches that its EPLB keeps acting
+            # the rearranges vLLM recorded in the window (the controller watches that its EPLB keeps acting) and the
+            # seconds its policy's calls took, where the plugin timed them (what a change costs, in part; a record
+            # carries the call before it: the record is written as its own call starts)
+            timed = [float(r["previous_seconds"]) for r in records
+                     if isinstance(r.get("previous_seconds"), int | float)]
             fields = serving_fields(names.SERVING, self.version, self.before, after) | {"balancer_events": len(records)}
+            if timed:  # a record of an older plugin (untimed) counts at the mean of the timed ones
+                fields["balancer_stall_seconds"] = sum(timed) / len(timed) * len(records)
         except EngineFormatError as exc:
             self.faults.record("window not posted", exc)
             return None

@@ -33,6 +33,10 @@ def test_a_change_that_pays_is_made_with_its_price_and_verified_with_what_it_rea
     assert verified, [a["status"] for a in made]
     realised = verified[-1]["measured"]["realised"]
     assert realised["gain_share"] > 0 and realised["gain_seconds"] > 0
+    # the overview: the pool's last priced changes, predicted beside realised
+    shown = {c["action_id"]: c for c in overviews[-1]["pools"][0]["priced_changes"]}
+    assert shown[verified[-1]["id"]]["realised"] == realised
+    assert shown[verified[-1]["id"]]["predicted"]["gain_seconds"] == verified[-1]["predicted"]["price"]["gain_seconds"]
 
 
 def test_a_change_that_does_not_pay_is_not_made_and_is_made_when_the_cost_is_lower(client, sessions, settings,

@@ -7,6 +7,9 @@ from __future__ import annotations
 from support.auth import operator
 from support.fleet import CPU, NODES, run_windows, start_fleet
 
+from agents.sim.fleet import DEFAULT_TOKENS_PER_WINDOW
+from controlplane.plan.retry import BASE_BACKOFF_SECONDS as RETRY_BACKOFF_SECONDS
+
 COOLDOWN = 30.0  # three 10 s windows
 POLICY = {"mode": "auto", "imbalance_threshold": 100, "cooldown_seconds": COOLDOWN, "all2all_share_target": 0.3}
 
@@ -82,3 +85,20 @@ def test_acceptance_falling_under_a_new_floor_after_a_tightening_rolls_it_back(c
     assert [a["inputs"]["cause"] for a in diagnoses] == ["regression"]
     assert [p["knob"] for p in overviews[-1]["pools"][0]["parked"]] == ["routing"]
     assert overviews[-1]["pools"][0]["history"][-1]["mtp_acceptance"] > 0.65  # back at the model's own routing
+
+
+def test_a_parked_limit_is_not_tried_again_when_only_the_token_rate_moves(client, sessions, settings, clock):
+    # issue 42: `moectl up` tried the routing limit six times in 4.5 minutes, each "unparked: the token rate moved".
+    # The try at one rate did not move the share; the tries say nothing better of another rate, before its back-off
+    # or after it
+    fleet = start_fleet(client, POLICY, **CPU)
+    run_windows(client, sessions, settings, clock, fleet, 30)
+    rate = DEFAULT_TOKENS_PER_WINDOW / settings.window_seconds / fleet[0].ep_size
+    fleet[0].tokens_per_rank_second = int(2.5 * rate)  # the rate alone moves, past parking's 2x
+    overviews = run_windows(client, sessions, settings, clock, fleet, 12)
+    assert len(routing_actions(overviews[-1])) == 1 and overviews[-1]["pools"][0]["parked"]
+    clock.now += RETRY_BACKOFF_SECONDS  # past the back-off: the tries' prediction at the new rate still says no
+    overviews = run_windows(client, sessions, settings, clock, fleet, 12)
+    actions = routing_actions(overviews[-1])
+    assert [a["status"] for a in actions] == ["rolled_back"], actions
+    assert [p["knob"] for p in overviews[-1]["pools"][0]["parked"]] == ["routing"]
