@@ -80,6 +80,9 @@ def measure(bin_dir, num_nodes: int, num_passes: int) -> dict:
         out["up_ready_s"] = time.monotonic() - started + until_ready(lws, pods_of, num_decode, 2 * num_groups)
 
         shift = max(16, gpus // 8)  # GPUs moved: at least one prefill group
+        # a window later: an applied size holds its pool for a window (or the policy's cooldown), and a person's
+        # next size meanwhile is refused as in flight
+        pools.now += pools.settings.window_seconds
         counts.clear()
         started = time.monotonic()
         pools.reconcile("decode", replicas=num_decode - shift // 8)

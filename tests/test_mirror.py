@@ -22,18 +22,12 @@ ELSEWHERE: dict[str, str] = {
     "agents/worker/": "tests/agents/worker/ runs the worker as a process (its entry point), not by import",
     "agents/processes.py": "tests/support/servers.py and the adapters' tests start every process through it",
     "agents/sim/workloads.py": "tests/benchmarks/test_closed_loop_benchmark.py, through the benchmark it drives",
-    "controlplane/observed/": "the views the store builds and the planners read: tests/controlplane/store/"
-                              "test_read_state.py and the planners' tests in tests/controlplane/plan/",
-    "controlplane/plan/decisions.py": "the pass's decide phase: tests/controlplane/loop/ (test_reconcile.py)",
-    "controlplane/plan/knob_plans.py": "the registry the pass loops over: tests/controlplane/loop/",
-    "controlplane/plan/pool_plan.py": "the pool plan of a pass: tests/controlplane/loop/test_reconcile_pools.py",
     "controlplane/cmd/cli.py": "tests/controlplane/cmd/test_cli_agent_commands.py runs `moectl` as a process",
     "controlplane/cmd/status.py": "tests/controlplane/api/test_deployments_api.py and "
                                   "tests/controlplane/loop/test_reconcile_pools.py render what it shows",
     "controlplane/store/change_costs.py": "tests/controlplane/loop/test_placement_price_loop.py: the costs the pass "
                                           "folds and stores",
     "controlplane/cmd/tokens.py": "`moectl token`, run by tests/controlplane/cmd/test_up.py's controller",
-    "controlplane/solve/placement/shape.py": "tests/controlplane/cmd/test_slots_cli.py, the `moectl slots` it answers",
     "controlplane/actuate/pool_pass.py": "the pass's write phase: tests/controlplane/loop/",
     "controlplane/actuate/scale.py": "tests/support/scaling.py's pool scaler, in tests/controlplane/loop/ and "
                                      "tests/kube/",

@@ -37,6 +37,9 @@ class ServingNames:
     spec_draft_tokens: str = ""
     spec_accepted: str = ""
     spec_accepted_by_position: str = ""  # counter labelled `position`
+    # an info gauge whose labels carry each engine's KV cache as blocks (`num_gpu_blocks`, `block_size`, `engine`):
+    # where set, the capacity is read from it instead of `kv_capacity` (vLLM)
+    kv_blocks_info: str = ""
 
     @property
     def required(self) -> tuple[str, ...]:
@@ -70,6 +73,30 @@ def _by_position(before: Scrape, after: Scrape, name: str) -> list[int]:
     return [_count(now[p] - then.get(p, 0.0) if now[p] >= then.get(p, 0.0) else now[p]) for p in sorted(now)][:16]
 
 
+def _kv_tokens(names: ServingNames, after: Scrape) -> tuple[float, float]:
+    """-> (KV tokens held, KV tokens the server can hold) at the read `after`, both summed over its engines.
+
+    From blocks (`kv_blocks_info`): vLLM's usage is used / (num_gpu_blocks - 1) blocks (its block pool keeps one
+    null block, vllm/v1/core/block_pool.py `get_usage`), so the tokens held are the used blocks x block_size, a
+    block counted whole once any of its slots is. An engine whose labels do not say its blocks (`None` before vLLM
+    sized its cache) adds nothing: no guess.
+    """
+    if not names.kv_blocks_info:
+        capacity = after.largest(names.kv_capacity) if names.kv_capacity else 0.0
+        return after.largest(names.kv_usage) * capacity, capacity
+    usage = {labels.get("engine", ""): value for labels, value in after.samples.get(names.kv_usage, [])}
+    held = capacity = 0.0
+    for labels, _ in after.samples.get(names.kv_blocks_info, []):
+        try:
+            num_blocks, block_size = int(labels["num_gpu_blocks"]) - 1, int(labels["block_size"])
+        except (KeyError, ValueError):
+            continue
+        if num_blocks > 0 and block_size > 0:
+            held += round(usage.get(labels.get("engine", ""), 0.0) * num_blocks) * block_size
+            capacity += num_blocks * block_size
+    return held, capacity
+
+
 def serving_fields(names: ServingNames, version: str, before: Scrape, after: Scrape) -> dict:
     """Two reads of one engine's page, `before` at the window's start and `after` at its end -> RankCounters
     field values (requests_running, requests_waiting, prefix_*, spec_*, ttft, itl, serving).
@@ -86,7 +113,7 @@ def serving_fields(names: ServingNames, version: str, before: Scrape, after: Scr
                           after.total(f"{names.ttft}_sum"))
     itl = window_summary(before.buckets(names.itl), after.buckets(names.itl), before.total(f"{names.itl}_sum"),
                          after.total(f"{names.itl}_sum"))
-    capacity = after.largest(names.kv_capacity) if names.kv_capacity else 0.0
+    kv_tokens, capacity = _kv_tokens(names, after)
     running, waiting = after.total(names.running), after.total(names.waiting)
     queries = _count(_delta(before, after, names.prefix_queries))
     hits = min(queries, _count(_delta(before, after, names.prefix_hits)))
@@ -96,7 +123,7 @@ def serving_fields(names: ServingNames, version: str, before: Scrape, after: Scr
         busy_seconds=min(seconds, _delta(before, after, names.busy)),
         prefill_tokens=_count(_delta(before, after, names.prompt_tokens) - _delta(before, after, names.prefix_hits)),
         num_prefilled=ttft.count, num_waiting=_count(waiting), batch_mean=running,
-        kv_tokens_mean=after.largest(names.kv_usage) * capacity, kv_capacity_tokens=_count(capacity))
+        kv_tokens_mean=kv_tokens, kv_capacity_tokens=_count(capacity))
     return {
         "requests_running": _count(running), "requests_waiting": _count(waiting),
         "prefix_query_tokens": queries, "prefix_hit_tokens": hits,

@@ -158,11 +158,6 @@ def plan_placement(policy: Policy, pool: PoolState, now: float, *, is_forced: bo
                                     f"{solved.imbalance:.3f}", change, **inputs)
 
 
-# kept importable from here while other branches still import them from this module (issue #44's split)
-from controlplane.plan.pool_size import check_pool_size  # noqa: E402,F401
-from controlplane.plan.routing_limit import plan_routing  # noqa: E402,F401
-
-
 def _decide(given: Given) -> Plan:
     """The placement's plan, made only where it pays what the change costs the pool (plan/placement_price.py)."""
     inputs = given.inputs

@@ -75,3 +75,20 @@ vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="1"}} {accept
 def test_quantile_interpolates_within_the_bucket():
     assert quantile(0.5, {1.0: 0, 2.0: 10, float("inf"): 10}) == pytest.approx(1.5)
     assert quantile(0.5, {1.0: 0, float("inf"): 0}) is None
+
+
+def test_vllm_kv_tokens_from_its_usage_and_the_blocks_in_cache_config_infos_labels():
+    """vLLM exports its KV usage as a fraction of num_gpu_blocks - 1 (one null block) per engine, and its blocks only
+    as labels of `vllm:cache_config_info`: KV tokens are the used blocks x block_size, summed over engines; an
+    engine whose labels do not say its blocks ("None") adds nothing."""
+    def info(engine: str, blocks: str) -> str:
+        return (f'vllm:cache_config_info{{block_size="16",cache_dtype="auto",engine="{engine}",'
+                f'num_gpu_blocks="{blocks}"}} 1.0\n')
+
+    page = ('vllm:num_requests_running{engine="0"} 3\nvllm:num_requests_waiting{engine="0"} 0\n'
+            'vllm:kv_cache_usage_perc{engine="0"} 0.25\nvllm:kv_cache_usage_perc{engine="1"} 0.2\n'
+            'vllm:kv_cache_usage_perc{engine="2"} 0.5\n' + info("0", "401") + info("1", "101") + info("2", "None"))
+    read = parse_metrics(page, engine="vllm", version="0.32.0", at=2.0)
+    serving = serving_fields(VLLM, "0.32.0", read, read)["serving"]
+    assert serving.kv_capacity_tokens == (400 + 100) * 16
+    assert serving.kv_tokens_mean == (100 + 20) * 16

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from support.clock import Clock
 from support.engines.pages import sglang_page
 from support.engines.recorded_sglang import RecordedSGLang
 from support.engines.sidecar_loop import Restarts
@@ -27,14 +28,6 @@ CONFIG = {"n_routed_experts": 16, "num_hidden_layers": 5, "first_k_dense_replace
 MODEL = deepseek_model(CONFIG, name="small")
 INFO = {"version": "0.5.23", "enable_eplb": False, "expert_distribution_recorder_mode": "stat",
         "expert_distribution_recorder_buffer_size": 64, "ep_size": 4, "ep_num_redundant_experts": 4}
-
-
-class Clock:
-    def __init__(self):
-        self.now = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _dumps(tmp_path, buffers: list[np.ndarray]) -> list:

@@ -4,13 +4,16 @@ the engine's own token counters (exactly) and against transformers' DeepSeek-V3 
 same check fails when a test-only plugin (support/engines/count_fault.py) drops or doubles one step. The routes
 answer in vLLM's error shape; the sidecar posts the counted load on its window grid; faults injected into the
 state directory leave the server serving. Under a real controller and the real sidecar process: the deployment in
-`moectl status` and /v1, the stored serving signals equal to /metrics deltas, the dashboard's heatmap. Last, the
-server is killed and restarted on the same state directory (the module's one restart): a gap, not zeros, and the
-controller's current placement re-armed for the new life, a superseded one never.
+`moectl status` and /v1, the stored serving signals (speculative decoding by position and KV usage among them)
+equal to /metrics, the dashboard's heatmap. Last, the server is killed and restarted on the same state directory
+(the module's one restart): a gap, not zeros, and the controller's current placement re-armed for the new life, a
+superseded one never.
 
-Token accounting: a request puts its prompt through the model (less the prefix-cache hits) and then each generated
-token but the last, so over a set of requests every MoE layer's counts sum to
-top_k x (prompt - cached + generated - requests). No speculative decoding here (no drafts to add).
+Token accounting (`model_tokens`): the server runs ngram speculative decoding (the drafter is a lookup, not a
+model: only the main model routes). A request puts its prompt through the model (less the prefix-cache hits), then
+each decode step its last sampled token and the drafts scheduled with it, the rejected ones too. A step yields its
+accepted drafts and one more token, so over a set of requests every MoE layer's counts sum to
+top_k x (prompt - cached + generated - requests + drafts - accepted), all vLLM's own counters.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ from agents.protocol import Role
 pytestmark = pytest.mark.slow
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 FAULT = {"vllm.general_plugins": {"moectl_test_fault": "support.engines.count_fault:register"}}
+SPECULATIVE = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
+MAX_MODEL_LEN = 512  # the server's --max-model-len (tests/support/engines/vllm_server.py)
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +53,11 @@ def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("vllm")
     flag = root / "fault"
     flag.write_text("off")
-    server = VllmServer(root, extra_env={"MOECTL_TEST_COUNT_FAULT_FILE": str(flag),
-                                         names.COUNT_SECONDS_ENV: "0.2"},
+    # VLLM_SERVER_DEV_MODE: vLLM's /pause and /resume, which hold requests (and their KV) still while the KV test
+    # compares the stored usage with the page's
+    server = VllmServer(root, extra_args=["--speculative-config", json.dumps(SPECULATIVE)],
+                        extra_env={"MOECTL_TEST_COUNT_FAULT_FILE": str(flag), names.COUNT_SECONDS_ENV: "0.2",
+                                   "VLLM_SERVER_DEV_MODE": "1"},
                         extra_entry_points=FAULT)
     try:
         yield server.start()
@@ -86,8 +94,10 @@ def counts_after(url: str, shape, moment: float):
     raise AssertionError("the workers' counts were not handed over within 60 s")
 
 
-def complete(url: str, prompt: list[int], max_tokens: int) -> list[int]:
-    """The tokens the request put through the model: its prompt and its generated tokens but the last."""
+def complete(url: str, prompt: list[int], max_tokens: int | None) -> list[int]:
+    """The tokens the request kept through the model: its prompt and its generated tokens but the last (the drafts
+    it rejected are not among them). max_tokens None: up to the model's length."""
+    max_tokens = max_tokens or MAX_MODEL_LEN - len(prompt)
     answer = httpx.post(f"{url}/v1/completions", timeout=120, json={
         "model": "tiny", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
         "return_token_ids": True})
@@ -95,21 +105,29 @@ def complete(url: str, prompt: list[int], max_tokens: int) -> list[int]:
     return prompt + answer.json()["choices"][0]["token_ids"][:-1]
 
 
-def run_requests(server: VllmServer, shape, prompts: list[list[int]], max_tokens: int):
-    """-> (per-expert counts [num_layers, num_experts] over the requests, the engine's token count, sequences)."""
+def model_tokens(before: dict[str, float], after: dict[str, float]) -> int:
+    """The tokens vLLM put through the main model between two reads of its counters (`counter_totals`): prompt -
+    cached + generated - requests + drafts - accepted (the module's docstring). Exact where no request stops at its
+    max_tokens in a step that carried drafts (the tokens past it were computed, and are trimmed from the generated
+    count): a request here either draws no drafts or runs to the model's length, past which vLLM schedules none."""
+    def delta(name: str) -> float:
+        return after.get(name, 0.0) - before.get(name, 0.0)
+
+    return int(delta("vllm:prompt_tokens_total") - delta("vllm:prompt_tokens_cached_total")
+               + delta("vllm:generation_tokens_total") - delta("vllm:request_success_total")
+               + delta("vllm:spec_decode_num_draft_tokens_total") - delta("vllm:spec_decode_num_accepted_tokens_total"))
+
+
+def run_requests(server: VllmServer, shape, prompts: list[list[int]], max_tokens: int | None):
+    """-> (per-expert counts [num_layers, num_experts] over the requests, the engine's token count (`model_tokens`),
+    the sequences, the engine's counter deltas)."""
     before_counts = counts_after(server.url, shape, time.time())
     before = counter_totals(server.url)
     with ThreadPoolExecutor(4) as pool:  # batched steps, prefill and decode mixed
         sequences = list(pool.map(lambda p: complete(server.url, p, max_tokens), prompts))
     after = counter_totals(server.url)
     counted = window_counts(before_counts, counts_after(server.url, shape, time.time()))
-
-    def delta(name: str) -> float:
-        return after.get(name, 0.0) - before.get(name, 0.0)
-
-    tokens = (delta("vllm:prompt_tokens_total") - delta("vllm:prompt_tokens_cached_total")
-              + delta("vllm:generation_tokens_total") - delta("vllm:request_success_total"))
-    return counted, int(tokens), sequences
+    return counted, model_tokens(before, after), sequences, {k: after[k] - before.get(k, 0.0) for k in after}
 
 
 def count_mismatch(counted: np.ndarray, tokens: int, top_k: int) -> np.ndarray:
@@ -121,10 +139,16 @@ PROMPTS = [list(np.random.default_rng(seed).integers(2, 1024, size=length)) for 
            enumerate([7, 19, 33, 64, 90, 130])]
 
 
+# greedy on these, the ngram drafter finds its 2-4 token matches in the prompt, and the model does not always follow
+REPETITIVE = [[5, 6, 7, 8] * 10, [9, 10, 11] * 20 + [12], list(range(100, 140)) * 3, [300, 301] * 30]
+DRAFTS, ACCEPTED = "vllm:spec_decode_num_draft_tokens_total", "vllm:spec_decode_num_accepted_tokens_total"
+
+
 def test_counts_equal_engine_tokens_and_another_implementation(server, shape):
     prompts = [[int(t) for t in p] for p in PROMPTS]
-    counted, tokens, sequences = run_requests(server, shape, prompts, max_tokens=6)
-    assert tokens == sum(len(s) for s in sequences)  # the engine's counters agree with what the requests carried
+    counted, tokens, sequences, moved = run_requests(server, shape, prompts, max_tokens=6)
+    # random prompts, 6 tokens: no draft, so the reference below sees every token the engine routed
+    assert moved[DRAFTS] == 0 and tokens == sum(len(s) for s in sequences)
     assert count_mismatch(counted, tokens, shape.top_k).tolist() == [0] * shape.num_layers
     reference = np.asarray(json.loads(subprocess.run(
         [str(require_vllm()), str(Path(__file__).parents[1] / "support/engines/hf_routing.py"), str(model_dir())],
@@ -137,10 +161,22 @@ def test_counts_equal_engine_tokens_and_another_implementation(server, shape):
     assert (counted.max(axis=1) > 2 * counted.min(axis=1)).all()  # the checkpoint's routing is skewed
 
 
+def test_counts_equal_engine_tokens_with_speculative_drafts(server, shape):
+    """Repetitive prompts, run to the model's length: the ngram drafter proposes, the model accepts some drafts and
+    rejects others, and every MoE layer also routed the rejected ones: the counts sum to top_k x the engine's
+    model_tokens exactly, which exceed the tokens the requests kept by the drafts rejected."""
+    counted, tokens, sequences, moved = run_requests(server, shape, REPETITIVE, max_tokens=None)
+    assert all(len(s) == MAX_MODEL_LEN - 1 for s in sequences)
+    rejected = moved[DRAFTS] - moved[ACCEPTED]
+    assert moved[ACCEPTED] > 0 and rejected > 0, moved
+    assert tokens == sum(len(s) for s in sequences) + rejected
+    assert count_mismatch(counted, tokens, shape.top_k).tolist() == [0] * shape.num_layers
+
+
 @pytest.mark.parametrize("fault", ["drop", "double"])
 def test_the_check_fails_when_a_step_is_dropped_or_doubled(server, shape, fault):
     (server.root / "fault").write_text(fault)
-    counted, tokens, sequences = run_requests(server, shape, [[int(t) for t in PROMPTS[3]]], max_tokens=5)
+    counted, tokens, _, _ = run_requests(server, shape, [[int(t) for t in PROMPTS[3]]], max_tokens=5)
     mismatch = count_mismatch(counted, tokens, shape.top_k)
     assert (server.root / "fault").read_text() == "off"  # the fault fired
     # the first step is the prompt's prefill: dropped, it is missing from every layer; doubled, there twice
@@ -287,6 +323,7 @@ def controlled(server, tmp_path_factory):
 
 
 CONTROLLED_WINDOW = 2.0
+ACCEPTED_AT = "spec_accepted_at_"  # + draft position: the stored counter (controlplane/observed/pool.py)
 
 
 def stored_windows(database: Path) -> dict[int, dict]:
@@ -342,12 +379,10 @@ class TestUnderAController:
     def test_the_stored_serving_signals_equal_the_servers_own_metrics_deltas(self, server, controlled):
         """Over the windows from one idle moment to the next, the counters the controller stored sum to what vLLM's own
         /metrics moved by (the sidecar's window reads telescope: each window is the difference of two reads):
-        requests (TTFT observations), TTFT and ITL histogram counts and sums, prefix-cache queries and hits, and
-        the running gauge. Prefix-cache hits stay 0 on this server: vLLM's CPU platform turns prefix caching off
-        for an MLA model (0.32.0), so their equality is shown at 0 only. Not compared: KV-cache usage (vLLM exports
-        a fraction and its capacity only in a label, so the stored KV tokens stay 0: agents/adapters/vllm/names.py),
-        speculative decoding (this server runs none: its drafts would change the count-equality test's accounting).
-        """
+        requests (TTFT observations), TTFT and ITL histogram counts and sums, prefix-cache queries and hits,
+        speculative drafts, draft tokens and accepted tokens in all and by draft position, and the running gauge.
+        Prefix-cache hits stay 0 on this server: vLLM's CPU platform turns prefix caching off for an MLA model
+        (0.32.0), so their equality is shown at 0 only. KV-cache usage, a gauge: the next test."""
         from agents.adapters.prom_text import parse_metrics
 
         _, database, _ = controlled
@@ -358,27 +393,83 @@ class TestUnderAController:
         before, idle_since = metrics(), time.time()
         first = stored_after(database, idle_since)  # read after `before`, the server idle: the same counts
         shared = [int(t) for t in np.random.default_rng(7).integers(2, 1024, size=200)]
-        prompts = [shared + [5, 6], shared + [7, 8, 9], [int(t) for t in PROMPTS[4]]]
+        prompts = [shared + [5, 6], shared + [7, 8, 9], [int(t) for t in PROMPTS[4]], *REPETITIVE]
         for prompt in prompts:  # one by one: with prefix caching on, the second would find the shared prefix
-            complete(server.url, prompt, 4)
+            complete(server.url, prompt, 24)
         after, idle_again = metrics(), time.time()
         last = stored_after(database, idle_again)
         windows = stored_windows(database)
         stored = {key: sum(windows[i].get(key, 0.0) for i in windows if first < i <= last)
                   for key in ("ttft_count", "ttft_sum", "itl_count", "itl_sum", "prefix_query_tokens",
-                              "prefix_hit_tokens")}
+                              "prefix_hit_tokens", "spec_drafts", "spec_draft_tokens", "spec_accepted_tokens",
+                              *(f"{ACCEPTED_AT}{p}" for p in range(SPECULATIVE["num_speculative_tokens"])))}
 
         def moved(name: str) -> float:
             return after.total(name) - before.total(name)
 
         assert stored["ttft_count"] == moved("vllm:time_to_first_token_seconds_count") == len(prompts) \
             == moved("vllm:request_success_total")
-        assert stored["itl_count"] == moved("vllm:inter_token_latency_seconds_count") == len(prompts) * 3
+        assert stored["itl_count"] == moved("vllm:inter_token_latency_seconds_count") > 0
         assert stored["ttft_sum"] == pytest.approx(moved("vllm:time_to_first_token_seconds_sum"), rel=1e-6)
         assert stored["itl_sum"] == pytest.approx(moved("vllm:inter_token_latency_seconds_sum"), rel=1e-6)
         assert stored["prefix_query_tokens"] == moved("vllm:prefix_cache_queries_total")
         assert stored["prefix_hit_tokens"] == moved("vllm:prefix_cache_hits_total")
         assert windows[last].get("requests_running", 0) == after.total("vllm:num_requests_running") == 0
+        assert stored["spec_drafts"] == moved("vllm:spec_decode_num_drafts_total") > 0
+        assert stored["spec_draft_tokens"] == moved(DRAFTS)
+        assert stored["spec_accepted_tokens"] == moved(ACCEPTED) > 0
+        by_position = {int(labels["position"]): value for labels, value in
+                       after.samples["vllm:spec_decode_num_accepted_tokens_per_pos_total"]}
+        for labels, value in before.samples["vllm:spec_decode_num_accepted_tokens_per_pos_total"]:
+            by_position[int(labels["position"])] -= value
+        assert sorted(by_position) == list(range(SPECULATIVE["num_speculative_tokens"])) and by_position[0] > 0
+        assert [stored[f"{ACCEPTED_AT}{p}"] for p in sorted(by_position)] == [by_position[p] for p in
+                                                                              sorted(by_position)]
+
+    def test_the_stored_kv_cache_usage_equals_the_servers_own_while_it_holds_requests(self, server, controlled):
+        """Requests in flight, then held still by vLLM's own /pause (mode keep: requests and their KV kept, no
+        step runs) across a whole window: the KV tokens and capacity the controller stored for it equal the page's
+        `vllm:kv_cache_usage_perc` (a fraction of num_gpu_blocks - 1, one null block) x the blocks and block size
+        in `vllm:cache_config_info`'s labels, read during the same pause; and the running gauge too. A gauge is
+        the window's end read (agents/adapters/serving.py): without the pause the test could not read the same
+        moment as the sidecar."""
+        import sqlite3
+        import threading
+
+        from agents.adapters.prom_text import parse_metrics
+
+        _, database, _ = controlled
+
+        def metrics():  # noqa: ANN202
+            return parse_metrics(httpx.get(f"{server.url}/metrics", timeout=30).text, engine="vllm", version="0.32.0")
+
+        threads = [threading.Thread(target=complete, args=(server.url, [int(t) for t in p], None), daemon=True)
+                   for p in PROMPTS[:4]]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 60
+        while metrics().total("vllm:num_requests_running") < len(threads) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert httpx.post(f"{server.url}/pause", params={"mode": "keep"}, timeout=30).status_code == 200
+        try:
+            paused, paused_at = metrics(), time.time()
+            held = stored_after(database, paused_at)  # a window that started, and was read at its end, paused
+            still = metrics()
+        finally:
+            assert httpx.post(f"{server.url}/resume", timeout=30).status_code == 200
+        for thread in threads:
+            thread.join(120)
+        usage = paused.total("vllm:kv_cache_usage_perc")
+        (info,) = [labels for labels, _ in paused.samples["vllm:cache_config_info"]]
+        num_blocks, block_size = int(info["num_gpu_blocks"]) - 1, int(info["block_size"])
+        assert usage > 0 and still.total("vllm:kv_cache_usage_perc") == usage  # held still
+        assert paused.total("vllm:num_requests_running") == len(threads)
+        with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=30) as db:
+            (replica,) = [json.loads(c) for (c,) in db.execute(
+                "SELECT counters FROM replica_windows WHERE window_index = ?", (held,))]
+        assert replica["kv_capacity_tokens"] == num_blocks * block_size
+        assert replica["kv_tokens_mean"] == round(usage * num_blocks) * block_size > 0  # whole blocks
+        assert stored_windows(database)[held]["requests_running"] == len(threads)
 
 
     def test_the_dashboard_heatmap_shows_the_served_models_layers_and_experts(self, server, shape, controlled):
@@ -522,9 +613,10 @@ def test_the_server_restarted_keeps_the_controllers_placement_and_a_kill_is_a_ga
         resumed_at = len(posted)
         sequence = complete(server.url, [int(t) for t in PROMPTS[0]], 3)
         counts_after(server.url, shape, time.time())
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not any(
-                np.asarray(s.expert_tokens.to_numpy()).sum() for s in posted[resumed_at:]):
+        handed_at, deadline = time.time(), time.monotonic() + 30
+        # a window that starts after the counts were handed over reads them at its end: the request's steps are all
+        # in the windows posted by then (a window read mid-request holds only part of them)
+        while time.monotonic() < deadline and not any(s.window_start >= handed_at for s in posted[resumed_at:]):
             time.sleep(0.2)
         deadline = time.monotonic() + 30
         while posted[-1].placement_version != 2 and time.monotonic() < deadline:

@@ -55,6 +55,21 @@ def test_the_metric_names_we_read():
     assert missing == []
 
 
+def test_the_kv_cache_blocks_we_read_from_cache_config_infos_labels():
+    """The KV tokens held are usage x (num_gpu_blocks - 1) x block_size (agents/adapters/serving.py): the info
+    gauge's labels are CacheConfig's fields, those two among them, and the usage excludes one null block."""
+    loggers = source("vllm", "vllm/v1/metrics/loggers.py")
+    assert f'name = "{names.SERVING.kv_blocks_info}"' in loggers and 'metrics_info["engine"] = str(engine_index)' in \
+        loggers
+    cache = source("vllm", "vllm/config/cache.py")
+    assert "return {key: str(value) for key, value in self.__dict__.items()}" in cache
+    assert "\n    block_size:" in cache and "\n    num_gpu_blocks:" in cache
+    usage = ast.get_source_segment(pool := source("vllm", "vllm/v1/core/block_pool.py"),
+                                   _method(pool, "BlockPool", "get_usage"))
+    assert "total_gpu_blocks = self.num_gpu_blocks - 1" in usage
+    assert "return 1.0 - (self.get_num_free_blocks() / total_gpu_blocks)" in usage
+
+
 def test_what_the_expert_counter_wraps():
     """expert_counts.py wraps BaseRouter._apply_eplb_mapping (its argument: the logical top-k ids, after routing and
     before EPLB's mapping) and tags routers in MoERunner.__init__ with its layer_id; the same in the 0.32.0 that runs

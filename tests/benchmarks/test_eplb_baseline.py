@@ -1,6 +1,7 @@
 """The EPLB baseline (benchmarks/baselines/eplb.py) and the placement algorithm interface it shares with ours."""
 
 import numpy as np
+from support.loads import zipf_load
 
 from agents.protocol.placement import PlacementTable, replica_counts
 from benchmarks.baselines.eplb import Eplb, balanced_packing, rebalance_experts, replicate_experts
@@ -9,10 +10,10 @@ from controlplane.solve.placement.solver import solve_placement
 from controlplane.solve.placement.topology import Topology
 
 
-def zipf(num_layers, num_experts, seed):
-    rng = np.random.default_rng(seed)
-    exponent = rng.uniform(0.8, 1.2, num_layers)[:, None]
-    return 1e4 * np.stack([rng.permutation(num_experts) + 1.0 for _ in range(num_layers)]) ** -exponent
+def varied_zipf(num_layers: int, num_experts: int, seed: int) -> np.ndarray:
+    """[num_layers, num_experts] tokens of `zipf_load`'s shape, each layer's exponent drawn in 0.8..1.2."""
+    exponent = np.random.default_rng(seed).uniform(0.8, 1.2, num_layers)[:, None]
+    return zipf_load(num_layers, num_experts, exponent, seed=seed)
 
 
 def test_balanced_packing_fills_every_pack_equally():
@@ -30,7 +31,7 @@ def test_replication_gives_extra_slots_to_the_hottest_per_replica():
 
 
 def test_hierarchical_keeps_groups_on_nodes_and_ours_balances_at_least_as_well():
-    load = zipf(6, 64, seed=1)
+    load = varied_zipf(6, 64, seed=1)
     topology = Topology(num_nodes=2, gpus_per_node=4, slots_per_gpu=9, num_groups=4)
     eplb = rebalance_experts(load, topology.num_slots, 4, 2, topology.num_gpus)
     assert (replica_counts(eplb, 64) >= 1).all()
@@ -47,7 +48,7 @@ def test_both_algorithms_meet_the_interface_and_plan_the_same_way():
     """Through PlacementAlgorithm both return plans whose numbers are the protocol's for their tables;
     EPLB re-solves from scratch, so after a drift it moves most slots where ours moves few."""
     rng = np.random.default_rng(2)
-    load = zipf(4, 64, seed=2)
+    load = varied_zipf(4, 64, seed=2)
     drifted = load * rng.lognormal(0.0, 0.1, load.shape)
     topology = Topology(num_nodes=2, gpus_per_node=4, slots_per_gpu=9, num_groups=4)
     moved = {}

@@ -19,7 +19,8 @@ POLICY_ARGS = ("weight", "num_replicas", "num_groups", "num_nodes", "num_ranks",
 
 SERVING = ServingNames(
     engine="vllm", running="vllm:num_requests_running", waiting="vllm:num_requests_waiting",
-    kv_usage="vllm:kv_cache_usage_perc", kv_capacity="",  # capacity rides in cache_config_info's labels only
+    kv_usage="vllm:kv_cache_usage_perc", kv_capacity="",  # a fraction (0..1) per engine, despite its name
+    kv_blocks_info="vllm:cache_config_info",  # CacheConfig as labels: num_gpu_blocks, block_size, per engine
     prompt_tokens="vllm:prompt_tokens_total", prefix_queries="vllm:prefix_cache_queries_total",
     prefix_hits="vllm:prefix_cache_hits_total", busy="",  # no forward-time counter
     ttft="vllm:time_to_first_token_seconds", itl="vllm:inter_token_latency_seconds",

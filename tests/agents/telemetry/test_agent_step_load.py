@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from support.pool_states import loop_window
 from support.ranks import SIM_MODEL, identity
 from support.step_stats import step
 
@@ -12,7 +13,6 @@ from agents.protocol.group import RankRow
 from agents.telemetry.latency import RequestTimer
 from agents.telemetry.windows import WindowBuilder
 from controlplane.collect.aggregate import group_counters
-from controlplane.observed.window import Window
 
 
 def measured_step(i: int, now: float, is_split_routed: bool):
@@ -54,7 +54,7 @@ def test_the_controller_pools_the_ranks_into_step_imbalance_ratios():
         builder.add(stats, RequestTimer().observe(stats))
         rows.append(RankRow.of(builder.roll(1002.0).snapshot))
     counters = group_counters(rows)
-    window = Window(index=0, start=0.0, seconds=2.0, placement_version=0, num_reports=2, num_slot_reports=2,
-                    expert_tokens=torch.zeros(1, 1).numpy(), slot_tokens=torch.zeros(1, 2).numpy(), counters=counters)
+    window = loop_window(0, torch.zeros(1, 1).numpy(), torch.zeros(1, 2).numpy(), seconds=2.0, num_reports=2,
+                         counters=counters)
     ratios = window.step_imbalance()
     assert ratios == pytest.approx({"split": 30 / 25, "shares": 45 / 25, "bound": 28.5 / 25, "routed": 0.0})

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from support.pool_states import every_rank_reported, loop_window
 from support.store import make_pool
 
 from agents.protocol.placement import PlacementTable
@@ -13,7 +14,7 @@ from controlplane.actuate import change
 from controlplane.config import Settings
 from controlplane.desired import Effect, Mode, Policy
 from controlplane.loop.verify import verify_pool
-from controlplane.observed.window import RANK_REPORTS, Window
+from controlplane.observed.window import Window
 from controlplane.store import actions, parks, pools
 from controlplane.store.knobs import CAPACITY_FACTOR, PLACEMENT, ROUTING
 
@@ -21,17 +22,15 @@ NOW = 1_800_000_000.0
 AUTO = Policy(mode=Mode.auto, verify_windows=2, rollback_tolerance=0.05)
 
 
-def window(index: int, version: int, gpu_tokens: tuple[int, int], all2all_share: float = 0.2,
-           expert_tokens: np.ndarray | None = None) -> Window:
+def gpu_window(index: int, version: int, gpu_tokens: tuple[int, int], all2all_share: float = 0.2,
+               expert_tokens: np.ndarray | None = None) -> Window:
     """Two GPUs of five slots each; gpu_tokens: what each processed in every layer. expert_tokens: [2, 8] the
     load routed (none by default: then no table can be evaluated on it)."""
     slot_tokens = np.zeros((2, 10))
     slot_tokens[:, 0], slot_tokens[:, 5] = gpu_tokens
     expert_tokens = np.zeros((2, 8)) if expert_tokens is None else expert_tokens
-    return Window(index=index, start=NOW + 10 * index, seconds=10.0, placement_version=version, num_reports=2,
-                  num_slot_reports=2, expert_tokens=expert_tokens, slot_tokens=slot_tokens,
-                  counters={f"{RANK_REPORTS}0": 1, f"{RANK_REPORTS}1": 1, "forward_seconds": 1.0,
-                            "dispatch_seconds": all2all_share})
+    return loop_window(index, expert_tokens, slot_tokens, version=version, num_reports=2, start=NOW + 10 * index,
+                       counters=every_rank_reported(2) | {"forward_seconds": 1.0, "dispatch_seconds": all2all_share})
 
 
 def state_with(session, deployment, pool, windows):
@@ -46,9 +45,10 @@ def test_a_placement_is_judged_against_the_imbalance_before_it(sessions, gpu_tok
         original = PLACEMENT.get(session, pool, 0)
         action = change.propose(session, PLACEMENT, pool, PlacementTable(np.zeros((2, 10), np.int64)),
                                 actions.Entry("test", inputs={"measured_imbalance": [1.3, 1.2]}), policy=AUTO, now=NOW)
-        verify_pool(session, pool, state_with(session, deployment, pool, [window(1, 1, gpu_tokens)]), AUTO, NOW + 20)
+        verify_pool(session, pool, state_with(session, deployment, pool, [gpu_window(1, 1, gpu_tokens)]), AUTO,
+                    NOW + 20)
         assert action.status == "applied"  # one window measured, two needed
-        measured = state_with(session, deployment, pool, [window(1, 1, gpu_tokens), window(2, 1, gpu_tokens)])
+        measured = state_with(session, deployment, pool, [gpu_window(1, 1, gpu_tokens), gpu_window(2, 1, gpu_tokens)])
         verify_pool(session, pool, measured, AUTO, NOW + 30)
         assert action.status == status and action.measured["imbalance_before"] == 1.2
         assert action.measured["imbalance_after"] == pytest.approx(max(gpu_tokens) / 200)
@@ -76,7 +76,7 @@ def test_a_placement_is_judged_on_the_load_it_met(sessions, expert_tokens, gpu_t
         deployment, pool = make_pool(session, now=NOW)
         action = change.propose(session, PLACEMENT, pool, PlacementTable(NEW_TABLE),
                                 actions.Entry("test", inputs={"measured_imbalance": [1.3, 1.2]}), policy=AUTO, now=NOW)
-        windows = [window(i, 1, gpu_tokens, expert_tokens=expert_tokens) for i in (1, 2)]
+        windows = [gpu_window(i, 1, gpu_tokens, expert_tokens=expert_tokens) for i in (1, 2)]
         verify_pool(session, pool, state_with(session, deployment, pool, windows), AUTO, NOW + 30)
         assert action.status == status, action.measured
         assert action.measured["imbalance_before"] == before and action.measured["imbalance_before_planned"] == 1.2
@@ -92,8 +92,8 @@ def test_a_window_the_ranks_switched_late_in_is_not_judged(sessions):
         deployment, pool = make_pool(session, now=NOW)
         action = change.propose(session, PLACEMENT, pool, PlacementTable(NEW_TABLE),
                                 actions.Entry("test", inputs={"measured_imbalance": [1.3, 1.2]}), policy=AUTO, now=NOW)
-        late = window(1, 1, (30, 10), expert_tokens=EVEN)
-        whole = [window(i, 1, (410, 390), expert_tokens=EVEN) for i in (2, 3)]
+        late = gpu_window(1, 1, (30, 10), expert_tokens=EVEN)
+        whole = [gpu_window(i, 1, (410, 390), expert_tokens=EVEN) for i in (2, 3)]
         verify_pool(session, pool, state_with(session, deployment, pool, [late, whole[0]]), AUTO, NOW + 20)
         assert action.status == "applied"  # one window measured whole, two needed
         verify_pool(session, pool, state_with(session, deployment, pool, [late, *whole]), AUTO, NOW + 30)
@@ -102,7 +102,7 @@ def test_a_window_the_ranks_switched_late_in_is_not_judged(sessions):
 
 
 def routing_window(index: int, share: float, recall: float = 1.0) -> Window:
-    w = window(index, 0, (100, 100), all2all_share=share)
+    w = gpu_window(index, 0, (100, 100), all2all_share=share)
     return replace(w, counters=w.counters | {"routing_recall_sum": recall, "routing_recall_count": 1})
 
 
@@ -157,8 +157,8 @@ def test_a_capacity_factor_is_judged_by_the_imbalance_it_aimed_at(sessions, gpu_
         action = change.propose(session, CAPACITY_FACTOR, pool, 4.0,
                                 actions.Entry("test", predicted={"factor_before": None, "factor_after": 4.0,
                                                                  "effect": effect.to_json()}), policy=AUTO, now=NOW + 5)
-        before = window(0, 0, (300, 100))  # ran before the cap: not judged
-        after = [before] + [window(i, 0, gpu_tokens) for i in (1, 2)]
+        before = gpu_window(0, 0, (300, 100))  # ran before the cap: not judged
+        after = [before] + [gpu_window(i, 0, gpu_tokens) for i in (1, 2)]
         verify_pool(session, pool, state_with(session, deployment, pool, after), AUTO, NOW + 30)
         assert action.status == status, action.measured
         assert action.measured["imbalance_before"] == 1.5

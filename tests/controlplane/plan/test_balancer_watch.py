@@ -10,23 +10,25 @@ import pytest
 from controlplane.observed.pool import PoolState
 from controlplane.observed.window import Window
 from controlplane.plan.balancer_watch import MAX_SILENT_INTERVALS, balancer_interval, watch_balancer
+from tests.support.pool_states import loop_window, pool_state
 
 SECONDS = 10.0
 
 
-def window(index: int, acts: int | None, *, serving: bool = True, version: int = 1, num_switched: int = 1) -> Window:
+def balancer_window(index: int, acts: int | None, *, serving: bool = True, version: int = 1,
+                    num_switched: int = 1) -> Window:
+    """SECONDS from 1000 s + index * SECONDS; `acts` balancer acts reported (None: no balancer counters), tokens
+    routed while `serving`, `num_switched` reports running placement `version`."""
     counters = {} if acts is None else {"balancer_events": float(acts), "balancer_reports": 1.0}
     tokens = np.full((2, 8), 5.0 if serving else 0.0)
-    return Window(index=index, start=1000.0 + index * SECONDS, seconds=SECONDS, placement_version=version,
-                  num_reports=1, num_slot_reports=num_switched, expert_tokens=tokens, slot_tokens=np.zeros((2, 8)),
-                  counters=counters)
+    return loop_window(index, tokens, np.zeros((2, 8)), version=version, num_slot_reports=num_switched,
+                       seconds=SECONDS, start=1000.0 + index * SECONDS, counters=counters)
 
 
-def pool(windows, *, placement_version: int = 1, last_change_at: float | None = None) -> PoolState:
-    return PoolState(deployment="d", role="decode", num_layers=2, num_experts=8, num_groups=1, ep_size=2,
-                     slots_per_rank=4, gpus_per_node=1, num_agents=1, num_fresh_agents=1,
-                     placement_version=placement_version, slot_to_expert=np.zeros((2, 8), dtype=np.int64),
-                     windows=tuple(windows), last_change_at=last_change_at)
+def balancer_pool(windows, *, placement_version: int = 1, last_change_at: float | None = None) -> PoolState:
+    return pool_state(np.zeros((2, 8), dtype=np.int64), 8, windows, ep=2, num_groups=1, gpus_per_node=1,
+                      num_agents=1, num_fresh_agents=1, placement_version=placement_version,
+                      last_change_at=last_change_at)
 
 
 def every_third(num_windows: int) -> list[int]:
@@ -35,52 +37,54 @@ def every_third(num_windows: int) -> list[int]:
 
 
 def test_the_interval_is_the_median_gap_between_acts():
-    assert balancer_interval([window(i, a) for i, a in enumerate(every_third(12))]) == pytest.approx(30.0)
-    assert balancer_interval([window(0, 4), window(1, 4)]) == pytest.approx(2.5)  # four a window: 2.5 s apart
-    assert balancer_interval([window(0, 1), window(1, 0)]) is None
+    assert balancer_interval([balancer_window(i, a) for i, a in enumerate(every_third(12))]) == pytest.approx(30.0)
+    # four a window: 2.5 s apart
+    assert balancer_interval([balancer_window(0, 4), balancer_window(1, 4)]) == pytest.approx(2.5)
+    assert balancer_interval([balancer_window(0, 1), balancer_window(1, 0)]) is None
 
 
 def test_quiet_while_the_rearranges_arrive():
-    watch = watch_balancer(pool(window(i, a) for i, a in enumerate(every_third(30))), "vllm")
+    watch = watch_balancer(balancer_pool(balancer_window(i, a) for i, a in enumerate(every_third(30))), "vllm")
     assert not watch.is_stalled and watch.interval_seconds == pytest.approx(30.0)
     assert watch.watched == "rearranges" and "acts every ~30s" in watch.reason
 
 
 def test_stalled_once_the_rearranges_stop_for_k_intervals_while_serving():
     acts = every_third(10) + [0] * (MAX_SILENT_INTERVALS * 3 + 1)  # 100 s of serving without one, k=3 x 30 s
-    watch = watch_balancer(pool(window(i, a) for i, a in enumerate(acts)), "vllm")
+    watch = watch_balancer(balancer_pool(balancer_window(i, a) for i, a in enumerate(acts)), "vllm")
     assert watch.is_stalled and watch.silent_seconds == pytest.approx(100.0)
     assert "has stopped while the engine serves" in watch.reason
     assert watch.evidence()["interval_seconds"] == 30.0
     # a little less silence (k intervals exactly) is not yet a stall
     short = every_third(10) + [0] * (MAX_SILENT_INTERVALS * 3)
-    assert not watch_balancer(pool(window(i, a) for i, a in enumerate(short)), "vllm").is_stalled
+    assert not watch_balancer(balancer_pool(balancer_window(i, a) for i, a in enumerate(short)), "vllm").is_stalled
 
 
 def test_idle_windows_do_not_count_as_silence():
     acts = every_third(12)
-    windows = [window(i, a) for i, a in enumerate(acts)]
-    windows += [window(len(acts) + i, 0, serving=False) for i in range(20)]  # no traffic: vLLM takes no step
-    windows += [window(len(acts) + 20, 0)]
-    assert not watch_balancer(pool(windows), "vllm").is_stalled
+    windows = [balancer_window(i, a) for i, a in enumerate(acts)]
+    windows += [balancer_window(len(acts) + i, 0, serving=False) for i in range(20)]  # no traffic: vLLM takes no step
+    windows += [balancer_window(len(acts) + 20, 0)]
+    assert not watch_balancer(balancer_pool(windows), "vllm").is_stalled
 
 
 def test_not_judged_without_the_count_or_before_its_interval_is_known():
-    assert watch_balancer(pool(window(i, None) for i in range(30)), "vllm").watched is None
-    first_only = watch_balancer(pool(window(i, 1 if i == 0 else 0) for i in range(30)), "vllm")
+    assert watch_balancer(balancer_pool(balancer_window(i, None) for i in range(30)), "vllm").watched is None
+    first_only = watch_balancer(balancer_pool(balancer_window(i, 1 if i == 0 else 0) for i in range(30)), "vllm")
     assert not first_only.is_stalled and "interval is not known" in first_only.reason
 
 
 def test_a_bundled_group_that_does_not_switch_when_told_is_stalled():
     told = 1000.0 + 5 * SECONDS  # v2 issued in window 5; the group runs v1 on
-    stuck = [window(i, None, version=1) for i in range(12)]
-    watch = watch_balancer(pool(stuck, placement_version=2, last_change_at=told), "bundled")
+    stuck = [balancer_window(i, None, version=1) for i in range(12)]
+    watch = watch_balancer(balancer_pool(stuck, placement_version=2, last_change_at=told), "bundled")
     assert watch.is_stalled and watch.watched == "switches" and "does not switch when told" in watch.reason
-    switched = stuck[:7] + [window(i, None, version=2) for i in range(7, 12)]
-    assert not watch_balancer(pool(switched, placement_version=2, last_change_at=told), "bundled").is_stalled
-    just_told = watch_balancer(pool(stuck, placement_version=2, last_change_at=1000.0 + 10 * SECONDS), "bundled")
+    switched = stuck[:7] + [balancer_window(i, None, version=2) for i in range(7, 12)]
+    assert not watch_balancer(balancer_pool(switched, placement_version=2, last_change_at=told), "bundled").is_stalled
+    just_told = watch_balancer(balancer_pool(stuck, placement_version=2, last_change_at=1000.0 + 10 * SECONDS),
+                               "bundled")
     assert not just_told.is_stalled  # one window after: the agents take it with their next answer
-    assert not watch_balancer(pool(stuck), "bundled").is_stalled  # nothing issued
+    assert not watch_balancer(balancer_pool(stuck), "bundled").is_stalled  # nothing issued
     # stored under v2 (the controller's version), its report's slot load left out: it still ran v1
-    unswitched = [window(i, None, version=2, num_switched=0) for i in range(12)]
-    assert watch_balancer(pool(unswitched, placement_version=2, last_change_at=told), "bundled").is_stalled
+    unswitched = [balancer_window(i, None, version=2, num_switched=0) for i in range(12)]
+    assert watch_balancer(balancer_pool(unswitched, placement_version=2, last_change_at=told), "bundled").is_stalled

@@ -6,20 +6,27 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from support.pool_states import EP, NUM_EXPERTS, NUM_LAYERS, SLOTS_PER_RANK, skewed_window
+from support.pool_states import (
+    EP,
+    NUM_EXPERTS,
+    NUM_LAYERS,
+    SLOTS_PER_RANK,
+    every_rank_reported,
+    loop_window,
+    skewed_window,
+)
 from support.pool_states import skewed_pool as pool
 
 from agents.protocol import PlacementTable, default_slot_to_expert
 from controlplane.desired import Decision, KnobKind, Mode, Policy
 from controlplane.learn.forecast import MAX_LEVEL_WINDOWS, forecast_load
 from controlplane.observed.knob_change import KnobChange
-from controlplane.observed.pool import PoolState
-from controlplane.observed.window import RANK_REPORTS, Window
+from controlplane.observed.window import RANK_REPORTS
 from controlplane.plan.placement import plan_placement
 from controlplane.solve.placement.algorithm import MigrationAware
 
 SPR = SLOTS_PER_RANK
-EVERY_RANK = {f"{RANK_REPORTS}{rank}": 1 for rank in range(EP)}  # each rank's slot load is in
+EVERY_RANK = every_rank_reported(EP)  # each rank's slot load is in
 
 
 AUTO = Policy(mode=Mode.auto, cooldown_seconds=60, max_moved_slots_fraction=0.5)
@@ -98,10 +105,8 @@ def test_group_locality_keeps_each_groups_replicas_on_one_node():
     load = np.full((NUM_LAYERS, NUM_EXPERTS), 100.0)
     load[:, [1, 6, 11, 12]] *= 6
     slot_tokens = PlacementTable(table).slot_load(load)
-    windows = tuple(Window(index=i, start=i * 10.0, seconds=10.0, placement_version=0, num_reports=EP,
-                           num_slot_reports=EP, expert_tokens=load, slot_tokens=slot_tokens, counters=EVERY_RANK)
-                    for i in range(3))
-    two_nodes = PoolState(**{**pool().__dict__, "gpus_per_node": 2, "windows": windows})
+    windows = tuple(loop_window(i, load, slot_tokens, num_reports=EP, counters=EVERY_RANK) for i in range(3))
+    two_nodes = replace(pool(), gpus_per_node=2, windows=windows)
     local = plan_placement(Policy(mode=Mode.auto, group_locality=True, max_moved_slots_fraction=1.0), two_nodes,
                       now=1000.0)
     assert local.decision == Decision.rebalance, local.reason
@@ -116,11 +121,11 @@ def test_a_window_missing_a_ranks_load_has_no_imbalance():
     """A rank that did not report would read as an idle GPU and fake a straggler: hold instead."""
     state = pool()
     partial = {f"{RANK_REPORTS}{rank}": 1 for rank in range(EP - 1)}
-    windows = tuple(Window(**{**w.__dict__, "counters": partial}) for w in state.windows)
+    windows = tuple(replace(w, counters=partial) for w in state.windows)
     assert windows[-1].imbalance(EP) is None
-    unequal = tuple(Window(**{**w.__dict__, "counters": EVERY_RANK | {f"{RANK_REPORTS}0": 2}}) for w in state.windows)
+    unequal = tuple(replace(w, counters=EVERY_RANK | {f"{RANK_REPORTS}0": 2}) for w in state.windows)
     assert unequal[-1].imbalance(EP) is None  # two instances for rank 0, one for the others
-    plan = plan_placement(AUTO, PoolState(**{**state.__dict__, "windows": windows}), now=1000.0)
+    plan = plan_placement(AUTO, replace(state, windows=windows), now=1000.0)
     assert plan.decision == Decision.hold and "misses" in plan.reason
 
 
@@ -142,9 +147,8 @@ def test_a_change_is_aimed_at_the_load_over_its_time_in_force():
     for index in range(40):
         load = np.full((NUM_LAYERS, NUM_EXPERTS), 100.0)
         load[:, 1] = 300.0 * 1.06 ** index
-        windows.append(Window(index=index, start=index * 10.0, seconds=10.0, placement_version=0, num_reports=EP,
-                              num_slot_reports=EP, expert_tokens=load,
-                              slot_tokens=PlacementTable(base.slot_to_expert).slot_load(load), counters=EVERY_RANK))
+        windows.append(loop_window(index, load, PlacementTable(base.slot_to_expert).slot_load(load), num_reports=EP,
+                                   counters=EVERY_RANK))
     plan = plan_placement(AUTO, replace(base, windows=tuple(windows)), now=1000.0)
     history = np.stack([w.expert_tokens for w in windows])
     next_window = base.placement.imbalance(forecast_load(history[-MAX_LEVEL_WINDOWS:]), EP)
