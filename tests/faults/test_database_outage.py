@@ -38,7 +38,8 @@ def test_the_loop_survives_a_postgres_restart_under_load():
     with servers.postgres() as (workdir, port):
         url = servers.create_database(workdir, port, "outage")
         settings = Settings(database_url=url, api_token=API_TOKEN, agent_token=AGENT_TOKEN, window_seconds=1.0,
-                            reconcile_seconds=0.5, warmup_windows=0, history_windows=HISTORY_WINDOWS)
+                            reconcile_seconds=0.5, warmup_windows=0, history_windows=HISTORY_WINDOWS,
+                            prune_seconds=1.0)  # the pruning job as often as a window closes (loop/prune.py)
         probes: list[tuple[float, str, int, dict]] = []
         posted: list[tuple[float, int]] = []
         with running_controller(settings, run_loop=True) as controller, \

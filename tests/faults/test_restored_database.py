@@ -46,7 +46,7 @@ from controlplane.store.tables import LoadWindow, Pool
 pytestmark = RANK_PROCESSES
 
 REPO = Path(__file__).resolve().parents[2]
-POLICY = {"mode": "auto", "cooldown_seconds": 0}
+POLICY = {"mode": "auto", "cooldown_seconds": 0, "change_price_margin": 0}  # every change made: not priced here
 EP_SIZE = 8
 # the fleet's posts per instance and window: one per rank (moectl.v1), or one for the EP group (moectl.v2)
 POSTS = {"v1": EP_SIZE, "v2": 1}

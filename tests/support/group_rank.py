@@ -30,7 +30,8 @@ def main(rank: int, size: int, dist_port: int, url: str, seconds: float, stop: P
     agent = Agent(engine, identity=identity(rank, size), model=SIM_MODEL, registry=CollectorRegistry(),
                   link=ControllerLink(url, AGENT_TOKEN),
                   registration=Registration(API_TOKEN, SIM_MODEL, {"mode": "auto", "cooldown_seconds": 0,
-                                                                   "sustained_windows": 1}) if rank == 0 else None,
+                                                                   "sustained_windows": 1,
+                                                                   "change_price_margin": 0}) if rank == 0 else None,
                   window_seconds=1.0, runtime=RuntimeInfo("sim", num_speculative_tokens=2), group=group)
     deadline, num_windows, switches = time.monotonic() + seconds, 0, []
     while True:

@@ -99,7 +99,8 @@ def make_group(url: str, *, api_token: str = API_TOKEN, link: ControllerLink | N
     agents = [Agent(engines[r], identity=identity(r, EP_SIZE), model=SIM_MODEL, registry=CollectorRegistry(),
                     link=link or ControllerLink(url, AGENT_TOKEN),
                     registration=Registration(api_token, SIM_MODEL, {"mode": "auto", "cooldown_seconds": 0,
-                                                                         "sustained_windows": 1}) if r == 0 else None,
+                                                                         "sustained_windows": 1,
+                                                                         "change_price_margin": 0}) if r == 0 else None,
                     window_seconds=1.0, runtime=RuntimeInfo("sim", num_speculative_tokens=2), clock=clock)
               for r in range(EP_SIZE)]
     return engines, agents

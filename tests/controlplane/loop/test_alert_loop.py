@@ -52,7 +52,7 @@ def test_imbalance_alert_triggers_a_rebalance_that_resolves_it(tmp_path):
         until("the workers to register", lambda: api.get("/v1/deployments/hot/overview").status_code == 200, 60)
         # the loop itself would rebalance first: leave it to the alert
         api.put("/v1/deployments/hot/policy", json={"mode": "auto", "imbalance_threshold": 100,
-                                                    "cooldown_seconds": 0}).raise_for_status()
+                                                    "cooldown_seconds": 0, "change_price_margin": 0}).raise_for_status()
 
         am_port, prom_port = free_port(), free_port()
         (tmp_path / "am.yml").write_text(f"""
