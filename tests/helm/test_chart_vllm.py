@@ -49,7 +49,7 @@ def test_render_puts_the_sidecar_beside_vllm_with_the_plugins_and_names_the_pool
     assert vllm["args"][:2] == ["--model", "/models/DeepSeek-V3"] and "--enable-eplb" in vllm["args"]
     assert vllm["resources"]["limits"]["nvidia.com/gpu"] == 8
     token = {"secretKeyRef": {"name": f"{RELEASE}-tokens", "key": "agent-token"}}
-    assert env_of(vllm) == {"VLLM_PLUGINS": "moectl", "MOECTL_VLLM_STATE_DIR": "/moectl/state",
+    assert env_of(vllm) == {"VLLM_PLUGINS": "moectl", "MOECTL_VLLM_STATE_DIR": "/moectl/vllm",
                             "MOECTL_VLLM_TOKEN": token}
     assert sidecar["args"][:4] == ["adapter", "vllm", "--engine", "http://127.0.0.1:8000"]
     flags = dict(zip(sidecar["args"][2::2], sidecar["args"][3::2], strict=False))
@@ -58,7 +58,7 @@ def test_render_puts_the_sidecar_beside_vllm_with_the_plugins_and_names_the_pool
     assert flags["--model-config"] == "/models/DeepSeek-V3/config.json" and flags["--gpus-per-node"] == "8"
     assert env_of(sidecar)["MOECTL_AGENT_TOKEN"] == token and env_of(sidecar)["MOECTL_VLLM_TOKEN"] == token
     mounts = {c["name"]: {m["name"]: m["mountPath"] for m in c["volumeMounts"]} for c in (vllm, sidecar)}
-    assert mounts["vllm"]["state"] == "/moectl/state" and mounts["vllm"]["model"] == mounts["moectl-adapter"]["model"]
+    assert mounts["vllm"]["state"] == "/moectl" and mounts["vllm"]["model"] == mounts["moectl-adapter"]["model"]
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["state"] == {"name": "state", "emptyDir": {}}
     assert volumes["model"]["persistentVolumeClaim"] == {"claimName": "deepseek-v3-weights", "readOnly": True}
