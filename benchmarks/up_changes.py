@@ -1,7 +1,7 @@
 """`moectl up --ep-size 4` for a few minutes, as a new user runs it: how many times the routing limit was tried and
 how many placement changes were made, each with its price (predicted gain and cost) beside what it realised.
 
-    python -m benchmarks.up_changes [--seconds 240] [--out benchmarks/results/up-changes-DATE.md]
+    python -m benchmarks.up_changes [--seconds 240] [--out FILE] (default: up-changes-DATE.md in benchmarks/results)
 
 Issue 42 measured 6 routing-limit tries (each rolled back, "unparked: the token rate moved") and 17 placement
 changes in 4.5 minutes before changes were priced and retries judged (controlplane/plan/retry.py).

@@ -196,8 +196,9 @@ class Reconciler:
         session, deployment, pool = p.session, p.deployment, p.pool
         plan, pool_plan = decisions.placement, decisions.pool_plan
         log.info("%s/%s: %s (%s)", deployment.name, pool.role, plan.decision.value, plan.reason)
-        if pool_plan is not None:
-            log.info("%s/%s: pool %s", deployment.name, pool.role, pool_plan.plan.decision(pool.role).reason)
+        sized = None if pool_plan is None else pool_plan.plan.decision_of(pool.role)
+        if sized is not None:
+            log.info("%s/%s: pool %s", deployment.name, pool.role, sized.reason)
         with self.spans.start_as_current_span("write"):
             for knob, why in decisions.unparked().items():
                 parks.release(session, pool=pool, knob=knob, reason=why, now=p.now)

@@ -87,7 +87,8 @@ def _summary(view: PoolsView, plan: PoolDecisions, threshold_known: bool) -> dic
         "pools": {role: {"ready": size.num_ready, "starting": size.num_starting, "draining": size.num_draining,
                          "unschedulable": size.num_unschedulable,
                          "min": size.min_replicas, "max": size.max_replicas, "gpus_per_replica": size.gpus_per_replica,
-                         "decision": decision(plan.decision(role))} for role, size in view.pools.items()},
+                         "decision": decision(plan.decision(role))}
+                  for role, size in view.pools.items() if plan.decision_of(role) is not None},  # the sized ones
         "load": load, "forecast": load | {"at": view.now} if load and load["method"] != "measured" else None,
         "threshold": {"tokens": view.local_prefill_threshold if threshold_known else None,
                       "decision": None if threshold is None or not threshold_known else
@@ -105,8 +106,8 @@ def _moves(pool_plan: PoolPlan | None, policy: Policy, state: PoolState, role: s
     if pool_plan is None:
         return []
     out = []
-    d = pool_plan.plan.decision(role)
-    if d.direction:
+    d = pool_plan.plan.decision_of(role)
+    if d is not None and d.direction:
         pool = {k: v for k, v in pool_plan.summary["pools"][role].items() if k != "decision"}
         inputs = {"kind": d.kind.value, "request_rate": finite(d.request_rate),
                   "measured": pool_plan.summary["measured"], "load": pool_plan.summary["load"], "pool": pool}

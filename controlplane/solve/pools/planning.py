@@ -22,6 +22,11 @@ class PoolDecisions:
     def decision(self, role: PoolRole) -> PoolDecision:
         return next(d for d in self.decisions if d.role == role)
 
+    def decision_of(self, role: str) -> PoolDecision | None:
+        """The role's decision; None for a pool this planner does not size (a unified pool beside prefill and
+        decode pools: the PD planner sizes those two only)."""
+        return next((d for d in self.decisions if d.role == role), None)
+
     def target(self, role: PoolRole) -> int:
         return self.decision(role).target
 

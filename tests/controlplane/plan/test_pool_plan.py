@@ -5,6 +5,7 @@ only on the decode pool and only when one is known, and a JSON-safe summary."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from support.pools import view, window
 
@@ -47,3 +48,14 @@ def test_a_threshold_nobody_knows_is_neither_decided_nor_shown():
 
 def test_the_summary_is_json_safe():
     assert finite({"a": [math.inf, 1.0, (math.nan,)], "b": "x"}) == {"a": [None, 1.0, [None]], "b": "x"}
+
+
+def test_a_pool_the_planner_does_not_size_gets_no_decision_and_no_move():
+    """A unified pool beside prefill and decode pools: the PD planner sizes those two only; the third is left out
+    of the plan people read and asks nothing (it once ended the pass with StopIteration)."""
+    windows = [window(t, rate=10.0, ttft=0.4, itl=0.2) for t in range(130, 181, 10)]
+    pd = view(windows)
+    mixed = replace(pd, pools=pd.pools | {"unified": pd.pools["decode"]})
+    pool_plan = plan_deployment(ObservedPools("d", mixed, True), AUTO, Settings())
+    assert set(pool_plan.summary["pools"]) == {"prefill", "decode"}
+    assert POOLS_PLAN.moves(pool_plan, AUTO, None, "unified") == []
