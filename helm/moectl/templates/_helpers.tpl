@@ -58,13 +58,17 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- default (printf "%s-leader" (include "moectl.fullname" .)) .Values.leaderElection.leaseName -}}
 {{- end -}}
 
+{{- define "moectl.vllmName" -}}
+{{- printf "%s-vllm-%s" (include "moectl.fullname" .) .Values.vllm.role | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{- define "moectl.poolName" -}}
 {{- printf "%s-%s" (include "moectl.fullname" .root) .role | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
 {{/*
 The pools the controller sizes, as a JSON list of {deployment, role, namespace, apiVersion, kind, resource,
-name}: this chart's managed pools, then .Values.scaleTargets. The RBAC Roles and MOECTL_KUBE_SCALE_TARGETS
+name}: this chart's managed pools (the bundled runtime's, the vLLM pool), then .Values.scaleTargets. The RBAC Roles and MOECTL_KUBE_SCALE_TARGETS
 are both made from it, so the controller is granted exactly the objects it is told to scale.
 */}}
 {{- define "moectl.scaleTargets" -}}
@@ -74,6 +78,9 @@ are both made from it, so the controller is granted exactly the objects it is to
 {{- if and $pool.enabled $pool.managed -}}
 {{- $targets = append $targets (dict "deployment" $.Values.pools.deployment "role" $role "namespace" $.Release.Namespace "apiVersion" "apps/v1" "kind" $pool.kind "resource" (printf "%ss" (lower $pool.kind)) "name" (include "moectl.poolName" (dict "root" $ "role" $role))) -}}
 {{- end -}}
+{{- end -}}
+{{- if and .Values.vllm.enabled .Values.vllm.managed -}}
+{{- $targets = append $targets (dict "deployment" .Values.vllm.deployment "role" .Values.vllm.role "namespace" .Release.Namespace "apiVersion" "apps/v1" "kind" "Deployment" "resource" "deployments" "name" (include "moectl.vllmName" .)) -}}
 {{- end -}}
 {{- /* the kinds of controlplane/kube_kinds.py: apiVersion and plural known */ -}}
 {{- $known := dict "Deployment" (list "apps/v1" "deployments") "StatefulSet" (list "apps/v1" "statefulsets") "LeaderWorkerSet" (list "leaderworkerset.x-k8s.io/v1" "leaderworkersets") "PodCliqueScalingGroup" (list "grove.io/v1alpha1" "podcliquescalinggroups") "DynamoGraphDeploymentScalingAdapter" (list "nvidia.com/v1beta1" "dynamographdeploymentscalingadapters") "RoleBasedGroupScalingAdapter" (list "workloads.x-k8s.io/v1alpha2" "rolebasedgroupscalingadapters") -}}
@@ -91,6 +98,9 @@ are both made from it, so the controller is granted exactly the objects it is to
 {{- end -}}
 {{- if and (eq .Values.database.type "postgresql") (not .Values.database.postgresql.existingSecret) -}}
 {{- fail "database.type=postgresql needs database.postgresql.existingSecret: the name of a Secret whose key database.postgresql.key (default database-url) holds the SQLAlchemy URL, e.g. postgresql+psycopg://user:password@host:5432/moectl" -}}
+{{- end -}}
+{{- if and .Values.vllm.enabled (not .Values.vllm.model.claim) -}}
+{{- fail "vllm.enabled needs vllm.model.claim: the PersistentVolumeClaim holding the checkpoint (vllm.model.path inside it, with its config.json), mounted read-only into vLLM and the sidecar" -}}
 {{- end -}}
 {{- $seen := dict -}}
 {{- range $target := include "moectl.scaleTargets" . | fromJsonArray -}}
