@@ -23,9 +23,13 @@ placement; a fresh solve (controlplane/solve/placement/solver.py) of the load su
 `BOUND_SPANS` windows starting at every multiple of the shortest (it knows the whole trace's load: a placement to
 hold from w is fitted to the load it will meet), and of each span ending there; and every placement any row ran. So
 the bound is at least every row by construction, and any row above it is a bug in the accounting.
-Beside it, a diagnostic: the same program over placements knowable at the time (the solves of spans that ended
-before the switch, and the rows' own), its timing still in hindsight. Where the bound is far above it, what the
-rows miss is foresight of the load, not the timing or the price of their changes.
+Beside it, two diagnostics, the same program with its timing still in hindsight: over placements knowable at the
+time (the solves of spans that ended before the switch, of the controller's own forecasts there, forecast_ahead
+on its history over 30 s to 15 minutes, and the rows' own); and over those and the solves of a straight line
+through each expert's last 8 minutes of tokens, taken 8 to 30 minutes ahead (a forecast the controller does not
+make). Where the bound is far above the first, what the rows miss is foresight of the load, not the timing or the
+price of their changes; where the second is far above the first, a longer forecast from the past load would
+find placements that close it.
 
     python -m benchmarks.closed_loop_costs [--hours 0.5] [--layers 16] [--no-write]
 """
@@ -61,6 +65,7 @@ from benchmarks.closed_loop import (
     table,
 )
 from controlplane.desired import Policy
+from controlplane.learn.forecast import forecast_ahead
 from controlplane.observed.window import RANK_REPORTS, Window
 from controlplane.plan.change_price import (
     ENGINE_PRIORS,
@@ -69,12 +74,20 @@ from controlplane.plan.change_price import (
     price_placement,
 )
 from controlplane.plan.engines import RAILS, engine_policy
+from controlplane.plan.placement import MAX_FORECAST_WINDOWS
 from controlplane.solve.placement.solver import solve_placement
 
 RECORDED_WINDOWS = 24  # the 2 minutes before the trace whose load the starting table is solved for
 SOLVE_EVERY = 6  # windows between the long-fit row's solves
 MAX_PRICE_HISTORY = 240  # windows (20 min) the pricing strategy measures the hot set's persistence on
 BOUND_SPANS = (6, 24, 96)  # windows: the hindsight placements are fitted to 30 s, 2 min and 8 min of load
+# the knowable set's own forecasts: the controller's (controlplane/learn/forecast.py forecast_ahead on its
+# MAX_FORECAST_WINDOWS of history, as controlplane/plan/placement.py aims it) over these horizons, 30 s to 15
+# minutes (vLLM's in-force 2 minutes, SGLang's 15: the engines' rails); and, beyond what the controller has, a
+# straight line through LINE_WINDOWS of each expert's tokens taken to the middle of these horizons
+FORECAST_HORIZONS = (6, 24, 96, 180)
+LINE_HORIZONS = (96, 180, 360)
+LINE_WINDOWS = 96
 # what a change costs the simulated group, per engine (the priors: the benchmark has no engine to measure)
 ENGINE_COSTS = {engine: ENGINE_PRIORS[engine] for engine in ("vllm", "sglang")}
 # EPLB every N: vLLM's own rearrange interval; SGLang's restart spacing (controlplane/plan/engines.py)
@@ -102,7 +115,8 @@ class Trace:
     expert_tokens: np.ndarray
     start: PlacementTable
     traffic: object
-    _rates: dict = field(default_factory=dict)  # (window, id(table)) -> tokens per modelled second
+    # (window, id(table)) -> (table, tokens per modelled second): the table is held so its id is not reused
+    _rates: dict = field(default_factory=dict)
 
     @property
     def num_windows(self) -> int:
@@ -120,8 +134,9 @@ class Trace:
         """Tokens the group serves per second of window w under `placement` (relative: the model's seconds)."""
         key = (w, id(placement))
         if key not in self._rates:
-            self._rates[key] = self.shape.tokens_per_window / STEPS_PER_WINDOW / self.step_seconds(w, placement)[1]
-        return self._rates[key]
+            rate = self.shape.tokens_per_window / STEPS_PER_WINDOW / self.step_seconds(w, placement)[1]
+            self._rates[key] = (placement, rate)
+        return self._rates[key][1]
 
 
 def make_trace(shape: Shape, workload: Workload, hours: float, seed: int = 0) -> Trace:
@@ -240,12 +255,35 @@ def run_schedule(trace: Trace, strategy) -> Schedule:  # noqa: ANN001
     return Schedule(strategy.name, tables, changes, list(getattr(strategy, "prices", [])))
 
 
+def line_ahead(history: np.ndarray, horizon: int) -> np.ndarray:
+    """The least-squares line through each expert's tokens in history [W, L, E], at the middle of the next
+    `horizon` windows, >= 0: [L, E] (a diagnostic forecast; the controller's is forecast_ahead)."""
+    t = np.arange(history.shape[0], dtype=np.float64) - (history.shape[0] - 1) / 2
+    mean = history.mean(axis=0)
+    slope = np.tensordot(t, history - mean, axes=1) / max(float((t**2).sum()), 1.0)
+    return np.maximum(mean + slope * ((history.shape[0] - 1) / 2 + (horizon + 1) / 2), 0.0)
+
+
+def forecast_candidates(trace: Trace, forecast, horizons: tuple[int, ...], num_history: int  # noqa: ANN001
+                        ) -> list[tuple[PlacementTable, int]]:
+    """Placements solved at every multiple of BOUND_SPANS[0] windows, available from there, for what `forecast`
+    (history [W, L, E], horizon -> [L, E]) makes of the last `num_history` windows over each of `horizons`."""
+    topology, found = trace.shape.topology, []
+    for w in range(BOUND_SPANS[0], trace.num_windows, BOUND_SPANS[0]):
+        history = trace.expert_tokens[max(w - num_history, 0):w].astype(np.float64)
+        for horizon in horizons:
+            plan = solve_placement(forecast(history, horizon), topology)
+            found.append((PlacementTable(plan.slot_to_expert, plan.slot_share), w))
+    return found
+
+
 def candidates(trace: Trace, schedules: list[Schedule], *, is_causal: bool = False
                ) -> list[tuple[PlacementTable, int]]:
     """C, each with the first window it may be switched to: the start (window 0); a fresh solve of the load summed
     over each span of BOUND_SPANS windows from every multiple of the shortest (window 0: it knows the trace), or
-    with `is_causal` over the span that ends there (available from there: what was knowable at the time); and every
-    table a row ran (from the window it first ran in)."""
+    with `is_causal` over the span that ends there and of the controller's forecasts there (forecast_ahead over
+    FORECAST_HORIZONS; available from there: what was knowable at the time); and every table a row ran (from the
+    window it first ran in)."""
     topology = trace.shape.topology
     found = {id(trace.start): (trace.start, 0)}
     for span in BOUND_SPANS:
@@ -256,6 +294,9 @@ def candidates(trace: Trace, schedules: list[Schedule], *, is_causal: bool = Fal
             plan = solve_placement(load.sum(axis=0), topology)
             solved = PlacementTable(plan.slot_to_expert, plan.slot_share)
             found[id(solved)] = (solved, w if is_causal else 0)
+    if is_causal:
+        found |= {id(p): (p, w) for p, w in forecast_candidates(trace, forecast_ahead, FORECAST_HORIZONS,
+                                                                MAX_FORECAST_WINDOWS)}
     for schedule in schedules:
         for w, p in enumerate(schedule.tables):
             found.setdefault(id(p), (p, w))
@@ -317,9 +358,11 @@ def run_case(trace: Trace, engine: str, progress=print) -> list[Row]:  # noqa: A
     started = time.perf_counter()
     knowable = candidates(trace, schedules, is_causal=True)
     causal = bound(trace, knowable, cost, "bound over placements knowable at the time")
+    lines = knowable + forecast_candidates(trace, line_ahead, LINE_HORIZONS, LINE_WINDOWS)
+    with_lines = bound(trace, lines, cost, "bound over knowable placements and 8-min lines ahead")
     # the bound's set holds the knowable ones too (from window 0: it knows the trace), so it is at least that row
-    schedules.append(bound(trace, candidates(trace, schedules) + [(p, 0) for p, _ in knowable], cost))
-    schedules.insert(-1, causal)
+    schedules.append(bound(trace, candidates(trace, schedules) + [(p, 0) for p, _ in lines], cost))
+    schedules[-1:-1] = [causal, with_lines]
     progress(f"  {engine}, {trace.workload.name}: bound in {time.perf_counter() - started:.0f}s", flush=True)
     return [Row(s.name, served(trace, s, cost), len(s.changes),
                 float(np.mean([trace.step_seconds(w, p)[0] for w, p in enumerate(s.tables)])), len(s.prices))

@@ -26,6 +26,10 @@ def test_pricing_never_finishes_below_static_and_the_bound_is_above_every_row(wo
     assert static.num_changes == 0
     assert pricing.served >= static.served * (1 - 1e-9)  # the long-fit row is a diagnostic: no claim on it
     assert all(best.served >= r.served * (1 - 1e-9) for r in rows)
+    names = ("bound over placements knowable at the time", "bound over knowable placements and 8-min lines ahead")
+    knowable, lines = (next(r for r in rows if r.name == name) for name in names)
+    assert lines.served >= knowable.served * (1 - 1e-9)  # its candidates hold the knowable ones
+    assert knowable.served >= pricing.served * (1 - 1e-9)  # and those hold the pricing row's own
     if engine == "sglang":  # a restart costs three minutes of a four-minute trace: nothing pays it back
         assert pricing.num_changes == 0 and best.num_changes == 0
 
@@ -44,7 +48,7 @@ def test_the_program_finds_the_best_schedule_over_its_candidates():
     available = [(p, 0) for p in candidates]
     for w in range(num_windows):
         for p in candidates:
-            trace._rates[(w, id(p))] = float(rng.uniform(1.0, 1.6))
+            trace._rates[(w, id(p))] = (p, float(rng.uniform(1.0, 1.6)))
     for stall in (0.0, 2.0, 50.0):
         cost = ChangeCost(stall, "test")
         found = costs.bound(trace, available, cost)
