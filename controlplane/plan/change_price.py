@@ -45,7 +45,11 @@ ENGINE_PRIORS: dict[str, ChangeCost] = {
     "vllm": ChangeCost(0.91, "prior: vLLM's synchronous EPLB rearrange, 0.65-1.70 s, mean 0.91 s on 32 GB200s"),
     "sglang": ChangeCost(180.0, "prior: an SGLang group restart (--init-expert-location): weights reload, KV cache "
                                 "lost, minutes"),
-    "bundled": ChangeCost(0.91, "prior: vLLM's rearrange figure, until the agents measure the runtime's switch"),
+    # a bundled switch moves nothing between ranks: each rank gathers its slots' rows from the weights it holds
+    # (agents/runtime/ep.py `apply_placement`), timed as the ranks time it by benchmarks/bundled_switch.py
+    "bundled": ChangeCost(0.01, "prior: the bundled runtime's switch at moectl up's shape, median 0.010 s a rank on "
+                                "a 2-core x86_64 CPU (benchmarks/bundled_switch.py: each rank gathers its 80 slots' "
+                                "3.75 MiB from its own copy, none across ranks)"),
 }
 
 
@@ -109,8 +113,8 @@ class Price:
         step = {} if self.step is None else {"step_fixed_seconds": self.step.fixed_seconds,
                                              "step_seconds_per_imbalance": self.step.seconds_per_imbalance}
         return {"is_paying": self.is_paying, "gain_share": round(self.gain_share, 5),
-                "horizon_seconds": round(self.horizon_seconds, 1), "gain_seconds": round(self.gain_seconds, 2),
-                "cost_seconds": round(self.cost_seconds, 2), "cost_source": self.cost_source, "margin": self.margin,
+                "horizon_seconds": round(self.horizon_seconds, 1), "gain_seconds": round(self.gain_seconds, 4),
+                "cost_seconds": round(self.cost_seconds, 4), "cost_source": self.cost_source, "margin": self.margin,
                 "reason": self.reason} | step
 
 
@@ -125,8 +129,9 @@ def price_change(quote: ChangeQuote) -> Price:
     cost = quote.cost.stall_seconds
     is_paying = gain > 0 and gain >= quote.margin * cost
     verdict = ">=" if is_paying else "<"
-    reason = (f"gains {gain_share:.2%} of the step for ~{horizon:.0f}s = {gain:.1f}s of capacity {verdict} "
-              f"{quote.margin:g} x the change's {cost:.1f}s ({quote.cost.source})")
+    # three significant figures: a bundled switch costs hundredths of a second (ENGINE_PRIORS)
+    reason = (f"gains {gain_share:.2%} of the step for ~{horizon:.0f}s = {gain:.3g}s of capacity {verdict} "
+              f"{quote.margin:g} x the change's {cost:.3g}s ({quote.cost.source})")
     return Price(is_paying, gain_share, horizon, gain, cost, quote.cost.source, quote.margin, reason, quote.step)
 
 

@@ -67,5 +67,5 @@ def realised_price(price: dict, imbalance_before: float, imbalance_after: float)
     table replaced, on the load the change met) and after give under the same step model, over the same horizon."""
     step = StepModel(price["step_fixed_seconds"], price["step_seconds_per_imbalance"])
     share = step.seconds(imbalance_before) / step.seconds(imbalance_after) - 1.0
-    return {"gain_share": round(share, 5), "gain_seconds": round(share * price["horizon_seconds"], 2),
+    return {"gain_share": round(share, 5), "gain_seconds": round(share * price["horizon_seconds"], 4),
             "is_paying": bool(share * price["horizon_seconds"] >= price["cost_seconds"])}
