@@ -67,12 +67,14 @@ def run(seconds: float, extra: list[str]) -> tuple[list[dict], dict, list[str]]:
                 os.killpg(process.pid, signal.SIGKILL)
 
 
-# the loop's log line per pool and pass (controlplane/loop/reconcile.py `write`), e.g.
-# "07:50:01,123 INFO moectl: tiny/decode: hold (the change does not pay: gains 1.2% of the step for ~60s = 0.72s
+# the loop's log line per pool and pass (controlplane/loop/reconcile.py `write`; the price's reason,
+# controlplane/plan/change_price.py `price_change`), e.g. "07:50:01,123 INFO moectl: tiny/decode: hold (the change
+# does not pay: gains 1.20% of the step (max/mean 1.300 -> 1.250, step 0.05s + 0.01s x max/mean) for ~60s = 0.72s
 # of capacity < 1.25 x the change's 0.91s (prior: ...))"
 PASS = re.compile(r"(\d\d:\d\d:\d\d)\S* .*tiny/(\w+): (keep|hold|rebalance) \((.*)\)$")
-PRICE = re.compile(r"gains (-?[\d.]+)% of the step for ~(\d+)s = (\S+)s of capacity (<|>=) ([\d.]+) x the change's "
-                   r"(\S+)s \((.*)\)$")
+PRICE = re.compile(r"gains (?P<share>-?[\d.]+)% of the step \(max/mean (?P<now>\S+) -> (?P<planned>\S+), step "
+                   r"(?P<fixed>\S+)s \+ (?P<slope>\S+)s x max/mean\) for ~(?P<horizon>\d+)s = (?P<gain>\S+)s of "
+                   r"capacity (<|>=) (?P<margin>[\d.]+) x the change's (?P<cost>\S+)s \((?P<source>.*)\)$")
 ENDS = {"under the threshold": "within threshold", "under min_gain": "< min_gain", "by price": "does not pay"}
 
 
@@ -110,10 +112,11 @@ def report(actions: list[dict], overview: dict, seconds: float, printed: list[st
         held += [(role, t, PRICE.search(r)) for t, _, r in by_role[role] if "does not pay" in r]
     if held:
         lines += ["", "Each pass held by its price (the loop's log: gain over the horizon < margin x the cost):", "",
-                  "| pool | time (UTC) | gain share of the step | horizon (s) | gain (s) | margin x cost (s) |",
-                  "|---|---|---|---|---|---|"]
-        lines += [f"| {role} | {t} | {m[1]}% | {m[2]} | {m[3]} | {m[5]} x {m[6]} |" for role, t, m in held if m]
-        sources = Counter(m[7] for _, _, m in held if m)
+                  "| pool | time (UTC) | max/mean now -> planned | step (s) = a + b x max/mean | gain share | "
+                  "horizon (s) | gain (s) | margin x cost (s) |", "|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {role} | {t} | {m['now']} -> {m['planned']} | {m['fixed']} + {m['slope']} x | {m['share']}% | "
+                  f"{m['horizon']} | {m['gain']} | {m['margin']} x {m['cost']} |" for role, t, m in held if m]
+        sources = Counter(m["source"] for _, _, m in held if m)
         lines += ["", "Their cost: " + "; ".join(f"{source} (x{n})" for source, n in sources.most_common())]
     lines += ["", "Each change made: its price beside what it realised once verified (`measured.realised`, the "
               "measured imbalance before and after under the same step model and horizon):", "",

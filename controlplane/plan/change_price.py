@@ -130,8 +130,12 @@ def price_change(quote: ChangeQuote) -> Price:
     is_paying = gain > 0 and gain >= quote.margin * cost
     verdict = ">=" if is_paying else "<"
     # three significant figures: a bundled switch costs hundredths of a second (ENGINE_PRIORS)
-    reason = (f"gains {gain_share:.2%} of the step for ~{horizon:.0f}s = {gain:.3g}s of capacity {verdict} "
-              f"{quote.margin:g} x the change's {cost:.3g}s ({quote.cost.source})")
+    # the imbalances and the step model in the reason too: a pass held at no gain says whether the tables do not
+    # differ on the load or the pool's step does not wait on its busiest GPU (a fitted slope of 0)
+    reason = (f"gains {gain_share:.2%} of the step (max/mean {quote.current_imbalance:.3f} -> "
+              f"{quote.planned_imbalance:.3f}, step {quote.step.fixed_seconds:.3g}s + "
+              f"{quote.step.seconds_per_imbalance:.3g}s x max/mean) for ~{horizon:.0f}s = {gain:.3g}s of capacity "
+              f"{verdict} {quote.margin:g} x the change's {cost:.3g}s ({quote.cost.source})")
     return Price(is_paying, gain_share, horizon, gain, cost, quote.cost.source, quote.margin, reason, quote.step)
 
 
