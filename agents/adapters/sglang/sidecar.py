@@ -52,6 +52,10 @@ from agents.protocol import Array, DesiredState, GroupSnapshot, PlacementTable, 
 
 log = logging.getLogger("moectl.adapter.sglang")
 MAX_BEGIN_WAIT_SECONDS = 60.0
+# how long a window waits for its dump to show in the shared directory once SGLang answered the dump request (rank 0
+# has written it by then: the wait is the volume's), at most half a window: a recorder that stopped must not hold
+# the sidecar's windows back, or its serving windows would arrive late and few
+MAX_DUMP_WAIT_SECONDS = 30.0
 _FAULTS = (OSError, ValueError, KeyError, TypeError, httpx.HTTPError)  # of a window or an apply: counted, not fatal
 
 
@@ -59,12 +63,15 @@ class Sidecar:
     def __init__(self, server: SGLangServer, model: EngineModel, where: Where, dump_dir: Path, store: PlacementStore,
                  restarter: Restarter, submit: Callable[[GroupSnapshot], None], *, window_seconds: float = 10.0,
                  min_restart_seconds: float = 600.0, clock: Callable[[], float] = time.time,
-                 live_dir: Path | None = None, faults: Faults | None = None):
+                 live_dir: Path | None = None, faults: Faults | None = None,
+                 max_dump_wait_seconds: float = MAX_DUMP_WAIT_SECONDS):
         """live_dir: the live plugin's directory (live_plugin.py): load from its records and placements armed
-        there, applied by SGLang's own EPLB without a restart; None: dumps, files and restarts."""
+        there, applied by SGLang's own EPLB without a restart; None: dumps, files and restarts.
+        max_dump_wait_seconds: a window's wait for its dump file (at most half the window)."""
         self.server, self.model, self.where, self.dump_dir = server, model, where, Path(dump_dir)
         self.store, self.restarter, self.submit, self.clock = store, restarter, submit, clock
         self.window_seconds, self.min_restart_seconds = window_seconds, min_restart_seconds
+        self.max_dump_wait_seconds = max_dump_wait_seconds
         self.answers: list[DesiredState] = []
         self.lock = threading.Lock()
         self.last_restart = -float("inf")
@@ -120,7 +127,8 @@ class Sidecar:
         else:
             asked = time.time()
             self.server.dump_record()
-            dump = take_new_dump(self.dump_dir, after=asked - 1.0)
+            dump = take_new_dump(self.dump_dir, after=asked - 1.0,
+                                 timeout=min(self.max_dump_wait_seconds, self.window_seconds / 2))
             num_dumps = int(dump is not None)
         if dump is None:  # counted, and the window posted without load: the controller watches the dumps stop
             self.faults.record("dump missing", f"no dump appeared in {self.dump_dir} (is it SGLang's "
