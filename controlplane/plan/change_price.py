@@ -28,6 +28,7 @@ MAX_HORIZON_SECONDS = 3600.0  # nothing is planned for past an hour: the load an
 # enough to measure it: the benchmarks' step model at prefill EP32 (agents/sim/cost.py), ~0.3
 DEFAULT_MOE_SHARE = 0.3
 MIN_IMBALANCE_SPREAD = 0.02  # max/mean the windows must span for the slope to be fitted, not assumed
+MIN_BATCH_SPREAD = 0.1  # the share of its mean the batch must span for the step to be fitted against it too
 GAIN_WINDOWS = 12  # the last windows (a minute of 5 s ones) a plan's gain is measured on
 
 
@@ -64,19 +65,36 @@ class StepModel:
         return self.fixed_seconds + self.seconds_per_imbalance * imbalance
 
 
-def fit_step_model(imbalances, step_seconds, moe_share: float = DEFAULT_MOE_SHARE) -> StepModel:
-    """The pool's step model from its windows: imbalances [n] (max/mean) and step_seconds [n] (mean step).
+def fit_step_model(imbalances, step_seconds, tokens_per_step=None, moe_share: float = DEFAULT_MOE_SHARE) -> StepModel:
+    """The pool's step model from its windows: imbalances [n] (max/mean), step_seconds [n] (mean step) and, where
+    known, tokens_per_step [n] (token-expert assignments a step routes, in any fixed unit).
 
-    A least-squares line with a non-negative slope when the windows span `MIN_IMBALANCE_SPREAD` of max/mean;
-    otherwise their mean step with `moe_share` of it scaling with max/mean (a line through nothing to fit)."""
+    A busier window has longer steps and, with more tokens to spread, a lower max/mean: fitted on max/mean alone its
+    slope comes out negative on a pool whose load moves (benchmarks/results/up-changes-2026-12-06.md, run 2). So
+    where the batch moves by `MIN_BATCH_SPREAD` the step is fitted as a + b x tokens + c x tokens x max/mean (the
+    busiest GPU's share of the batch is what a MoE layer waits for) and read at the windows' mean batch; else as a
+    line in max/mean. The slope is non-negative, and fitted only when the windows span `MIN_IMBALANCE_SPREAD` of
+    max/mean; otherwise their mean step with `moe_share` of it scaling with max/mean (nothing to fit)."""
     x, y = np.asarray(imbalances, dtype=np.float64), np.asarray(step_seconds, dtype=np.float64)
     if x.shape != y.shape or x.ndim != 1 or x.size == 0 or not (np.isfinite(x).all() and np.isfinite(y).all()):
         raise ValueError(f"imbalances and step_seconds must be finite [n] of one length, got {x.shape}, {y.shape}")
-    if float(x.max() - x.min()) >= MIN_IMBALANCE_SPREAD:
+    t = None if tokens_per_step is None else np.asarray(tokens_per_step, dtype=np.float64)
+    if t is not None and (t.shape != x.shape or not np.isfinite(t).all() or (t <= 0).any()):
+        raise ValueError(f"tokens_per_step must be positive and finite, one per window, got {t}")
+    assumed_slope = moe_share * float(y.mean()) / float(x.mean())
+    assumed = StepModel(float(y.mean()) - assumed_slope * float(x.mean()), assumed_slope)
+    if float(x.max() - x.min()) < MIN_IMBALANCE_SPREAD:
+        return assumed
+    if t is None or float(t.max() - t.min()) < MIN_BATCH_SPREAD * float(t.mean()):
         slope = max(float(np.polyfit(x, y, 1)[0]), 0.0)
         return StepModel(float(y.mean() - slope * x.mean()), slope)
-    slope = moe_share * float(y.mean()) / float(x.mean())
-    return StepModel(float(y.mean()) - slope * float(x.mean()), slope)
+    batch = float(t.mean())
+    (a, b, c), *_ = np.linalg.lstsq(np.stack([np.ones_like(t), t, t * x], axis=1), y, rcond=None)
+    if c < 0:  # a busier GPU never shortens the step: refit the batch alone
+        (a, b), *_ = np.linalg.lstsq(np.stack([np.ones_like(t), t], axis=1), y, rcond=None)
+        c = 0.0
+    fitted = StepModel(float(a + b * batch), float(c * batch))
+    return fitted if fitted.seconds(float(x.min())) > 0 else assumed  # a fit that says no step takes time: none
 
 
 @dataclass(frozen=True)
@@ -140,11 +158,13 @@ def price_change(quote: ChangeQuote) -> Price:
 
 
 def price_placement(current: PlacementTable, planned: PlacementTable, history, imbalances, step_seconds,
-                    cost: ChangeCost, window_seconds: float, num_gpus: int, margin: float = DEFAULT_MARGIN) -> Price:
+                    cost: ChangeCost, window_seconds: float, num_gpus: int, margin: float = DEFAULT_MARGIN,
+                    tokens_per_step=None) -> Price:
     """The price of switching the pool from `current` to `planned`, from what its windows carry.
 
     history: [W, L, E] expert tokens per window, oldest first; imbalances, step_seconds: [n] each window's measured
-    max/mean and mean step seconds. Before and after are the mean max/mean of the last GAIN_WINDOWS windows had each
+    max/mean and mean step seconds; tokens_per_step: [n] their batch, None where not known (fit_step_model).
+    Before and after are the mean max/mean of the last GAIN_WINDOWS windows had each
     table run them: a plan is fitted to the load it was solved on, so its gain there is optimistic, and on a minute
     of measured windows a plan that chases a passing hot set gains nothing. The horizon is the shorter of the hot
     set's persistence on the history (up to MAX_HORIZON_SECONDS) and how long this gain has held back over the
@@ -158,5 +178,5 @@ def price_placement(current: PlacementTable, planned: PlacementTable, history, i
     gains = np.convolve(before_each - after_each, np.ones(GAIN_WINDOWS) / GAIN_WINDOWS, mode="valid")
     persistence = min(persistence_windows(history, MAX_HORIZON_SECONDS / window_seconds),
                       max(gain_held_windows(gains), 1.0))
-    step = fit_step_model(imbalances, step_seconds)
+    step = fit_step_model(imbalances, step_seconds, tokens_per_step)
     return price_change(ChangeQuote(before, after, step, window_seconds * persistence, cost, margin))

@@ -61,6 +61,27 @@ def test_the_step_model_is_fitted_where_the_windows_span_the_imbalance_and_assum
         fit_step_model([1.1, np.nan], [0.1, 0.1])
 
 
+def test_a_busier_batch_does_not_hide_what_the_busiest_gpu_costs():
+    """Busy windows: longer steps and, more tokens spread, a lower max/mean. On max/mean alone the slope comes out
+    negative (floored to 0: no change would ever pay); with the batch it is the busiest GPU's share again."""
+    rng = np.random.default_rng(0)
+    batches = rng.uniform(200.0, 800.0, 40)  # tokens a step
+    imbalances = 1.05 + 30.0 / batches + rng.uniform(0, 0.02, 40)  # fewer tokens, a more uneven spread
+    steps = 0.01 + 2e-5 * batches + 1e-5 * batches * imbalances
+    assert fit_step_model(imbalances, steps).seconds_per_imbalance == 0.0
+    fitted = fit_step_model(imbalances, steps, batches)
+    assert fitted.seconds_per_imbalance == pytest.approx(1e-5 * batches.mean(), rel=1e-6)
+    assert fitted.seconds(1.2) == pytest.approx(0.01 + 2e-5 * batches.mean() + 1e-5 * batches.mean() * 1.2)
+    # a step that waits on the batch only (a latency-bound exchange): the busiest GPU buys nothing
+    assert fit_step_model(imbalances, 0.01 + 3e-5 * batches, batches).seconds_per_imbalance == pytest.approx(0.0)
+    # a batch that barely moves: the line in max/mean, as without it
+    steady = np.full(40, 500.0)
+    assert fit_step_model(imbalances, STEP.seconds(imbalances), steady) == fit_step_model(imbalances,
+                                                                                          STEP.seconds(imbalances))
+    with pytest.raises(ValueError, match="tokens_per_step"):
+        fit_step_model(imbalances, steps, batches[:3])
+
+
 def test_every_engine_has_a_prior_and_a_restart_costs_more_than_a_rearrange():
     assert set(ENGINE_PRIORS) == {"bundled", "sglang", "vllm"}
     assert ENGINE_PRIORS["vllm"].stall_seconds == 0.91
