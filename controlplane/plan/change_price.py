@@ -94,7 +94,12 @@ def fit_step_model(imbalances, step_seconds, tokens_per_step=None, moe_share: fl
         (a, b), *_ = np.linalg.lstsq(np.stack([np.ones_like(t), t], axis=1), y, rcond=None)
         c = 0.0
     fitted = StepModel(float(a + b * batch), float(c * batch))
-    return fitted if fitted.seconds(float(x.min())) > 0 else assumed  # a fit that says no step takes time: none
+    mean_step = fitted.seconds(float(x.mean()))
+    if mean_step <= 0:  # a fit that says a step takes no time: nothing was learned
+        return assumed
+    if fitted.fixed_seconds < 0:  # at most the whole step waits on the busiest GPU: a steeper fit is its noise
+        return StepModel(0.0, mean_step / float(x.mean()))
+    return fitted
 
 
 @dataclass(frozen=True)

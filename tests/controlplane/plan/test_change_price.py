@@ -78,6 +78,12 @@ def test_a_busier_batch_does_not_hide_what_the_busiest_gpu_costs():
     steady = np.full(40, 500.0)
     assert fit_step_model(imbalances, STEP.seconds(imbalances), steady) == fit_step_model(imbalances,
                                                                                           STEP.seconds(imbalances))
+    # steeper than the whole step scaling with max/mean (a negative fixed part): capped there, the most a
+    # placement can buy is max/mean now over planned
+    steep = fit_step_model(imbalances, 1e-5 * batches * (imbalances - 1.0), batches)
+    assert steep.fixed_seconds == 0.0 and steep.seconds_per_imbalance > 0
+    assert price_change(ChangeQuote(1.3, 1.1, steep, 1.0, ChangeCost(0.0, "test"))).gain_share == pytest.approx(
+        1.3 / 1.1 - 1)
     with pytest.raises(ValueError, match="tokens_per_step"):
         fit_step_model(imbalances, steps, batches[:3])
 
