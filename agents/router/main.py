@@ -1,6 +1,6 @@
-"""`moectl router`: the OpenAI-compatible front of a deployment, routing each request to worker ranks
-(the app and its routing are in agents/router/app.py). With `--controller` it reports a window of what
-it served to the controller each window and takes the PD-aware threshold from its answer. With
+"""`moectl router`: the OpenAI-compatible front of a deployment, routing each request to worker ranks (the app
+in agents/router/app.py, the ranks and their routing in agents/router/router.py). With `--controller` it reports a
+window of what it served to the controller each window and takes the PD-aware threshold from its answer. With
 `--admin-token` instances can be added, drained and removed while it serves (agents/router/admin.py).
 
 Example:
@@ -21,9 +21,10 @@ import time
 from prometheus_client import CollectorRegistry
 
 from agents.protocol.http import KEEP_ALIVE_SECONDS
-from agents.router.app import Router, create_app
+from agents.router.app import create_app
 from agents.router.policy import Endpoint
 from agents.router.report import WindowReporter
+from agents.router.router import Router
 from agents.router.window import RouterWindows
 
 

@@ -74,9 +74,12 @@ class SimInstance:
     is_group_limit_bypassed: bool = False  # a production bug: tokens reach every group whatever the limit
     is_switch_stuck: bool = False  # a production bug: the group keeps its placement whatever it is told
     # the engine's own balancer acts every this many windows, counted in rank 0's `balancer_events` (vLLM's
-    # rearranges); 0: not watched. is_balancer_stopped: it stopped acting (vLLM's async EPLB that went quiet)
+    # rearranges, SGLang's dumps); 0: not watched. is_balancer_stopped: it stopped acting (vLLM's async EPLB that went
+    # quiet, SGLang's recorder that no longer dumps). is_load_in_acts: the load comes only in the acts (SGLang's
+    # dumps): a window without one counts no tokens, its ranks' serving counters still say what they served
     balancer_every_windows: int = 0
     is_balancer_stopped: bool = False
+    is_load_in_acts: bool = False
     num_windows_drawn: int = field(default=0, init=False)
     # [num_steps, num_layers, num_experts] token-expert pairs of MoE steps, as the group's dispatch-time split
     # counts them: every window reports their step straggler (`step_load`); None: not measured (the default)
@@ -172,6 +175,8 @@ class SimInstance:
         if self.balancer_every_windows:
             acts = int(not self.is_balancer_stopped and self.num_windows_drawn % self.balancer_every_windows == 0)
         self.num_windows_drawn += 1
+        if acts == 0 and self.is_load_in_acts:
+            expert_tokens, slot_tokens = np.zeros_like(expert_tokens), np.zeros_like(slot_tokens)
         acceptance = self.mtp_acceptance * quality
         rows = []
         for rank in range(self.ep_size):

@@ -10,22 +10,12 @@ pool planner sizes the pool from what the sidecars post of vLLM's own signals.
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import subprocess
 import sys
-import time
 
-from agents.protocol.http import listening_socket
 from controlplane.actuate.local import LocalScaler, LocalWorkers
-from controlplane.cmd.up import (
-    Processes,
-    serve_until_stopped,
-    start_controller,
-    stop_on_signals,
-    wait_ready,
-    wait_serving,
-)
+from controlplane.cmd.local_stack import LocalStack
 from controlplane.config import Settings
 
 DEPLOYMENT = "tiny-vllm"  # apart from the bundled runtime's "tiny": one database may hold both
@@ -61,61 +51,26 @@ def up_vllm(settings: Settings, *, router_port: int | None = None, pool_policy: 
         print(f"error: vLLM is {problem}", flush=True)
         return 3
     print(f"note: {CANNOT}", flush=True)
-    started = time.monotonic()
-    url = f"http://{settings.host}:{settings.port}"
-    try:
-        router_socket = listening_socket(router_port or 0)
-    except OSError as exc:
-        print(f"error: the router's port {router_port}: {exc.strerror}; choose another (--router-port), or leave "
-              "it out for a free one", flush=True)
+    stack = LocalStack.bind(settings, router_port)
+    if stack is None:
         return 1
-    router_url = f"http://127.0.0.1:{router_socket.getsockname()[1]}"
-    admin_token = secrets.token_urlsafe(24)
-    env = os.environ | {"MOECTL_AGENT_TOKEN": settings.agent_token, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    workers = LocalWorkers(DEPLOYMENT, {ROLE: 1}, env=env, run=f"{secrets.token_hex(2)}-",
-                           args=["--controller", url, "--window-seconds", f"{settings.window_seconds:g}"],
+    workers = LocalWorkers(DEPLOYMENT, {ROLE: 1}, env=stack.env, run=f"{secrets.token_hex(2)}-",
+                           args=["--controller", stack.url, "--window-seconds", f"{settings.window_seconds:g}"],
                            module="agents.adapters.vllm.instance", health_path="/health", load_path="",
                            stop_seconds=STOP_SECONDS)
-    scaler = LocalScaler(workers, router=router_url, admin_token=admin_token, start_timeout=MAX_START_SECONDS)
+    scaler = LocalScaler(workers, router=stack.router_url, admin_token=stack.admin_token,
+                         start_timeout=MAX_START_SECONDS)
     # the first server registers the deployment (its model shape is the sidecar's to say) with the pool policy
     policy = json.dumps(VLLM_POLICY if pool_policy is None else pool_policy)
     first = scaler.start(ROLE, env={"MOECTL_API_TOKEN": settings.api_token}, args=("--policy", policy))
     print(f"vllm: starting {first.name} at {first.urls[0]} (23-60 s to serve on 2 cores)", flush=True)
-    try:
-        controller, thread = start_controller(
-            settings.model_copy(update={"replica_startup_seconds": STARTUP_SECONDS}), is_fresh=is_fresh,
-            scaler=scaler)
-    except BaseException:
-        scaler.stop()
-        router_socket.close()
-        raise
-    processes = Processes(env | {"MOECTL_ROUTER_ADMIN_TOKEN": admin_token})
-    stop = stop_on_signals()
-    code = 0
-    try:
-        processes.start("router", "agents.router", "--port", router_url.rsplit(":", 1)[1], "--engine", "vllm",
-                        "--model", SERVED_MODEL, "--fd", str(router_socket.fileno()), "--controller", url,
-                        "--deployment", DEPLOYMENT, "--window-seconds", f"{settings.window_seconds:g}",
-                        pass_fds=(router_socket.fileno(),))
-        router_socket.close()  # the router's now
-        wait_ready([router_url], processes, timeout=60, stop=stop)
-        print(f"router: {router_url} (OpenAI API: {router_url}/v1)", flush=True)
-        wait_serving(scaler, (ROLE,), processes, timeout=MAX_START_SECONDS, stop=stop)
+
+    def bring_up() -> None:
+        stack.start_router(DEPLOYMENT, "--engine", "vllm", "--model", SERVED_MODEL)
+        print(f"router: {stack.router_url} (OpenAI API: {stack.router_url}/v1)", flush=True)
+        stack.wait_serving(scaler, (ROLE,), timeout=MAX_START_SECONDS)
         print(f"vllm: {first.name} serving at {first.urls[0]} (/metrics; the pool planner adds and drains "
               f"servers, 1 to {json.loads(policy).get('replicas', {}).get(ROLE, {}).get('max', 1)})", flush=True)
-        if loadgen_args is not None:
-            processes.start("loadgen", "agents.loadgen", "--url", router_url, *WORKLOAD, *loadgen_args)
-        print(f"up in {time.monotonic() - started:.1f}s; press Ctrl-C to stop", flush=True)
-        serve_until_stopped(processes, thread, stop)
-    except RuntimeError as exc:
-        print(f"error: {exc}", flush=True)
-        code = 1
-    finally:
-        controller.stop_reconciling()  # first: the loop would start again the servers stopped below
-        router_socket.close()
-        processes.stop()
-        scaler.stop()
-        controller.stop()
-        thread.join(timeout=10)
-        print("stopped", flush=True)
-    return code
+
+    return stack.run(scaler, startup_seconds=STARTUP_SECONDS, is_fresh=is_fresh, bring_up=bring_up,
+                     loadgen_args=None if loadgen_args is None else (*WORKLOAD, *loadgen_args))

@@ -36,7 +36,8 @@ from controlplane.actuate.scale import last_applied
 from controlplane.config import Settings
 from controlplane.store import actions, alerts, audit, deployments, parks, requests, serving, windows
 from controlplane.store.knobs import KNOBS
-from controlplane.store.tables import Agent, Deployment, LoadWindow, Pool, ReplicaWindow, RouterWindow
+from controlplane.store.observed_tables import Agent, LoadWindow, ReplicaWindow, RouterWindow
+from controlplane.store.tables import Deployment, Pool
 
 log = logging.getLogger("moectl.prune")
 

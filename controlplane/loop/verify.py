@@ -112,6 +112,10 @@ def verify_pool(session: Session, pool: Pool, state: PoolState, policy: Policy, 
         measured = verdict.measured | planned | {f"{effect.signal}_before": round(effect.before, 4),
                                                  f"{effect.signal}_after": verdict.measured.get(effect.signal),
                                                  "verdict": verdict.reason}
+        price = action.predicted.get("price")  # a priced change (a placement's, plan/placement_price.py)
+        if price and "step_fixed_seconds" in price and measured.get("imbalance_after") is not None:
+            # what it realised, also where a guard rolls it back: its price is judged on what it did
+            measured["realised"] = realised_price(price, effect.before, measured["imbalance_after"])
         guard = _guard(action, state, windows, policy) if action.kind == PLACEMENT.kind else None
         if guard is not None:
             measured["guards"] = guard.measured
@@ -120,9 +124,6 @@ def verify_pool(session: Session, pool: Pool, state: PoolState, policy: Policy, 
                           measured=measured | {"verdict": f"guard: {guard.reason}"})
                 settled.append(action)
                 continue
-        price = action.predicted.get("price")  # a priced change (a placement's, plan/placement_price.py)
-        if price and "step_fixed_seconds" in price and measured.get("imbalance_after") is not None:
-            measured["realised"] = realised_price(price, effect.before, measured["imbalance_after"])
         if verdict.is_intended:
             change.settle(session, knob, pool=pool, action=action, outcome=VerifyOutcome.verified, measured=measured,
                           now=now)

@@ -4,17 +4,22 @@ An engine's balancer can stop while the engine serves and its `/health` answers 
 silently stopped rearranging was such a case. Nothing fails, the placement just freezes on a load that moves on.
 Two watches, by engine:
 
-- `vllm` (and any engine whose agents count its balancer's acts, `balancer_events` in a snapshot's rank counters,
-  agents/protocol/snapshot.py): the acts stop arriving. Its interval is measured on the windows where acts arrived
-  (the median gap between them); the balancer has stalled when the windows that served traffic since the last act
-  add up to more than `max_silent_intervals` intervals (and at least `MIN_SILENT_WINDOWS` windows). Idle windows
-  do not count: vLLM rearranges every N steps, and an idle engine takes none.
+- `vllm`, `sglang` (and any engine whose agents count its balancer's acts, `balancer_events` in a snapshot's rank
+  counters, agents/protocol/snapshot.py): the acts stop arriving. vLLM's acts are its EPLB rearranges; SGLang's
+  are its expert-distribution dumps, which its sidecar reads every window (agents/adapters/sglang/sidecar.py; live,
+  the rebalances SGLang's EPLB recorded). When a dump does not come the sidecar still posts the window, with the
+  engine's serving counters from its /metrics, 0 dumps and no tokens counted, so a stalled recorder shows here and
+  not as a stale agent. The interval is measured on the windows where acts arrived (the median gap between them);
+  the balancer has stalled when the windows that served traffic since the last act add up to more than
+  `max_silent_intervals` intervals (and at least `MIN_SILENT_WINDOWS` windows). Idle windows do not count: vLLM
+  rearranges every N steps and SGLang's recorder counts forward passes, and an idle engine takes none. A window
+  served traffic when its routers counted tokens, or its ranks stepped, ran requests or answered them (TTFT/ITL
+  observations from the engine's /metrics: what shows serving when the load is missing).
 - `bundled`: moectl's runtime switches a placement at a step the EP group agrees on, live, when told. It has
   stalled when, `SETTLE_WINDOWS` after the controller issued a placement version, `max_silent_intervals` windows
   that served traffic had ranks still running an older one, the newest among them.
 
-A pool whose agents do not report the balancer (agents before the field, SGLang's sidecar, which posts no window
-when its dump does not come: that shows as a stale agent) is not judged.
+A pool whose agents do not report the balancer (agents before the field) is not judged.
 """
 
 from __future__ import annotations
@@ -30,13 +35,18 @@ MAX_SILENT_INTERVALS = 3  # the balancer's intervals without an act, while servi
 MIN_SILENT_WINDOWS = 2  # and at least this many windows: one window without an act can be its timing
 SETTLE_WINDOWS = 1  # the bundled agents take a placement with their next post's answer: the window after may be old
 EVENTS, REPORTS = "balancer_events", "balancer_reports"  # window counters (controlplane/collect/aggregate.py)
+# what an engine's counted acts are; another engine that counts them: its rearranges
+ENGINE_TO_ACTS = {"vllm": "rearranges", "sglang": "dumps"}
+# window counters that say the engine served: steps, requests running at the window's end, and requests or tokens
+# answered in it (the engine's TTFT/ITL histograms, controlplane/collect/aggregate.py)
+SERVING_COUNTERS = ("num_steps", "requests_running", "ttft_count", "itl_count")
 
 
 @dataclass(frozen=True)
 class BalancerWatch:
     """The verdict on a pool's balancer. watched: what was watched ("rearranges", "switches"; None: nothing);
-    interval_seconds: the balancer's measured interval (rearranges); silent_seconds: serving seconds since its
-    last act (rearranges) or since the version was issued (switches)."""
+    interval_seconds: the balancer's measured interval (rearranges, dumps); silent_seconds: serving seconds since its
+    last act (rearranges, dumps) or since the version was issued (switches)."""
 
     deployment: str
     role: str
@@ -56,10 +66,10 @@ class BalancerWatch:
 
 
 def is_serving(window: Window) -> bool:
-    """The window carried traffic: the routers sent tokens, the ranks stepped, or requests were running."""
+    """The window carried traffic: the routers sent tokens, the ranks stepped, requests were running, or the engine
+    answered requests (`SERVING_COUNTERS`)."""
     counters = window.counters
-    return float(window.expert_tokens.sum()) > 0 or any(counters.get(name, 0.0) > 0
-                                                        for name in ("num_steps", "requests_running"))
+    return float(window.expert_tokens.sum()) > 0 or any(counters.get(name, 0.0) > 0 for name in SERVING_COUNTERS)
 
 
 def balancer_interval(windows: list[Window]) -> float | None:
@@ -85,20 +95,22 @@ def _watch_acts(state: PoolState, engine: str, max_silent_intervals: int) -> Bal
                             "the agents do not count the engine balancer's acts")
     if not windows:
         return verdict
+    acts = ENGINE_TO_ACTS.get(engine, "rearranges")
     interval = balancer_interval(windows)
     if interval is None:
-        return BalancerWatch(state.deployment, state.role, engine, "rearranges", False,
+        return BalancerWatch(state.deployment, state.role, engine, acts, False,
                              "fewer than two of the balancer's acts seen: its interval is not known yet")
     last_act = max(i for i, w in enumerate(windows) if w.counters.get(EVENTS, 0.0) > 0)
     silent = [w for w in windows[last_act + 1:] if is_serving(w)]
     seconds = float(sum(w.seconds for w in silent))
     is_stalled = seconds > max_silent_intervals * interval and len(silent) >= MIN_SILENT_WINDOWS
     if is_stalled:
-        reason = (f"the engine's balancer has not acted for {seconds:.0f}s of serving ({len(silent)} windows), over "
-                  f"{max_silent_intervals} of its {interval:.0f}s intervals: it has stopped while the engine serves")
+        reason = (f"the engine's balancer has not acted ({acts}) for {seconds:.0f}s of serving ({len(silent)} "
+                  f"windows), over {max_silent_intervals} of its {interval:.0f}s intervals: it has stopped while the "
+                  f"engine serves")
     else:
-        reason = f"the balancer acts every ~{interval:.0f}s; {seconds:.0f}s of serving since its last act"
-    return BalancerWatch(state.deployment, state.role, engine, "rearranges", is_stalled, reason, interval, seconds,
+        reason = f"the balancer acts every ~{interval:.0f}s ({acts}); {seconds:.0f}s of serving since its last act"
+    return BalancerWatch(state.deployment, state.role, engine, acts, is_stalled, reason, interval, seconds,
                          len(silent))
 
 

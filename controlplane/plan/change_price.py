@@ -28,6 +28,7 @@ MAX_HORIZON_SECONDS = 3600.0  # nothing is planned for past an hour: the load an
 # enough to measure it: the benchmarks' step model at prefill EP32 (agents/sim/cost.py), ~0.3
 DEFAULT_MOE_SHARE = 0.3
 MIN_IMBALANCE_SPREAD = 0.02  # max/mean the windows must span for the slope to be fitted, not assumed
+MIN_BATCH_SPREAD = 0.1  # the share of its mean the batch must span for the step to be fitted against it too
 GAIN_WINDOWS = 12  # the last windows (a minute of 5 s ones) a plan's gain is measured on
 
 
@@ -45,7 +46,11 @@ ENGINE_PRIORS: dict[str, ChangeCost] = {
     "vllm": ChangeCost(0.91, "prior: vLLM's synchronous EPLB rearrange, 0.65-1.70 s, mean 0.91 s on 32 GB200s"),
     "sglang": ChangeCost(180.0, "prior: an SGLang group restart (--init-expert-location): weights reload, KV cache "
                                 "lost, minutes"),
-    "bundled": ChangeCost(0.91, "prior: vLLM's rearrange figure, until the agents measure the runtime's switch"),
+    # a bundled switch moves nothing between ranks: each rank gathers its slots' rows from the weights it holds
+    # (agents/runtime/ep.py `apply_placement`), timed as the ranks time it by benchmarks/bundled_switch.py
+    "bundled": ChangeCost(0.01, "prior: the bundled runtime's switch at moectl up's shape, median 0.010 s a rank on "
+                                "a 2-core x86_64 CPU (benchmarks/bundled_switch.py: each rank gathers its 80 slots' "
+                                "3.75 MiB from its own copy, none across ranks)"),
 }
 
 
@@ -60,19 +65,41 @@ class StepModel:
         return self.fixed_seconds + self.seconds_per_imbalance * imbalance
 
 
-def fit_step_model(imbalances, step_seconds, moe_share: float = DEFAULT_MOE_SHARE) -> StepModel:
-    """The pool's step model from its windows: imbalances [n] (max/mean) and step_seconds [n] (mean step).
+def fit_step_model(imbalances, step_seconds, tokens_per_step=None, moe_share: float = DEFAULT_MOE_SHARE) -> StepModel:
+    """The pool's step model from its windows: imbalances [n] (max/mean), step_seconds [n] (mean step) and, where
+    known, tokens_per_step [n] (token-expert assignments a step routes, in any fixed unit).
 
-    A least-squares line with a non-negative slope when the windows span `MIN_IMBALANCE_SPREAD` of max/mean;
-    otherwise their mean step with `moe_share` of it scaling with max/mean (a line through nothing to fit)."""
+    A busier window has longer steps and, with more tokens to spread, a lower max/mean: fitted on max/mean alone its
+    slope comes out negative on a pool whose load moves (benchmarks/results/up-changes-2026-12-06.md, run 2). So
+    where the batch moves by `MIN_BATCH_SPREAD` the step is fitted as a + b x tokens + c x tokens x max/mean (the
+    busiest GPU's share of the batch is what a MoE layer waits for) and read at the windows' mean batch; else as a
+    line in max/mean. The slope is non-negative, and fitted only when the windows span `MIN_IMBALANCE_SPREAD` of
+    max/mean; otherwise their mean step with `moe_share` of it scaling with max/mean (nothing to fit)."""
     x, y = np.asarray(imbalances, dtype=np.float64), np.asarray(step_seconds, dtype=np.float64)
     if x.shape != y.shape or x.ndim != 1 or x.size == 0 or not (np.isfinite(x).all() and np.isfinite(y).all()):
         raise ValueError(f"imbalances and step_seconds must be finite [n] of one length, got {x.shape}, {y.shape}")
-    if float(x.max() - x.min()) >= MIN_IMBALANCE_SPREAD:
+    t = None if tokens_per_step is None else np.asarray(tokens_per_step, dtype=np.float64)
+    if t is not None and (t.shape != x.shape or not np.isfinite(t).all() or (t <= 0).any()):
+        raise ValueError(f"tokens_per_step must be positive and finite, one per window, got {t}")
+    assumed_slope = moe_share * float(y.mean()) / float(x.mean())
+    assumed = StepModel(float(y.mean()) - assumed_slope * float(x.mean()), assumed_slope)
+    if float(x.max() - x.min()) < MIN_IMBALANCE_SPREAD:
+        return assumed
+    if t is None or float(t.max() - t.min()) < MIN_BATCH_SPREAD * float(t.mean()):
         slope = max(float(np.polyfit(x, y, 1)[0]), 0.0)
         return StepModel(float(y.mean() - slope * x.mean()), slope)
-    slope = moe_share * float(y.mean()) / float(x.mean())
-    return StepModel(float(y.mean()) - slope * float(x.mean()), slope)
+    batch = float(t.mean())
+    (a, b, c), *_ = np.linalg.lstsq(np.stack([np.ones_like(t), t, t * x], axis=1), y, rcond=None)
+    if c < 0:  # a busier GPU never shortens the step: refit the batch alone
+        (a, b), *_ = np.linalg.lstsq(np.stack([np.ones_like(t), t], axis=1), y, rcond=None)
+        c = 0.0
+    fitted = StepModel(float(a + b * batch), float(c * batch))
+    mean_step = fitted.seconds(float(x.mean()))
+    if mean_step <= 0:  # a fit that says a step takes no time: nothing was learned
+        return assumed
+    if fitted.fixed_seconds < 0:  # at most the whole step waits on the busiest GPU: a steeper fit is its noise
+        return StepModel(0.0, mean_step / float(x.mean()))
+    return fitted
 
 
 @dataclass(frozen=True)
@@ -109,8 +136,8 @@ class Price:
         step = {} if self.step is None else {"step_fixed_seconds": self.step.fixed_seconds,
                                              "step_seconds_per_imbalance": self.step.seconds_per_imbalance}
         return {"is_paying": self.is_paying, "gain_share": round(self.gain_share, 5),
-                "horizon_seconds": round(self.horizon_seconds, 1), "gain_seconds": round(self.gain_seconds, 2),
-                "cost_seconds": round(self.cost_seconds, 2), "cost_source": self.cost_source, "margin": self.margin,
+                "horizon_seconds": round(self.horizon_seconds, 1), "gain_seconds": round(self.gain_seconds, 4),
+                "cost_seconds": round(self.cost_seconds, 4), "cost_source": self.cost_source, "margin": self.margin,
                 "reason": self.reason} | step
 
 
@@ -125,17 +152,24 @@ def price_change(quote: ChangeQuote) -> Price:
     cost = quote.cost.stall_seconds
     is_paying = gain > 0 and gain >= quote.margin * cost
     verdict = ">=" if is_paying else "<"
-    reason = (f"gains {gain_share:.2%} of the step for ~{horizon:.0f}s = {gain:.1f}s of capacity {verdict} "
-              f"{quote.margin:g} x the change's {cost:.1f}s ({quote.cost.source})")
+    # three significant figures: a bundled switch costs hundredths of a second (ENGINE_PRIORS)
+    # the imbalances and the step model in the reason too: a pass held at no gain says whether the tables do not
+    # differ on the load or the pool's step does not wait on its busiest GPU (a fitted slope of 0)
+    reason = (f"gains {gain_share:.2%} of the step (max/mean {quote.current_imbalance:.3f} -> "
+              f"{quote.planned_imbalance:.3f}, step {quote.step.fixed_seconds:.3g}s + "
+              f"{quote.step.seconds_per_imbalance:.3g}s x max/mean) for ~{horizon:.0f}s = {gain:.3g}s of capacity "
+              f"{verdict} {quote.margin:g} x the change's {cost:.3g}s ({quote.cost.source})")
     return Price(is_paying, gain_share, horizon, gain, cost, quote.cost.source, quote.margin, reason, quote.step)
 
 
 def price_placement(current: PlacementTable, planned: PlacementTable, history, imbalances, step_seconds,
-                    cost: ChangeCost, window_seconds: float, num_gpus: int, margin: float = DEFAULT_MARGIN) -> Price:
+                    cost: ChangeCost, window_seconds: float, num_gpus: int, margin: float = DEFAULT_MARGIN,
+                    tokens_per_step=None) -> Price:
     """The price of switching the pool from `current` to `planned`, from what its windows carry.
 
     history: [W, L, E] expert tokens per window, oldest first; imbalances, step_seconds: [n] each window's measured
-    max/mean and mean step seconds. Before and after are the mean max/mean of the last GAIN_WINDOWS windows had each
+    max/mean and mean step seconds; tokens_per_step: [n] their batch, None where not known (fit_step_model).
+    Before and after are the mean max/mean of the last GAIN_WINDOWS windows had each
     table run them: a plan is fitted to the load it was solved on, so its gain there is optimistic, and on a minute
     of measured windows a plan that chases a passing hot set gains nothing. The horizon is the shorter of the hot
     set's persistence on the history (up to MAX_HORIZON_SECONDS) and how long this gain has held back over the
@@ -149,5 +183,5 @@ def price_placement(current: PlacementTable, planned: PlacementTable, history, i
     gains = np.convolve(before_each - after_each, np.ones(GAIN_WINDOWS) / GAIN_WINDOWS, mode="valid")
     persistence = min(persistence_windows(history, MAX_HORIZON_SECONDS / window_seconds),
                       max(gain_held_windows(gains), 1.0))
-    step = fit_step_model(imbalances, step_seconds)
+    step = fit_step_model(imbalances, step_seconds, tokens_per_step)
     return price_change(ChangeQuote(before, after, step, window_seconds * persistence, cost, margin))

@@ -8,7 +8,8 @@ prior). A change that does not pay is not made: the plan becomes a hold that say
 carries its price into the action (`predicted.price`), which the verdict then restates as realised
 (`realised_price`). A person's rebalance is priced and made whatever the price: they asked.
 
-Step times: each window's mean step, the ranks' forward seconds over their steps, against its measured max/mean.
+Step times: each window's mean step, the ranks' forward seconds over their steps, against its measured max/mean
+and its batch (the tokens a step routed).
 Without a window that measured both, the change is not priced (the rails alone decide, as before).
 """
 
@@ -24,16 +25,17 @@ from controlplane.observed.pool import PoolState
 from controlplane.plan.change_price import ChangeCost, Price, StepModel, price_placement
 
 
-def step_points(state: PoolState) -> tuple[list[float], list[float]]:
-    """([n] measured max/mean, [n] mean step seconds) of the pool's windows under the placement in force that
-    measured both."""
-    imbalances, steps = [], []
+def step_points(state: PoolState) -> tuple[list[float], list[float], list[float]]:
+    """([n] measured max/mean, [n] mean step seconds, [n] token-expert assignments a rank's step routed) of the
+    pool's windows under the placement in force that measured all three."""
+    imbalances, steps, batches = [], [], []
     for w in state.current_windows():
         imbalance, num_steps = w.imbalance(state.ep_size), w.counters.get("num_steps", 0.0)
         if imbalance is not None and num_steps > 0 and w.counters.get("forward_seconds", 0.0) > 0:
             imbalances.append(imbalance)
             steps.append(w.counters["forward_seconds"] / num_steps)
-    return imbalances, steps
+            batches.append(float(w.expert_tokens.sum()) / num_steps)
+    return imbalances, steps, batches
 
 
 def price_plan(plan: Plan, state: PoolState, cost: ChangeCost, margin: float) -> Price | None:
@@ -41,13 +43,14 @@ def price_plan(plan: Plan, state: PoolState, cost: ChangeCost, margin: float) ->
     loaded = [w.expert_tokens for w in state.windows if float(w.expert_tokens.sum()) > 0]  # an idle window: no step
     if plan.decision != Decision.rebalance or plan.change is None or not loaded:
         return None
-    imbalances, steps = step_points(state)
+    imbalances, steps, batches = step_points(state)
     if not imbalances:
         return None
     planned = PlacementTable(plan.change.slot_to_expert, plan.change.slot_share)
     history = np.stack(loaded)  # [W, L, E], oldest first
     return price_placement(state.placement, planned, history, imbalances, steps, cost,
-                           window_seconds=state.windows[-1].seconds, num_gpus=state.ep_size, margin=margin)
+                           window_seconds=state.windows[-1].seconds, num_gpus=state.ep_size, margin=margin,
+                           tokens_per_step=batches)
 
 
 def priced(plan: Plan, state: PoolState, cost: ChangeCost, margin: float, *, is_asked: bool = False) -> Plan:
@@ -67,5 +70,5 @@ def realised_price(price: dict, imbalance_before: float, imbalance_after: float)
     table replaced, on the load the change met) and after give under the same step model, over the same horizon."""
     step = StepModel(price["step_fixed_seconds"], price["step_seconds_per_imbalance"])
     share = step.seconds(imbalance_before) / step.seconds(imbalance_after) - 1.0
-    return {"gain_share": round(share, 5), "gain_seconds": round(share * price["horizon_seconds"], 2),
+    return {"gain_share": round(share, 5), "gain_seconds": round(share * price["horizon_seconds"], 4),
             "is_paying": bool(share * price["horizon_seconds"] >= price["cost_seconds"])}

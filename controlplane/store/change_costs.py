@@ -6,7 +6,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from controlplane.observed.measured_cost import MeasuredCost
-from controlplane.store.tables import ChangeCost, Pool
+from controlplane.store.observed_tables import ChangeCost
+from controlplane.store.tables import Pool
 from controlplane.store.timestamps import utc
 
 

@@ -14,7 +14,8 @@ from controlplane.desired import Policy
 from controlplane.store import policies
 from controlplane.store.batches import delete_some
 from controlplane.store.knobs import KNOBS, PLACEMENT
-from controlplane.store.tables import Action, Agent, Deployment, LoadWindow, Placement, Pool
+from controlplane.store.observed_tables import Agent, LoadWindow
+from controlplane.store.tables import Action, Deployment, Placement, Pool
 from controlplane.store.timestamps import utc
 
 

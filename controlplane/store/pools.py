@@ -13,7 +13,8 @@ from controlplane.observed.knob_park import model_key
 from controlplane.observed.pool import PoolState
 from controlplane.store import actions, deployments, parks, policies, windows
 from controlplane.store.knobs import IN_POOL_STATE, KNOBS, PLACEMENT, POOL_SIZE
-from controlplane.store.tables import Action, Agent, Deployment, Pool
+from controlplane.store.observed_tables import Agent
+from controlplane.store.tables import Action, Deployment, Pool
 from controlplane.store.timestamps import seconds
 from controlplane.store.window_reads import first_unread_index
 

@@ -8,7 +8,8 @@ from sqlalchemy.orm import Session
 
 from controlplane.observed.serving import PoolWindow, merge, pool_window, replica_window
 from controlplane.store.batches import delete_some
-from controlplane.store.tables import Deployment, Pool, ReplicaWindow, RouterWindow
+from controlplane.store.observed_tables import ReplicaWindow, RouterWindow
+from controlplane.store.tables import Deployment, Pool
 
 
 def add_replica_report(session: Session, *, pool: Pool, instance: str, window_index: int, age_windows: int,

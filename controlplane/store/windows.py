@@ -14,7 +14,8 @@ from controlplane.observed.window import RANK_REPORTS, Window
 from controlplane.store.arrays import pack, unpack
 from controlplane.store.batches import delete_some
 from controlplane.store.decoded import WRITTEN, unpack_for
-from controlplane.store.tables import LoadWindow, Pool
+from controlplane.store.observed_tables import LoadWindow
+from controlplane.store.tables import Pool
 
 
 class WindowOverflow(ValueError):

@@ -140,6 +140,9 @@ def test_live_posts_the_rebalances_records_and_arms_placements_without_a_restart
     state_dir.write_load(live, _record(2, weight))
     snapshot = sidecar.close_window(1_800_000_000.0)
     assert snapshot.expert_tokens.to_numpy()[:, 7].tolist() == [22] * 4
+    assert snapshot.ranks[0].balancer_events == 2  # the rebalances SGLang's EPLB recorded: what the watchdog counts
+    quiet = sidecar.close_window(1_800_000_005.0)  # none since: posted, 0 of them, no tokens
+    assert quiet.ranks[0].balancer_events == 0 and not quiet.expert_tokens.to_numpy().any()
     table = _good(5)
     sidecar.on_answer(_answer(3, table))
     assert sidecar.apply_answers().version == 3 and restarts.num_calls == 0

@@ -18,7 +18,7 @@ from support.live import live_fleet, running_controller
 from support.servers import until
 
 from controlplane.config import Settings
-from controlplane.store.tables import LoadWindow
+from controlplane.store.observed_tables import LoadWindow
 
 OUTAGE_SECONDS = 10.0
 HISTORY_WINDOWS = 5

@@ -41,7 +41,8 @@ from controlplane.loop.reconcile import Reconciler
 from controlplane.loop.telemetry import ControllerMetrics
 from controlplane.store.db import make_engine, make_sessions, upgrade
 from controlplane.store.knobs import PLACEMENT
-from controlplane.store.tables import LoadWindow, Pool
+from controlplane.store.observed_tables import LoadWindow
+from controlplane.store.tables import Pool
 
 pytestmark = RANK_PROCESSES
 

@@ -20,15 +20,8 @@ from agents.sim.fleet import make_fleet
 from agents.sim.fleet_client import FleetClient
 from agents.sim.load import LoadModel
 from controlplane.loop.prune import Pruning
-from controlplane.store.tables import (
-    Action,
-    Agent,
-    AlertEvent,
-    KnobVersion,
-    LoadWindow,
-    Placement,
-    Request,
-)
+from controlplane.store.observed_tables import Agent, LoadWindow
+from controlplane.store.tables import Action, AlertEvent, KnobVersion, Placement, Request
 
 HOUR, RETAIN = 3600.0, 2 * 3600.0
 WINDOW = 240.0  # four-minute windows: the day in half the posts (its rows made still dwarf those kept)

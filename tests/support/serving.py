@@ -12,9 +12,9 @@ import uvicorn
 from prometheus_client import CollectorRegistry
 
 from agents.protocol import Identity, ModelShape, Role
-from agents.router.app import Router
 from agents.router.app import create_app as router_app
 from agents.router.policy import Endpoint
+from agents.router.router import Router
 from agents.runtime.config import EngineConfig, ModelConfig
 from agents.runtime.engine import Engine
 from agents.runtime.model import Transformer

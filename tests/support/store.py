@@ -9,7 +9,8 @@ from sqlalchemy import func, select
 from agents.protocol import Array, Identity, ModelShape, Snapshot
 from controlplane.desired import Policy
 from controlplane.store import deployments
-from controlplane.store.tables import Agent, Deployment, LoadWindow, Pool
+from controlplane.store.observed_tables import Agent, LoadWindow
+from controlplane.store.tables import Deployment, Pool
 from support.auth import operator
 
 MODEL = ModelShape(name="tiny", num_layers=2, num_experts=8, num_groups=2, top_k=2)

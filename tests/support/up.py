@@ -21,7 +21,7 @@ from support.processes import descendants, die_with_parent, is_running
 from support.servers import free_port
 
 START_SECONDS = 240.0  # `moectl up` to say it is up (a cold machine imports torch in each worker)
-STOP_SECONDS = 90.0  # Ctrl-C to exit: its own stop is bounded at about 70 s (controlplane/cmd/up.py)
+STOP_SECONDS = 90.0  # Ctrl-C to exit: its own stop is bounded at about 70 s (controlplane/cmd/local_stack.py)
 
 
 @dataclass(frozen=True)

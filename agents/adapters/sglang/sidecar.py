@@ -4,7 +4,11 @@ It runs on the window grid (agents/protocol/grid.py). At start it checks the ser
 `stat` recorder once and dumps to begin a clean window. At each window's end it dumps, reads the dump (dump.py)
 and reads `/metrics` (agents/adapters/serving.py). It hands one group snapshot to the agent's poster
 (agents/telemetry/poster.py), which posts it and hands back the controller's answer. A dump or page of an
-unexpected shape is logged with its field and SGLang's version, and that window is not posted.
+unexpected shape is logged with its field and SGLang's version, and that window is not posted. A dump that does
+not come (the recorder stopped, or SGLang writes elsewhere) is counted as a fault, and the window is still posted
+with the engine's serving counters, 0 dumps (`balancer_events`) and no tokens counted: the controller finds the
+dumps stopped while the engine serves (controlplane/plan/balancer_watch.py), where a missing window would only say
+the agent went stale.
 
 The answer is applied between windows, on this thread. A new placement is checked (every expert keeps a slot)
 and written where SGLang starts from (placement_store.py). The group is then restarted (restart.py), at most once
@@ -39,7 +43,7 @@ from agents.adapters.sglang.dump import window_load
 from agents.adapters.sglang.dump_files import take_new_dump
 from agents.adapters.sglang.location_file import location_file, running_table
 from agents.adapters.sglang.model import EngineModel
-from agents.adapters.sglang.names import SERVING
+from agents.adapters.sglang.names import RECORDER_DIR_ENV, SERVING
 from agents.adapters.sglang.placement_store import PlacementStore, StoredPlacement
 from agents.adapters.sglang.restart import Restarter
 from agents.adapters.sglang.server import SGLangServer
@@ -48,6 +52,10 @@ from agents.protocol import Array, DesiredState, GroupSnapshot, PlacementTable, 
 
 log = logging.getLogger("moectl.adapter.sglang")
 MAX_BEGIN_WAIT_SECONDS = 60.0
+# how long a window waits for its dump to show in the shared directory once SGLang answered the dump request (rank 0
+# has written it by then: the wait is the volume's), at most half a window: a recorder that stopped must not hold
+# the sidecar's windows back, or its serving windows would arrive late and few
+MAX_DUMP_WAIT_SECONDS = 30.0
 _FAULTS = (OSError, ValueError, KeyError, TypeError, httpx.HTTPError)  # of a window or an apply: counted, not fatal
 
 
@@ -55,12 +63,15 @@ class Sidecar:
     def __init__(self, server: SGLangServer, model: EngineModel, where: Where, dump_dir: Path, store: PlacementStore,
                  restarter: Restarter, submit: Callable[[GroupSnapshot], None], *, window_seconds: float = 10.0,
                  min_restart_seconds: float = 600.0, clock: Callable[[], float] = time.time,
-                 live_dir: Path | None = None, faults: Faults | None = None):
+                 live_dir: Path | None = None, faults: Faults | None = None,
+                 max_dump_wait_seconds: float = MAX_DUMP_WAIT_SECONDS):
         """live_dir: the live plugin's directory (live_plugin.py): load from its records and placements armed
-        there, applied by SGLang's own EPLB without a restart; None: dumps, files and restarts."""
+        there, applied by SGLang's own EPLB without a restart; None: dumps, files and restarts.
+        max_dump_wait_seconds: a window's wait for its dump file (at most half the window)."""
         self.server, self.model, self.where, self.dump_dir = server, model, where, Path(dump_dir)
         self.store, self.restarter, self.submit, self.clock = store, restarter, submit, clock
         self.window_seconds, self.min_restart_seconds = window_seconds, min_restart_seconds
+        self.max_dump_wait_seconds = max_dump_wait_seconds
         self.answers: list[DesiredState] = []
         self.lock = threading.Lock()
         self.last_restart = -float("inf")
@@ -112,16 +123,18 @@ class Sidecar:
             self.begin()
             return None
         if self.live_dir is not None:
-            dump = self._live_dump()
+            dump, num_dumps = self._live_dump()
         else:
             asked = time.time()
             self.server.dump_record()
-            dump = take_new_dump(self.dump_dir, after=asked - 1.0)
-        if dump is None:
-            log.error("no dump appeared in %s: is it SGLang's $SGLANG_EXPERT_DISTRIBUTION_RECORDER_DIR?", self.dump_dir)
-            return None
+            dump = take_new_dump(self.dump_dir, after=asked - 1.0,
+                                 timeout=min(self.max_dump_wait_seconds, self.window_seconds / 2))
+            num_dumps = int(dump is not None)
+        if dump is None:  # counted, and the window posted without load: the controller watches the dumps stop
+            self.faults.record("dump missing", f"no dump appeared in {self.dump_dir} (is it SGLang's "
+                               f"${RECORDER_DIR_ENV}? does its recorder run?)")
         try:
-            load = window_load(dump, self.model, version=self.layout.version)
+            load = None if dump is None else window_load(dump, self.model, version=self.layout.version)
             after = self._scrape()
             fields = serving_fields(SERVING, self.layout.version, self.before, after)
         except EngineFormatError as exc:
@@ -129,18 +142,26 @@ class Sidecar:
             return None
         self.before = after
         # live, every row is one whole rebalance the plugin recorded: nothing can have been overwritten
-        if load.is_truncated and self.live_dir is None:  # logged the first time, counted every time
+        if load is not None and load.is_truncated and self.live_dir is None:  # logged once, counted every time
             self.faults.record("recorder buffer truncated", f"the recorder's {self.layout.buffer_size} rows all "
                                "filled within the window: the oldest passes were overwritten (raise "
                                "--expert-distribution-recorder-buffer-size)")
+        # the dumps the window read (live: the rebalances SGLang's EPLB recorded): the controller finds the engine's
+        # balancer stalled when they stop while the serving counters say it serves (controlplane/plan/balancer_watch.py)
+        fields |= {"balancer_events": num_dumps}
         layout = self.layout
         place = GroupPlace(self.where.deployment, self.where.instance, self.where.role, layout.ep_size,
                            layout.slots_per_rank, self.where.gpus_per_node)
         asked = self.restart_asked
-        if asked is not None and self.started_at != asked[1]:  # the first window of the restarted group
-            fields = fields | {"balancer_events": 1, "balancer_stall_seconds": max(self.clock() - asked[0], 0.0)}
+        if asked is not None and self.started_at != asked[1] and load is not None:  # the restarted group's first
+            # window with its load: the restart is the one act timed (its dump counted as one, above)
+            fields |= {"balancer_stall_seconds": max(self.clock() - asked[0], 0.0)}
             self.restart_asked = None
-        snapshot = group_snapshot(place, self.model.shape, window_start, self.window_seconds, load.expert_tokens,
+        # without a dump no token was counted: the window's load is all zeros, which the controller reads as a
+        # window without load (no imbalance, agents/protocol/placement.py), never a guess at which experts ran
+        tokens = np.zeros((self.model.shape.num_layers, self.model.shape.num_experts), dtype=np.int64) \
+            if load is None else load.expert_tokens
+        snapshot = group_snapshot(place, self.model.shape, window_start, self.window_seconds, tokens,
                                   self.running, fields, self.faults.take_new())
         self.submit(snapshot)
         return snapshot
@@ -190,7 +211,8 @@ class Sidecar:
         return stored
 
     # -- live: through the plugin (live_window.py) ----------------------------------------------------------
-    def _live_dump(self) -> dict:
+    def _live_dump(self) -> tuple[dict, int]:
+        """The rebalances recorded since the last window as one dump, and how many there were."""
         before = self.position
         dump, self.position, plugin_faults = live_window.records_as_dump(self.live_dir, self.model, self.position,
                                                                          self.faults)
@@ -202,7 +224,8 @@ class Sidecar:
             self.running = PlacementTable.default(shape.num_layers, shape.num_experts, self.layout.num_slots)
         self.plugin_faults = self.faults.add_plugin_counts(self.plugin_faults, plugin_faults)
         self.running = self._live_running()
-        return dump
+        # a row per record read; none read: one row of zeros, and the position did not move
+        return dump, (len(dump["logical_count"]) if self.position != before else 0)
 
     def _live_running(self) -> PlacementTable:
         shape = self.model.shape

@@ -18,7 +18,8 @@ from controlplane.api.deps import AdminDep, DeploymentName, NowDep, SessionDep, 
 from controlplane.api.routes.deployments import get_or_404
 from controlplane.config import Settings
 from controlplane.store import audit, deployments
-from controlplane.store.tables import Agent, Deployment, Pool
+from controlplane.store.observed_tables import Agent
+from controlplane.store.tables import Deployment, Pool
 from controlplane.store.timestamps import seconds
 
 router = APIRouter(tags=["removals"])

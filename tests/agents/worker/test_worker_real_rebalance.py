@@ -20,8 +20,8 @@ pytestmark = RANK_PROCESSES
 @pytest.mark.slow
 @pytest.mark.timeout(600)  # up to 270 s here besides moectl_up's start and stop (support/up.py)
 def test_real_workers_rebalance_and_their_imbalance_falls(tmp_path):
-    # margin 0: any change that gains is made. Priced at the bundled prior (0.91 s a switch), a 1 s window's drifting
-    # gain paid in one run and in another made no change within 240 s (benchmarks/results/up-changes-2026-12-06.md):
+    # margin 0: any change that gains is made. Priced at vLLM's 0.91 s (the bundled prior then), a 1 s window's
+    # drifting gain paid in one run and in another made no change within 240 s (benchmarks/results/up-changes-*.md):
     # this test is about the runtime's switch and its measured cost, not about what pays (test_placement_price_loop)
     policy = json.dumps(POOL_POLICY | {"change_price_margin": 0})
     with moectl_up(tmp_path, "--ep-size", "4", "--window-seconds", "1", "--rate", "8", "--policy", policy) as up:

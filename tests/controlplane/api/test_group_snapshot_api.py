@@ -21,7 +21,8 @@ from controlplane.loop.telemetry import ControllerMetrics
 from controlplane.observed.window import GROUPS_AT, NODES_AT
 from controlplane.store import deployments, windows
 from controlplane.store.knobs import PLACEMENT
-from controlplane.store.tables import Agent, Deployment, LoadWindow, Pool, ReplicaWindow
+from controlplane.store.observed_tables import Agent, LoadWindow, ReplicaWindow
+from controlplane.store.tables import Deployment, Pool
 
 EP_SIZE, SLOTS = 8, 10
 

@@ -14,7 +14,7 @@ from support.store import MODEL, register, snapshot, stored
 
 from controlplane.store import deployments
 from controlplane.store.knobs import CAPACITY_FACTOR
-from controlplane.store.tables import LoadWindow
+from controlplane.store.observed_tables import LoadWindow
 
 
 def good(clock, **overrides) -> dict:

@@ -1,6 +1,7 @@
 """The watchdog through the real controller (API, store, loop) on a simulated fleet: a vLLM-like balancer whose
 rearranges keep arriving is quiet; once they stop while the fleet serves, the loop records one finding and the
-controller's gauge says so. A bundled group that stops switching when told is found the same way."""
+controller's gauge says so. An SGLang group whose dumps stop while it serves (its windows then carry no tokens, only
+its serving counters) and a bundled group that stops switching when told are found the same way."""
 
 from __future__ import annotations
 
@@ -22,6 +23,15 @@ def start_vllm_fleet(client):
     client.put(f"/v1/deployments/{fleet[0].deployment}/engine", json={"engine": "vllm"},
                headers={"Authorization": f"Bearer {API_TOKEN}"}).raise_for_status()
     fleet[0].balancer_every_windows = 2
+    return fleet
+
+
+def start_sglang_fleet(client):
+    """A fleet registered as SGLang: its sidecar reads a dump every window, and the load comes only in them."""
+    fleet = start_fleet(client, QUIET)
+    client.put(f"/v1/deployments/{fleet[0].deployment}/engine", json={"engine": "sglang"},
+               headers={"Authorization": f"Bearer {API_TOKEN}"}).raise_for_status()
+    fleet[0].balancer_every_windows, fleet[0].is_load_in_acts = 1, True
     return fleet
 
 
@@ -62,6 +72,23 @@ def test_a_vllm_pool_whose_rearranges_stop_raises_the_gauge(client, sessions, se
     fleet[0].is_balancer_stopped = True
     run_windows(client, sessions, settings, clock, fleet, 2 * MAX_SILENT_INTERVALS + 2)
     assert gauge(settings, sessions, clock, fleet[0].deployment, "vllm") == 1
+
+
+def test_sglang_dumps_that_stop_while_serving_are_found_and_raise_the_gauge(client, sessions, settings, clock):
+    fleet = start_sglang_fleet(client)
+    arriving = run_windows(client, sessions, settings, clock, fleet, 6)
+    assert not stalled(arriving[-1])
+    assert gauge(settings, sessions, clock, fleet[0].deployment, "sglang") == 0
+
+    fleet[0].is_balancer_stopped = True
+    # k windows without a dump (one interval each): not yet; one more: stalled
+    before = run_windows(client, sessions, settings, clock, fleet, MAX_SILENT_INTERVALS)
+    assert not stalled(before[-1])
+    after = run_windows(client, sessions, settings, clock, fleet, 2)
+    [found] = stalled(after[-1])
+    assert "(dumps)" in found["reason"] and "has stopped while the engine serves" in found["reason"]
+    assert found["inputs"]["watched"] == "dumps" and found["inputs"]["interval_seconds"] == settings.window_seconds
+    assert gauge(settings, sessions, clock, fleet[0].deployment, "sglang") == 1
 
 
 def test_a_bundled_group_that_does_not_switch_when_told_is_found(client, sessions, settings, clock):

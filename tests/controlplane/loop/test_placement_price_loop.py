@@ -21,7 +21,7 @@ def placements(overview: dict) -> list[dict]:
 
 def test_a_change_that_pays_is_made_with_its_price_and_verified_with_what_it_realised(client, sessions, settings,
                                                                                        clock):
-    fleet = start_fleet(client, POLICY)  # bundled: a switch is priced at vLLM's 0.91 s until measured
+    fleet = start_fleet(client, POLICY)  # bundled: a switch is priced at its prior until measured
     overviews = run_windows(client, sessions, settings, clock, fleet, 12)
     made = placements(overviews[-1])
     assert made and fleet[0].placement_version >= 1

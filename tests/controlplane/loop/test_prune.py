@@ -18,20 +18,8 @@ from controlplane.loop.prune import Pruning, prune_all
 from controlplane.observed.knob_park import KnobInputs
 from controlplane.store import actions, alerts, audit, deployments, parks, requests, serving, windows
 from controlplane.store.knobs import PLACEMENT, POOL_SIZE
-from controlplane.store.tables import (
-    Action,
-    Agent,
-    AlertEvent,
-    AuditEvent,
-    Deployment,
-    KnobPark,
-    LoadWindow,
-    Placement,
-    Pool,
-    ReplicaWindow,
-    Request,
-    RouterWindow,
-)
+from controlplane.store.observed_tables import Agent, LoadWindow, ReplicaWindow, RouterWindow
+from controlplane.store.tables import Action, AlertEvent, AuditEvent, Deployment, KnobPark, Placement, Pool, Request
 
 T0 = 1_800_000_000.0
 DAY = 86400.0

@@ -1,5 +1,6 @@
 """The watchdog on the engine's own balancer, on plain windows: quiet while its acts arrive (or the engine idles),
-stalled once they stop for k of its intervals while it serves; a bundled group that does not take a placement it
+stalled once they stop for k of its intervals while it serves (vLLM's rearranges; SGLang's dumps, whose windows
+without one carry no load and only the engine's serving counters); a bundled group that does not take a placement it
 was told is stalled, one that switched is not."""
 
 from __future__ import annotations
@@ -23,6 +24,17 @@ def balancer_window(index: int, acts: int | None, *, serving: bool = True, versi
     tokens = np.full((2, 8), 5.0 if serving else 0.0)
     return loop_window(index, tokens, np.zeros((2, 8)), version=version, num_slot_reports=num_switched,
                        seconds=SECONDS, start=1000.0 + index * SECONDS, counters=counters)
+
+
+def sglang_window(index: int, *, has_dump: bool, is_serving: bool = True) -> Window:
+    """What the SGLang sidecar posts (agents/adapters/sglang/sidecar.py): a dump's load and 1 dump, or without
+    one no tokens, 0 dumps and the engine's serving counters from its /metrics (requests running at the window's
+    end, TTFT/ITL observations in it)."""
+    serving = {"requests_running": 12.0, "ttft_count": 30.0, "itl_count": 900.0} if is_serving else {}
+    counters = serving | {"balancer_events": float(has_dump), "balancer_reports": 1.0}
+    tokens = np.full((2, 8), 5.0 if has_dump and is_serving else 0.0)
+    return loop_window(index, tokens, np.zeros((2, 8)), seconds=SECONDS, start=1000.0 + index * SECONDS,
+                       counters=counters)
 
 
 def balancer_pool(windows, *, placement_version: int = 1, last_change_at: float | None = None) -> PoolState:
@@ -72,6 +84,31 @@ def test_not_judged_without_the_count_or_before_its_interval_is_known():
     assert watch_balancer(balancer_pool(balancer_window(i, None) for i in range(30)), "vllm").watched is None
     first_only = watch_balancer(balancer_pool(balancer_window(i, 1 if i == 0 else 0) for i in range(30)), "vllm")
     assert not first_only.is_stalled and "interval is not known" in first_only.reason
+
+
+def test_sglang_quiet_while_its_dumps_arrive_stalled_once_they_stop_while_it_serves():
+    arriving = [sglang_window(i, has_dump=True) for i in range(12)]
+    watch = watch_balancer(balancer_pool(arriving), "sglang")
+    assert not watch.is_stalled and watch.watched == "dumps" and watch.interval_seconds == pytest.approx(SECONDS)
+    # one dump a window: k windows without one, serving, is not yet a stall; one more is
+    missing = [sglang_window(12 + i, has_dump=False) for i in range(MAX_SILENT_INTERVALS + 1)]
+    assert not watch_balancer(balancer_pool(arriving + missing[:-1]), "sglang").is_stalled
+    stalled = watch_balancer(balancer_pool(arriving + missing), "sglang")
+    assert stalled.is_stalled and stalled.silent_seconds == pytest.approx((MAX_SILENT_INTERVALS + 1) * SECONDS)
+    assert "(dumps)" in stalled.reason and "has stopped while the engine serves" in stalled.reason
+    # the dumps came back: quiet again
+    back = watch_balancer(balancer_pool(arriving + missing + [sglang_window(30, has_dump=True)]), "sglang")
+    assert not back.is_stalled
+
+
+def test_sglang_idle_windows_without_a_dump_are_not_silence():
+    arriving = [sglang_window(i, has_dump=True) for i in range(12)]
+    idle = [sglang_window(12 + i, has_dump=False, is_serving=False) for i in range(20)]
+    assert not watch_balancer(balancer_pool(arriving + idle), "sglang").is_stalled
+    # serving again and still no dump: only the serving windows count
+    serving = [sglang_window(32 + i, has_dump=False) for i in range(MAX_SILENT_INTERVALS + 1)]
+    watch = watch_balancer(balancer_pool(arriving + idle + serving), "sglang")
+    assert watch.is_stalled and watch.num_silent_windows == MAX_SILENT_INTERVALS + 1
 
 
 def test_a_bundled_group_that_does_not_switch_when_told_is_stalled():

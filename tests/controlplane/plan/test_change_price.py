@@ -33,7 +33,7 @@ def test_a_change_whose_gain_is_below_its_cost_is_not_made_and_is_made_when_the_
     assert cheap.is_paying and cheap.gain_seconds == price.gain_seconds
     # the numbers an action records, with where the cost comes from
     assert cheap.to_json()["cost_seconds"] == 0.91 and cheap.to_json()["cost_source"] == "test"
-    assert "0.9s" in cheap.reason and ">=" in cheap.reason
+    assert "0.91s" in cheap.reason and ">=" in cheap.reason
 
 
 def test_the_margin_and_the_horizon_decide_a_close_call():
@@ -61,11 +61,42 @@ def test_the_step_model_is_fitted_where_the_windows_span_the_imbalance_and_assum
         fit_step_model([1.1, np.nan], [0.1, 0.1])
 
 
+def test_a_busier_batch_does_not_hide_what_the_busiest_gpu_costs():
+    """Busy windows: longer steps and, more tokens spread, a lower max/mean. On max/mean alone the slope comes out
+    negative (floored to 0: no change would ever pay); with the batch it is the busiest GPU's share again."""
+    rng = np.random.default_rng(0)
+    batches = rng.uniform(200.0, 800.0, 40)  # tokens a step
+    imbalances = 1.05 + 30.0 / batches + rng.uniform(0, 0.02, 40)  # fewer tokens, a more uneven spread
+    steps = 0.01 + 2e-5 * batches + 1e-5 * batches * imbalances
+    assert fit_step_model(imbalances, steps).seconds_per_imbalance == 0.0
+    fitted = fit_step_model(imbalances, steps, batches)
+    assert fitted.seconds_per_imbalance == pytest.approx(1e-5 * batches.mean(), rel=1e-6)
+    assert fitted.seconds(1.2) == pytest.approx(0.01 + 2e-5 * batches.mean() + 1e-5 * batches.mean() * 1.2)
+    # a step that waits on the batch only (a latency-bound exchange): the busiest GPU buys nothing
+    assert fit_step_model(imbalances, 0.01 + 3e-5 * batches, batches).seconds_per_imbalance == pytest.approx(0.0)
+    # a batch that barely moves: the line in max/mean, as without it
+    steady = np.full(40, 500.0)
+    assert fit_step_model(imbalances, STEP.seconds(imbalances), steady) == fit_step_model(imbalances,
+                                                                                          STEP.seconds(imbalances))
+    # steeper than the whole step scaling with max/mean (a negative fixed part): capped there, the most a
+    # placement can buy is max/mean now over planned
+    steep = fit_step_model(imbalances, 1e-5 * batches * (imbalances - 1.0), batches)
+    assert steep.fixed_seconds == 0.0 and steep.seconds_per_imbalance > 0
+    assert price_change(ChangeQuote(1.3, 1.1, steep, 1.0, ChangeCost(0.0, "test"))).gain_share == pytest.approx(
+        1.3 / 1.1 - 1)
+    with pytest.raises(ValueError, match="tokens_per_step"):
+        fit_step_model(imbalances, steps, batches[:3])
+
+
 def test_every_engine_has_a_prior_and_a_restart_costs_more_than_a_rearrange():
     assert set(ENGINE_PRIORS) == {"bundled", "sglang", "vllm"}
     assert ENGINE_PRIORS["vllm"].stall_seconds == 0.91
     assert ENGINE_PRIORS["sglang"].stall_seconds > 60 * ENGINE_PRIORS["vllm"].stall_seconds
     assert all(c.source.startswith("prior: ") for c in ENGINE_PRIORS.values())
+    # the bundled runtime's switch gathers each rank's slots from the weights it holds: no transfer between GPUs,
+    # so it costs less than vLLM's rearrange, and its prior names the benchmark that timed it
+    assert 0 < ENGINE_PRIORS["bundled"].stall_seconds < ENGINE_PRIORS["vllm"].stall_seconds
+    assert "benchmarks/bundled_switch.py" in ENGINE_PRIORS["bundled"].source
 
 
 def test_a_plan_for_a_lasting_hot_set_pays_and_one_chasing_a_passing_hot_set_does_not():
