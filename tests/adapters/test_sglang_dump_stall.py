@@ -140,23 +140,25 @@ def _watch(posted):
     return watch_balancer(state, "sglang")
 
 
+def _close_windows(sidecar, clock, num_windows: int) -> None:
+    for _ in range(num_windows):
+        clock.now += WINDOW
+        sidecar.close_window(clock.now - WINDOW)
+
+
 @pytest.mark.slow
 def test_windows_without_a_dump_are_posted_with_the_serving_counters_and_found_stalled(tmp_path, engine):
     state, server = engine
     clock = Clock()
     sidecar, posted = _sidecar(tmp_path, server, clock)
     sidecar.begin()
-    for _ in range(4):
-        clock.now += WINDOW
-        sidecar.close_window(clock.now - WINDOW)
+    _close_windows(sidecar, clock, 4)
     with_dump = posted[-1]
     assert with_dump.ranks[0].balancer_events == 1 and with_dump.expert_tokens.to_numpy()[:, 2].tolist() == [21] * 4
     assert not _watch(posted).is_stalled
 
     state.is_recording = False
-    for _ in range(MAX_SILENT_INTERVALS + 1):
-        clock.now += WINDOW
-        sidecar.close_window(clock.now - WINDOW)
+    _close_windows(sidecar, clock, MAX_SILENT_INTERVALS + 1)
     assert len(posted) == 4 + MAX_SILENT_INTERVALS + 1  # every window posted, not a stale agent
     missing = posted[-1]
     row = missing.ranks[0]
@@ -175,12 +177,8 @@ def test_an_idle_engine_without_dumps_is_not_stalled(tmp_path, engine):
     clock = Clock()
     sidecar, posted = _sidecar(tmp_path, server, clock)
     sidecar.begin()
-    for _ in range(3):
-        clock.now += WINDOW
-        sidecar.close_window(clock.now - WINDOW)
+    _close_windows(sidecar, clock, 3)
     state.is_recording = state.is_serving = False
-    for _ in range(2 * MAX_SILENT_INTERVALS):
-        clock.now += WINDOW
-        sidecar.close_window(clock.now - WINDOW)
+    _close_windows(sidecar, clock, 2 * MAX_SILENT_INTERVALS)
     assert posted[-1].ranks[0].requests_running == 0 and posted[-1].ranks[0].ttft.count == 0
     assert not _watch(posted).is_stalled
