@@ -153,3 +153,26 @@ def test_a_change_is_aimed_at_the_load_over_its_time_in_force():
     history = np.stack([w.expert_tokens for w in windows])
     next_window = base.placement.imbalance(forecast_load(history[-MAX_LEVEL_WINDOWS:]), EP)
     assert plan.inputs["forecast_imbalance_current"] > next_window + 0.05, plan.inputs
+
+
+def test_windows_without_load_are_left_out_of_the_forecast():
+    # an SGLang window whose dump did not come (or an idle one) carries no load: it says nothing of which experts run
+    base = pool()
+
+    def window(index: int, load: np.ndarray):
+        return loop_window(index, load, PlacementTable(base.slot_to_expert).slot_load(load), num_reports=EP,
+                           counters=EVERY_RANK)
+
+    loads = []
+    for index in range(20):
+        load = np.full((NUM_LAYERS, NUM_EXPERTS), 100.0)
+        load[:, 1] = 300.0 * 1.06 ** index
+        loads.append(load)
+    empty = np.zeros((NUM_LAYERS, NUM_EXPERTS))
+    with_gaps = [window(i, x) for i, x in enumerate(loads[:10] + [empty] * 6 + loads[10:])]
+    without = [window(i, x) for i, x in enumerate(loads)]
+    gapped = plan_placement(AUTO, replace(base, windows=tuple(with_gaps)), now=1000.0)
+    clean = plan_placement(AUTO, replace(base, windows=tuple(without)), now=1000.0)
+    assert gapped.decision == clean.decision == Decision.rebalance, gapped.reason
+    assert gapped.inputs["forecast_imbalance_current"] == clean.inputs["forecast_imbalance_current"]
+    assert (gapped.change.slot_to_expert == clean.change.slot_to_expert).all()
