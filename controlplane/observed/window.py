@@ -54,6 +54,12 @@ class Window:
             return None
         return imbalance(self.gpu_load(ep_size))
 
+    @property
+    def is_loaded(self) -> bool:
+        """The agents counted expert load in the window. One without (an idle engine, or an SGLang window whose
+        dump did not come: agents/adapters/sglang/sidecar.py) says nothing of which experts run."""
+        return float(self.expert_tokens.sum()) > 0
+
     def is_slot_load_complete(self, ep_size: int) -> bool:
         reports = [self.counters.get(f"{RANK_REPORTS}{rank}", 0) for rank in range(ep_size)]
         return min(reports) > 0 and min(reports) == max(reports)

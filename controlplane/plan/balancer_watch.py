@@ -69,7 +69,7 @@ def is_serving(window: Window) -> bool:
     """The window carried traffic: the routers sent tokens, the ranks stepped, requests were running, or the engine
     answered requests (`SERVING_COUNTERS`)."""
     counters = window.counters
-    return float(window.expert_tokens.sum()) > 0 or any(counters.get(name, 0.0) > 0 for name in SERVING_COUNTERS)
+    return window.is_loaded or any(counters.get(name, 0.0) > 0 for name in SERVING_COUNTERS)
 
 
 def balancer_interval(windows: list[Window]) -> float | None:

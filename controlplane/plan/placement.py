@@ -108,10 +108,9 @@ def plan_placement(policy: Policy, pool: PoolState, now: float, *, is_forced: bo
         return plan(Decision.hold, allowed.hold_reason, **inputs)
     max_moved = allowed.max_moved_slots
 
-    # a window without load (idle, or an SGLang window whose dump did not come: agents/adapters/sglang/sidecar.py)
-    # says nothing of which experts run; the recent ones all carry load (checked above)
+    # the recent windows all carry load (checked above); an older one without says nothing of the mix
     history = np.stack([w.expert_tokens for w in pool.windows[-MAX_FORECAST_WINDOWS:]
-                        if float(w.expert_tokens.sum()) > 0]).astype(np.float64)
+                        if w.is_loaded]).astype(np.float64)
     # aimed at the load over the time the change is expected to stay in force: under drift the next one comes
     # at the even pace (controlplane/plan/pacing.py), so a change answering the last window meets a load that has
     # moved on for most of its life

@@ -40,7 +40,7 @@ def step_points(state: PoolState) -> tuple[list[float], list[float], list[float]
 
 def price_plan(plan: Plan, state: PoolState, cost: ChangeCost, margin: float) -> Price | None:
     """The price of the plan's change; None when it makes none or nothing measured the pool's step times."""
-    loaded = [w.expert_tokens for w in state.windows if float(w.expert_tokens.sum()) > 0]  # an idle window: no step
+    loaded = [w.expert_tokens for w in state.windows if w.is_loaded]
     if plan.decision != Decision.rebalance or plan.change is None or not loaded:
         return None
     imbalances, steps, batches = step_points(state)
