@@ -119,12 +119,14 @@ def engine(tmp_path):
         httpd.server_close()
 
 
-def _sidecar(tmp_path, server, clock):
-    posted = []
+def _begun(tmp_path, server):
+    """A sidecar over the engine's endpoints that has begun its first window: (sidecar, what it posted, its clock)."""
+    posted, clock = [], Clock()
     sidecar = Sidecar(server, MODEL, Where("small", "g0", Role.decode), tmp_path / "dumps",
                       DirectoryStore(tmp_path / "placement"), Restarts(), posted.append, window_seconds=WINDOW,
                       clock=clock, max_dump_wait_seconds=0.5)
-    return sidecar, posted
+    sidecar.begin()
+    return sidecar, posted, clock
 
 
 def _windows(posted):
@@ -149,9 +151,7 @@ def _close_windows(sidecar, clock, num_windows: int) -> None:
 @pytest.mark.slow
 def test_windows_without_a_dump_are_posted_with_the_serving_counters_and_found_stalled(tmp_path, engine):
     state, server = engine
-    clock = Clock()
-    sidecar, posted = _sidecar(tmp_path, server, clock)
-    sidecar.begin()
+    sidecar, posted, clock = _begun(tmp_path, server)
     _close_windows(sidecar, clock, 4)
     with_dump = posted[-1]
     assert with_dump.ranks[0].balancer_events == 1 and with_dump.expert_tokens.to_numpy()[:, 2].tolist() == [21] * 4
@@ -174,9 +174,7 @@ def test_windows_without_a_dump_are_posted_with_the_serving_counters_and_found_s
 @pytest.mark.slow
 def test_an_idle_engine_without_dumps_is_not_stalled(tmp_path, engine):
     state, server = engine
-    clock = Clock()
-    sidecar, posted = _sidecar(tmp_path, server, clock)
-    sidecar.begin()
+    sidecar, posted, clock = _begun(tmp_path, server)
     _close_windows(sidecar, clock, 3)
     state.is_recording = state.is_serving = False
     _close_windows(sidecar, clock, 2 * MAX_SILENT_INTERVALS)
