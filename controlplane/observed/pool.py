@@ -133,8 +133,12 @@ class PoolState:
                 break
             windows.append(window)
             seconds += window.seconds
+        # the rate over the windows whose load was measured: an SGLang window without its dump served an unknown
+        # number of tokens, not none (Window.is_load_measured)
+        measured = [w for w in windows if w.is_load_measured and len(w.expert_tokens)]
         # layer 0's row counts every routed token top_k times
-        tokens = sum(float(w.expert_tokens[0].sum()) for w in windows if len(w.expert_tokens)) / max(self.top_k, 1)
+        tokens = sum(float(w.expert_tokens[0].sum()) for w in measured) / max(self.top_k, 1)
+        seconds = sum(w.seconds for w in measured)
         share = None
         if with_expert_share and windows:
             share = expert_share(np.sum([w.expert_tokens for w in windows], axis=0))

@@ -12,6 +12,9 @@ from agents.protocol.placement import PlacementTable, gpu_load, imbalance, layer
 RANK_REPORTS = "slot_reports_rank_"  # + EP rank: window counter, reports whose slot load the window counted
 ACCEPTED_AT = "spec_accepted_at_"  # + draft position: window counter, accepted draft tokens there
 GROUPS_AT, NODES_AT = "routing_groups_at_", "routing_nodes_at_"  # + n: tokens whose top-k reached n groups / nodes
+# window counters that say the engine served: steps, requests running at the window's end, and requests or tokens
+# answered in it (the engine's TTFT/ITL histograms, controlplane/collect/aggregate.py)
+SERVING_COUNTERS = ("num_steps", "requests_running", "ttft_count", "itl_count")
 
 def expert_share(expert_tokens: np.ndarray) -> np.ndarray:
     """[num_layers, num_experts] tokens -> each layer's distribution over its experts (rows sum to 1; an empty
@@ -59,6 +62,18 @@ class Window:
         """The agents counted expert load in the window. One without (an idle engine, or an SGLang window whose
         dump did not come: agents/adapters/sglang/sidecar.py) says nothing of which experts run."""
         return float(self.expert_tokens.sum()) > 0
+
+    @property
+    def is_serving(self) -> bool:
+        """The window carried traffic: the agents counted expert load, or the routers sent tokens, the ranks
+        stepped, requests were running, or the engine answered requests (`SERVING_COUNTERS`)."""
+        return self.is_loaded or any(self.counters.get(name, 0.0) > 0 for name in SERVING_COUNTERS)
+
+    @property
+    def is_load_measured(self) -> bool:
+        """Its expert load is what the engine routed: counted, or idle. Not so for a serving window without it
+        (SGLang's whose dump did not come), whose zero tokens are unknown, not none."""
+        return self.is_loaded or not self.is_serving
 
     def is_slot_load_complete(self, ep_size: int) -> bool:
         reports = [self.counters.get(f"{RANK_REPORTS}{rank}", 0) for rank in range(ep_size)]

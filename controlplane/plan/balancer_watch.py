@@ -37,9 +37,6 @@ SETTLE_WINDOWS = 1  # the bundled agents take a placement with their next post's
 EVENTS, REPORTS = "balancer_events", "balancer_reports"  # window counters (controlplane/collect/aggregate.py)
 # what an engine's counted acts are; another engine that counts them: its rearranges
 ENGINE_TO_ACTS = {"vllm": "rearranges", "sglang": "dumps"}
-# window counters that say the engine served: steps, requests running at the window's end, and requests or tokens
-# answered in it (the engine's TTFT/ITL histograms, controlplane/collect/aggregate.py)
-SERVING_COUNTERS = ("num_steps", "requests_running", "ttft_count", "itl_count")
 
 
 @dataclass(frozen=True)
@@ -63,13 +60,6 @@ class BalancerWatch:
                 "interval_seconds": None if self.interval_seconds is None else round(self.interval_seconds, 1),
                 "silent_seconds": None if self.silent_seconds is None else round(self.silent_seconds, 1),
                 "silent_windows": self.num_silent_windows}
-
-
-def is_serving(window: Window) -> bool:
-    """The window carried traffic: the routers sent tokens, the ranks stepped, requests were running, or the engine
-    answered requests (`SERVING_COUNTERS`)."""
-    counters = window.counters
-    return window.is_loaded or any(counters.get(name, 0.0) > 0 for name in SERVING_COUNTERS)
 
 
 def balancer_interval(windows: list[Window]) -> float | None:
@@ -101,7 +91,7 @@ def _watch_acts(state: PoolState, engine: str, max_silent_intervals: int) -> Bal
         return BalancerWatch(state.deployment, state.role, engine, acts, False,
                              "fewer than two of the balancer's acts seen: its interval is not known yet")
     last_act = max(i for i, w in enumerate(windows) if w.counters.get(EVENTS, 0.0) > 0)
-    silent = [w for w in windows[last_act + 1:] if is_serving(w)]
+    silent = [w for w in windows[last_act + 1:] if w.is_serving]
     seconds = float(sum(w.seconds for w in silent))
     is_stalled = seconds > max_silent_intervals * interval and len(silent) >= MIN_SILENT_WINDOWS
     if is_stalled:
@@ -128,7 +118,7 @@ def _watch_switches(state: PoolState, max_silent_windows: int) -> BalancerWatch:
     if after and not is_lagging(after[-1], version):
         return BalancerWatch(state.deployment, state.role, "bundled", "switches", False,
                              f"the group switched to placement v{version}")
-    lagging = [w for w in after if is_serving(w) and is_lagging(w, version)]
+    lagging = [w for w in after if w.is_serving and is_lagging(w, version)]
     seconds = float(sum(w.seconds for w in lagging))
     is_stalled = len(lagging) >= max(max_silent_windows, MIN_SILENT_WINDOWS)
     reason = (f"placement v{version} was issued {len(lagging)} serving windows ago and the group's ranks still run "

@@ -34,7 +34,7 @@ from agents.adapters.sglang.server import SGLangServer
 from agents.adapters.sglang.sidecar import Sidecar
 from agents.protocol import Role
 from controlplane.collect.aggregate import group_counters
-from controlplane.plan.balancer_watch import MAX_SILENT_INTERVALS, is_serving, watch_balancer
+from controlplane.plan.balancer_watch import MAX_SILENT_INTERVALS, watch_balancer
 from tests.support.pool_states import loop_window, pool_state
 
 CONFIG = {"n_routed_experts": 16, "num_hidden_layers": 5, "first_k_dense_replace": 1, "n_group": 4, "topk_group": 2,
@@ -165,7 +165,7 @@ def test_windows_without_a_dump_are_posted_with_the_serving_counters_and_found_s
     assert row.balancer_events == 0 and not missing.expert_tokens.to_numpy().any()  # no load made up
     assert row.requests_running == 3 and row.ttft.count == 10 and row.serving.prefill_tokens == 900
     assert posted[4].adapter_faults == {"dump missing": 1}
-    assert is_serving(_windows([missing])[0])  # the controller reads it as serving on the counters alone
+    assert _windows([missing])[0].is_serving  # the controller reads it as serving on the counters alone
     watch = _watch(posted)
     assert watch.is_stalled and watch.watched == "dumps" and watch.interval_seconds == pytest.approx(WINDOW)
     assert watch.num_silent_windows == MAX_SILENT_INTERVALS + 1

@@ -83,3 +83,20 @@ def test_a_knobs_inputs_are_the_load_of_the_last_minute_of_windows():
     assert inputs.expert_share[0, 0] == pytest.approx(100.0 / hot[0].sum())
     assert (inputs.model, inputs.policy_version) == (model_key({"experts": 16}), 3)
     assert pool.knob_inputs(with_expert_share=False).expert_share is None
+
+
+def test_the_token_rate_leaves_out_serving_windows_whose_load_was_not_measured():
+    """An SGLang window whose dump did not come serves with no expert load counted: its tokens are unknown, not
+    none, so the rate a knob's park compares on is the measured windows'; an idle window's zero is real."""
+    measured = [even_window(i) for i in range(3)]
+    no_dump = [loop_window(i, np.zeros_like(LOAD), np.zeros((2, 20)), num_reports=4,
+                           counters={"requests_running": 3.0, "ttft_count": 10.0}) for i in range(3, 6)]
+    idle = [loop_window(i, np.zeros_like(LOAD), np.zeros((2, 20)), num_reports=4) for i in range(6, 9)]
+    rate = LOAD[0].sum() / 2 / 10.0
+    assert not no_dump[0].is_load_measured and idle[0].is_load_measured and not idle[0].is_serving
+    with_no_dump = pool_state(TABLE, NUM_EXPERTS, measured + no_dump, top_k=2)
+    assert with_no_dump.knob_inputs(with_expert_share=False).tokens_per_second == pytest.approx(rate)
+    with_idle = pool_state(TABLE, NUM_EXPERTS, measured + idle, top_k=2)
+    assert with_idle.knob_inputs(with_expert_share=False).tokens_per_second == pytest.approx(rate / 2)
+    only_no_dump = pool_state(TABLE, NUM_EXPERTS, no_dump, top_k=2)
+    assert only_no_dump.knob_inputs(with_expert_share=False).tokens_per_second is None
