@@ -303,6 +303,12 @@ def candidates(trace: Trace, schedules: list[Schedule], *, is_causal: bool = Fal
     return list(found.values())
 
 
+def window_values(trace: Trace, tables: list[PlacementTable]) -> np.ndarray:
+    """[W, C] tokens each window serves under each table (WINDOW_SECONDS at its rate); a change's stall in window
+    w costs stall_seconds / WINDOW_SECONDS of the value of the table it switches to."""
+    return np.array([[WINDOW_SECONDS * trace.rate(w, p) for p in tables] for w in range(trace.num_windows)])
+
+
 def bound(trace: Trace, candidates: list[tuple[PlacementTable, int]], cost: ChangeCost,
           name: str = "bound: best schedule in hindsight") -> Schedule:
     """The best schedule over `candidates` (each from the first window it may be switched to; the module's
@@ -310,9 +316,9 @@ def bound(trace: Trace, candidates: list[tuple[PlacementTable, int]], cost: Chan
     tables = [p for p, _ in candidates]
     available = np.array([w for _, w in candidates])
     num_windows, num_candidates = trace.num_windows, len(tables)
-    value = np.array([[WINDOW_SECONDS * trace.rate(w, p) for p in tables] for w in range(num_windows)])
-    switch = np.array([[cost.stall_seconds * trace.rate(w, p) if w >= available[i] else np.inf
-                        for i, p in enumerate(tables)] for w in range(num_windows)])
+    value = window_values(trace, tables)
+    switch = np.where(np.arange(num_windows)[:, None] >= available[None, :],
+                      value * (cost.stall_seconds / WINDOW_SECONDS), np.inf)
     start = next(i for i, p in enumerate(tables) if p is trace.start)
     best = np.full(num_candidates, -np.inf)
     best[start] = value[0, start]  # every row starts from the start's table
@@ -342,8 +348,8 @@ class Row:
     num_priced: int = 0  # plans the pricing row priced (paid ones are its changes)
 
 
-def run_case(trace: Trace, engine: str, progress=print) -> list[Row]:  # noqa: ANN001
-    """Every row and the bound on one trace under one engine's change cost; the bound last."""
+def row_schedules(trace: Trace, engine: str, progress=print) -> list[Schedule]:  # noqa: ANN001
+    """The rows' schedules on one trace under one engine's change cost (static first)."""
     cost = ENGINE_COSTS[engine]
     defaults = engine_policy(Policy(mode="auto"), engine)
     strategies = [Static(), PeriodicEplb(trace.shape, EPLB_SECONDS[engine]),
@@ -355,13 +361,26 @@ def run_case(trace: Trace, engine: str, progress=print) -> list[Row]:  # noqa: A
         schedules.append(run_schedule(trace, strategy))
         progress(f"  {engine}, {trace.workload.name}: {strategy.name} in {time.perf_counter() - started:.0f}s",
                  flush=True)
-    started = time.perf_counter()
+    return schedules
+
+
+def candidate_sets(trace: Trace, schedules: list[Schedule]) -> tuple[list, list, list]:
+    """(knowable, knowable and 8-min lines, the bound's) candidate sets: the bound's holds the others too (from
+    window 0: it knows the trace), so it is at least each of their rows."""
     knowable = candidates(trace, schedules, is_causal=True)
-    causal = bound(trace, knowable, cost, "bound over placements knowable at the time")
     lines = knowable + forecast_candidates(trace, line_ahead, LINE_HORIZONS, LINE_WINDOWS)
+    return knowable, lines, candidates(trace, schedules) + [(p, 0) for p, _ in lines]
+
+
+def run_case(trace: Trace, engine: str, progress=print) -> list[Row]:  # noqa: ANN001
+    """Every row and the bound on one trace under one engine's change cost; the bound last."""
+    cost = ENGINE_COSTS[engine]
+    schedules = row_schedules(trace, engine, progress)
+    started = time.perf_counter()
+    knowable, lines, everything = candidate_sets(trace, schedules)
+    causal = bound(trace, knowable, cost, "bound over placements knowable at the time")
     with_lines = bound(trace, lines, cost, "bound over knowable placements and 8-min lines ahead")
-    # the bound's set holds the knowable ones too (from window 0: it knows the trace), so it is at least that row
-    schedules.append(bound(trace, candidates(trace, schedules) + [(p, 0) for p, _ in lines], cost))
+    schedules.append(bound(trace, everything, cost))
     schedules[-1:-1] = [causal, with_lines]
     progress(f"  {engine}, {trace.workload.name}: bound in {time.perf_counter() - started:.0f}s", flush=True)
     return [Row(s.name, served(trace, s, cost), len(s.changes),
