@@ -29,6 +29,7 @@ from benchmarks.closed_loop import PREFILL, WINDOW_SECONDS, table
 from benchmarks.closed_loop_costs import (
     ENGINE_COSTS,
     WORKLOADS,
+    best_until,
     candidate_sets,
     make_trace,
     row_schedules,
@@ -56,15 +57,6 @@ def best_from(value: np.ndarray, stall_ratio: float) -> np.ndarray:
     return best
 
 
-def best_until(value: np.ndarray, start: int, stall_ratio: float) -> np.ndarray:
-    """[W, C] the most a trace serves from window 0 to w with table c in force at w, starting from `start`."""
-    best = np.full_like(value, -np.inf)
-    best[0, start] = value[0, start]
-    for w in range(1, value.shape[0]):
-        best[w] = value[w] + np.maximum(best[w - 1], np.max(best[w - 1]) - stall_ratio * value[w])
-    return best
-
-
 @dataclass(frozen=True)
 class Twin:
     w0: int
@@ -77,7 +69,7 @@ def twin_bound(value: np.ndarray, start: int, stall_ratio: float, w0: int,
                until_a: np.ndarray | None = None, from_a: np.ndarray | None = None) -> Twin:
     """The twin pair split at w0 (1 <= w0 < W), over A's value [W, C] and table `start` at window 0; until_a and
     from_a are best_until / best_from of A when a sweep has them already."""
-    until_a = best_until(value, start, stall_ratio) if until_a is None else until_a
+    until_a = best_until(value, stall_ratio * value, start)[0] if until_a is None else until_a
     from_a = best_from(value, stall_ratio) if from_a is None else from_a
     value_b = value[reflected(value.shape[0], w0)]
     from_b = best_from(value_b, stall_ratio)
@@ -97,7 +89,7 @@ def twin_bound(value: np.ndarray, start: int, stall_ratio: float, w0: int,
 
 def sweep(value: np.ndarray, start: int, stall_ratio: float, every: int = SWEEP_WINDOWS) -> list[Twin]:
     """twin_bound at every `every`-th window."""
-    until_a, from_a = best_until(value, start, stall_ratio), best_from(value, stall_ratio)
+    until_a, from_a = best_until(value, stall_ratio * value, start)[0], best_from(value, stall_ratio)
     return [twin_bound(value, start, stall_ratio, w0, until_a, from_a) for w0 in range(every, value.shape[0], every)]
 
 

@@ -309,27 +309,36 @@ def window_values(trace: Trace, tables: list[PlacementTable]) -> np.ndarray:
     return np.array([[WINDOW_SECONDS * trace.rate(w, p) for p in tables] for w in range(trace.num_windows)])
 
 
+def best_until(value: np.ndarray, switch: np.ndarray, start: int) -> tuple[np.ndarray, np.ndarray]:
+    """The forward recurrence of `bound`: ([W, C] the most served from window 0 to w with table c in force at w,
+    starting from table `start`; [W, C] the table in force at w - 1 on that best path). value: [W, C] tokens each
+    window serves under each table; switch: [W, C] what switching to it in window w costs (inf: not yet known)."""
+    num_windows, num_tables = value.shape
+    best = np.full((num_windows, num_tables), -np.inf)
+    best[0, start] = value[0, start]  # every row starts from the start's table
+    came_from = np.zeros((num_windows, num_tables), dtype=np.int64)
+    for w in range(1, num_windows):
+        leader = int(np.argmax(best[w - 1]))
+        switched = best[w - 1, leader] - switch[w]
+        is_switch = switched > best[w - 1]
+        came_from[w] = np.where(is_switch, leader, np.arange(num_tables))
+        best[w] = np.where(is_switch, switched, best[w - 1]) + value[w]
+    return best, came_from
+
+
 def bound(trace: Trace, candidates: list[tuple[PlacementTable, int]], cost: ChangeCost,
           name: str = "bound: best schedule in hindsight") -> Schedule:
     """The best schedule over `candidates` (each from the first window it may be switched to; the module's
     docstring says why the program is exact)."""
     tables = [p for p, _ in candidates]
     available = np.array([w for _, w in candidates])
-    num_windows, num_candidates = trace.num_windows, len(tables)
+    num_windows = trace.num_windows
     value = window_values(trace, tables)
     switch = np.where(np.arange(num_windows)[:, None] >= available[None, :],
                       value * (cost.stall_seconds / WINDOW_SECONDS), np.inf)
     start = next(i for i, p in enumerate(tables) if p is trace.start)
-    best = np.full(num_candidates, -np.inf)
-    best[start] = value[0, start]  # every row starts from the start's table
-    came_from = np.zeros((num_windows, num_candidates), dtype=np.int64)
-    for w in range(1, num_windows):
-        leader = int(np.argmax(best))
-        switched = best[leader] - switch[w]
-        is_switch = switched > best
-        came_from[w] = np.where(is_switch, leader, np.arange(num_candidates))
-        best = np.where(is_switch, switched, best) + value[w]
-    p = int(np.argmax(best))
+    best, came_from = best_until(value, switch, start)
+    p = int(np.argmax(best[-1]))
     path = [p]
     for w in range(num_windows - 1, 0, -1):
         p = int(came_from[w, p])
