@@ -65,8 +65,8 @@ class Window:
 
     @property
     def is_serving(self) -> bool:
-        """The window carried traffic: the agents counted expert load, or the routers sent tokens, the ranks
-        stepped, requests were running, or the engine answered requests (`SERVING_COUNTERS`)."""
+        """The window carried traffic: the agents counted expert load, the ranks stepped, requests were running, or
+        the engine answered requests (`SERVING_COUNTERS`)."""
         return self.is_loaded or any(self.counters.get(name, 0.0) > 0 for name in SERVING_COUNTERS)
 
     @property
